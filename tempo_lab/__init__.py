@@ -1,0 +1,29 @@
+"""tempo_lab: a notebook workbench for compiled dynamic deep learning over recurrent tensors."""
+from .config import config
+from .errors import (BoundsError, DefinitionError, DTypeError, ExprError, ScheduleError,
+                     ShapeError, TempoLabError)
+from .frontend.api import (abs, arange, concatenate, cos, eq, exp, expand_dims, from_array,
+                           full, log, matmul, max, maximum, mean, min, minimum, ne, ones,
+                           placeholder, relu, reshape, sigmoid, sin, sink, softmax, source,
+                           sqrt, squeeze, stack, sum, tanh, transpose, where, zeros)
+from .frontend.api import constant_ as constant
+from .frontend.context import Context
+from .frontend.tensor import RecurrentTensor
+from .frontend.trace import Trace
+from .ir.sdg import SDG
+from .program import CompileConfig, Program, Run, compile_context
+from .symbolic import Bound, Dim, Slice
+
+Context.compile = compile_context
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "BoundsError", "Bound", "CompileConfig", "Context", "DTypeError", "DefinitionError", "Dim",
+    "ExprError", "Program", "RecurrentTensor", "Run", "SDG", "ScheduleError", "ShapeError",
+    "Slice", "TempoLabError", "Trace", "abs", "arange", "concatenate", "config", "constant",
+    "cos", "eq", "exp", "expand_dims", "from_array", "full", "log", "matmul", "max", "maximum",
+    "mean", "min", "minimum", "ne", "ones", "placeholder", "relu", "reshape", "sigmoid", "sin",
+    "sink", "softmax", "source", "sqrt", "squeeze", "stack", "sum", "tanh", "transpose", "where",
+    "zeros",
+]

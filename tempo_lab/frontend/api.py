@@ -1,0 +1,217 @@
+"""The functional API (``tl.zeros``, ``tl.placeholder``, ``tl.exp``, ``tl.where``, ...).
+
+Names and semantics follow ``jax.numpy``; ``tl.min``/``tl.max`` are on index expressions (use
+``tl.minimum``/``tl.maximum`` for tensors), as the design fixes.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from ..errors import DefinitionError, ExprError, ShapeError, user_location
+from ..ir.ops import TensorType, canonical_dtype
+from ..symbolic import max_, min_
+from ..symbolic import eq as _eq
+from ..symbolic import ne as _ne
+from .context import current_context
+from .tensor import RecurrentTensor, apply, constant
+
+RT = RecurrentTensor
+
+
+def _static_shape(shape) -> tuple[int, ...]:
+    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    if any(not isinstance(s, (int, np.integer)) or s < 0 for s in shape):
+        raise ShapeError(f"shape {shape} must be a tuple of non-negative ints")
+    return tuple(int(s) for s in shape)
+
+
+# -- creation -------------------------------------------------------------------------------------
+def full(shape, fill_value, dtype="float32") -> RT:
+    return constant(np.full(_static_shape(shape), fill_value), current_context(), dtype)
+
+
+def zeros(shape, dtype="float32") -> RT:
+    return full(shape, 0, dtype)
+
+
+def ones(shape, dtype="float32") -> RT:
+    return full(shape, 1, dtype)
+
+
+def arange(n, dtype="int32") -> RT:
+    return constant(np.arange(int(n)), current_context(), dtype)
+
+
+def constant_(value, dtype=None) -> RT:
+    """``tl.constant(array_like)``: the same value at every point (empty domain)."""
+    return constant(value, current_context(), dtype)
+
+
+def from_array(array, domain, name: str | None = None) -> RT:
+    """Value at point ``(b, t)`` is ``array[b, t]``; the bounds must match the leading axes."""
+    ctx = current_context()
+    loc = user_location()
+    domain = ctx.check_domain(domain)
+    arr = np.asarray(array)
+    if arr.ndim < len(domain):
+        raise ShapeError(f"from_array: the array has {arr.ndim} axes but the domain "
+                         f"({', '.join(map(str, domain))}) needs at least {len(domain)}", loc)
+    arr = arr.astype(canonical_dtype(arr.dtype))
+    attrs = {"array": arr, "ndomain": len(domain)}
+    t = TensorType(arr.shape[len(domain):], arr.dtype)
+    node = ctx.add_node("from_array", [], attrs, domain, t, name=name, loc=loc)
+    ctx.record("from_array", f"%{node.id} = from_array(array({TensorType(arr.shape, arr.dtype)}), "
+               f"domain=({', '.join(map(str, domain))}))", node, loc)
+    return RT(ctx, node)
+
+
+def source(fn: Callable[[dict], object], shape, dtype, domain, name: str | None = None) -> RT:
+    """Value at a point is ``fn({dim name: int})`` (checked against ``shape`` and ``dtype``)."""
+    ctx = current_context()
+    loc = user_location()
+    domain = ctx.check_domain(domain)
+    t = TensorType(_static_shape(shape), canonical_dtype(dtype))
+    node = ctx.add_node("source", [], {"fn": fn, "shape": t.shape, "dtype": t.dtype}, domain, t,
+                        name=name, loc=loc)
+    ctx.record("source", f"%{node.id} = source({getattr(fn, '__name__', 'fn')}, {t})", node,
+               loc)
+    return RT(ctx, node)
+
+
+def placeholder(shape, dtype="float32", domain=(), name: str | None = None) -> RT:
+    """A tensor defined by branch assignments ``x[key] = value`` (recurrences allowed)."""
+    ctx = current_context()
+    loc = user_location()
+    domain = ctx.check_domain(domain)
+    t = TensorType(_static_shape(shape), canonical_dtype(dtype))
+    node = ctx.add_node("merge", [], {"type": t}, domain, t, name=name, loc=loc)
+    ctx.record("placeholder", f"{node.name or '%' + str(node.id)} = placeholder({t}, "
+               f"domain=({', '.join(map(str, domain))}))", node, loc)
+    return RT(ctx, node)
+
+
+def sink(x: RT, fn: Callable[[dict, np.ndarray], None]) -> None:
+    """Call ``fn(point, value)`` once per point of ``x``'s domain, in schedule order."""
+    if not isinstance(x, RT):
+        raise DefinitionError("tl.sink needs a recurrent tensor as its first argument")
+    if not callable(fn):
+        raise DefinitionError("tl.sink needs a callable fn(point, value)")
+    ctx = x.ctx
+    loc = user_location()
+    node = ctx.add_node("sink", [x._input()], {"fn": fn}, x.domain,
+                        TensorType((), np.dtype(np.bool_)), loc=loc)
+    ctx._sinks.append(node)
+    ctx.record("sink", f"sink({x._ref()}, {getattr(fn, '__name__', 'fn')})", node, loc)
+
+
+# -- elementwise ----------------------------------------------------------------------------------
+def _unary(kind):
+    def f(x):
+        return apply(kind, [x])
+    f.__name__ = kind
+    f.__doc__ = f"Elementwise ``{kind}`` (jax.numpy semantics)."
+    return f
+
+
+exp, log, sqrt, tanh, sigmoid, relu, sin, cos = map(
+    _unary, ("exp", "log", "sqrt", "tanh", "sigmoid", "relu", "sin", "cos"))
+
+
+def abs(x) -> RT:  # noqa: A001 - the jax.numpy name
+    return apply("abs", [x])
+
+
+def maximum(a, b) -> RT:
+    return apply("maximum", [a, b])
+
+
+def minimum(a, b) -> RT:
+    return apply("minimum", [a, b])
+
+
+def where(cond, a, b) -> RT:
+    return apply("where", [cond, a, b])
+
+
+def matmul(a, b) -> RT:
+    return apply("matmul", [a, b])
+
+
+def softmax(x, axis=-1) -> RT:
+    return apply("softmax", [x], {"axis": int(axis)})
+
+
+def concatenate(xs, axis=0) -> RT:
+    xs = list(xs)
+    return apply("concatenate", xs, {"axis": int(axis)})
+
+
+def stack(xs, axis=0) -> RT:
+    xs = list(xs)
+    if not xs:
+        raise ShapeError("stack needs at least one value")
+    ctx = current_context(*xs)
+    from .tensor import as_tensor
+
+    rts = [as_tensor(x, ctx) for x in xs]
+    nd = rts[0].ndim + 1
+    ax = int(axis) % nd if -nd <= axis < nd else None
+    if ax is None:
+        raise ShapeError(f"stack: axis {axis} is out of range for results of rank {nd}")
+    return concatenate([r.expand_dims(ax) for r in rts], axis=ax)
+
+
+def sum(x, axis=None, keepdims=False) -> RT:  # noqa: A001
+    return x.sum(axis, keepdims)
+
+
+def mean(x, axis=None, keepdims=False) -> RT:
+    return x.mean(axis, keepdims)
+
+
+def reshape(x, shape) -> RT:
+    return x.reshape(shape)
+
+
+def transpose(x, axes=None) -> RT:
+    return x.transpose(*(axes or ()))
+
+
+def squeeze(x, axis=None) -> RT:
+    return x.squeeze(axis)
+
+
+def expand_dims(x, axis) -> RT:
+    return x.expand_dims(axis)
+
+
+# -- index expressions ----------------------------------------------------------------------------
+def _index_only(fn, tensor_alt: str):
+    def f(*args):
+        if any(isinstance(a, RT) for a in args):
+            raise ExprError(f"tl.{fn.__name__.rstrip('_')} works on index expressions; for "
+                            f"tensors use tl.{tensor_alt}")
+        return fn(*args)
+    f.__name__ = fn.__name__.rstrip("_")
+    f.__doc__ = fn.__doc__
+    return f
+
+
+min = _index_only(min_, "minimum")  # noqa: A001
+max = _index_only(max_, "maximum")  # noqa: A001
+
+
+def eq(a, b):
+    """Symbolic ``a == b`` for index expressions; elementwise for tensors."""
+    if isinstance(a, RT) or isinstance(b, RT):
+        return apply("eq", [a, b])
+    return _eq(a, b)
+
+
+def ne(a, b):
+    """Symbolic ``a != b`` for index expressions; elementwise for tensors."""
+    if isinstance(a, RT) or isinstance(b, RT):
+        return apply("ne", [a, b])
+    return _ne(a, b)

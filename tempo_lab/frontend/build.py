@@ -1,0 +1,46 @@
+"""Freeze the traced graph that the outputs and sinks reach into an immutable SDG."""
+from __future__ import annotations
+
+from ..errors import DefinitionError
+from ..ir.sdg import SDG, Edge, Op
+from ..symbolic import TRUE, not_, or_
+from .context import Context, Node
+from .tensor import RecurrentTensor
+
+
+def build_sdg(ctx: Context, outputs: dict[str, RecurrentTensor]) -> SDG:
+    """Ops are numbered in trace order (producers before consumers, except recurrences through
+    placeholders); an output that is a view (``x[T - 1]``) gets an identity op of its own."""
+    roots: list[Node] = [rt.node for rt in outputs.values()] + list(ctx._sinks)
+    seen: dict[int, Node] = {}
+    stack = list(roots)
+    while stack:
+        n = stack.pop()
+        if n.id in seen:
+            continue
+        seen[n.id] = n
+        if n.kind == "merge" and not n.inputs:
+            raise DefinitionError(f"placeholder {n.name or '%' + str(n.id)} is never defined; "
+                                  "assign its branches, e.g. x[0] = ... and x[t] = ...", n.loc)
+        stack.extend(i.node for i in n.inputs)
+    nodes = sorted(seen.values(), key=lambda n: n.id)
+    renum = {n.id: k for k, n in enumerate(nodes)}
+    ops = [Op(renum[n.id], n.kind, n.domain, n.type, dict(n.attrs), n.loc, n.name)
+           for n in nodes]
+    edges = []
+    for n in nodes:
+        others = [i.cond for i in n.inputs if not i.default]
+        for slot, i in enumerate(n.inputs):
+            cond = not_(or_(*others)) if i.default and others else i.cond
+            edges.append(Edge(renum[n.id], renum[i.node.id], slot, i.index, cond,
+                              i.loc or n.loc))
+    out_ids = {}
+    for name, rt in outputs.items():
+        if rt.index is None:
+            out_ids[name] = renum[rt.node.id]
+            continue
+        op = Op(len(ops), "identity", rt.domain, rt.type, {}, rt.loc, None)
+        ops.append(op)
+        edges.append(Edge(op.id, renum[rt.node.id], 0, rt.index, TRUE, rt.loc))
+        out_ids[name] = op.id
+    return SDG(ctx.dims, ops, edges, out_ids, [renum[n.id] for n in ctx._sinks])

@@ -1,0 +1,134 @@
+"""The tracing context: dims, bounds, and the growing graph of traced ops.
+
+Traced ops are mutable ``Node``s only while the program is being written (a placeholder gains
+branches after it is read). ``compile`` freezes what the outputs reach into an immutable SDG.
+"""
+from __future__ import annotations
+
+import contextvars
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from ..errors import DefinitionError, ExprError, Location, TempoLabError, user_location
+from ..ir.ops import TensorType
+from ..symbolic import TRUE, Cond, Dim, Expr, Slice
+from .trace import Trace, TraceEntry
+
+_CURRENT: contextvars.ContextVar[list[Context]] = contextvars.ContextVar("tempo_lab_ctx",
+                                                                         default=[])
+
+
+@dataclass(eq=False)
+class Input:
+    """A read of ``node`` at ``index`` (one entry per producer dim, in the reader's dims)."""
+
+    node: Node
+    index: tuple[Expr | Slice, ...]
+    cond: Cond = TRUE
+    loc: Location | None = None
+    default: bool = False  # the default branch of a placeholder: cond is filled in at build
+
+
+@dataclass(eq=False)
+class Node:
+    id: int
+    kind: str
+    attrs: dict
+    domain: tuple[Dim, ...]
+    type: TensorType
+    loc: Location
+    inputs: list[Input] = field(default_factory=list)
+    name: str | None = None
+
+
+class Context:
+    """Declares the dims (outermost first) and records the program written inside ``with ctx:``."""
+
+    def __init__(self, dims: Sequence[str]):
+        if isinstance(dims, str):
+            dims = (dims,)
+        names = list(dims)
+        for n in names:
+            if not isinstance(n, str) or not n.isidentifier() or n != n.lower() or n == n.upper():
+                raise ExprError(f"dim name {n!r} must be a lower-case identifier (its bound is "
+                                "the upper-case name, e.g. t -> T)")
+        if len(set(names)) != len(names):
+            raise ExprError(f"dim names repeat in {names}")
+        self.dims: tuple[Dim, ...] = tuple(Dim(n) for n in names)
+        self.bounds = tuple(d.bound for d in self.dims)
+        self._nodes: list[Node] = []
+        self._sinks: list[Node] = []
+        self._calls: list[TraceEntry] = []
+
+    @property
+    def trace(self) -> Trace:
+        """What has been recorded so far (a snapshot)."""
+        return Trace(self.dims, self._calls)
+
+    def record(self, api: str, text: str, node: Node | None, loc: Location):
+        self._calls.append(TraceEntry(len(self._calls), api, text,
+                                      None if node is None else node.id, loc))
+
+    # -- scoping ------------------------------------------------------------------------------
+    def __enter__(self) -> Context:
+        _CURRENT.set(_CURRENT.get() + [self])
+        return self
+
+    def __exit__(self, *exc):
+        _CURRENT.set(_CURRENT.get()[:-1])
+
+    def __repr__(self) -> str:
+        return (f"Context(dims=({', '.join(d.name for d in self.dims)}), "
+                f"ops={len(self._nodes)})")
+
+    # -- graph building -----------------------------------------------------------------------
+    def order(self, dims) -> tuple[Dim, ...]:
+        """``dims`` as a domain: deduplicated, in universe order."""
+        dims = set(dims)
+        unknown = dims - set(self.dims)
+        if unknown:
+            raise ExprError(f"{', '.join(sorted(map(str, unknown)))} not a dim of this context "
+                            f"(dims: {', '.join(d.name for d in self.dims)})")
+        return tuple(d for d in self.dims if d in dims)
+
+    def check_domain(self, domain) -> tuple[Dim, ...]:
+        domain = tuple(domain)
+        if any(not isinstance(d, Dim) for d in domain):
+            raise ExprError(f"a domain is a tuple of dims such as (b, t), got {domain}")
+        ordered = self.order(domain)
+        if ordered != domain:
+            raise DefinitionError(f"domain ({', '.join(map(str, domain))}) must list its dims in "
+                                  f"the context's order: ({', '.join(map(str, ordered))})")
+        return ordered
+
+    def check_expr(self, e: Expr | Slice | Cond, what: str):
+        allowed = set(self.dims) | set(self.bounds)
+        extra = e.symbols() - allowed
+        if extra:
+            raise ExprError(f"{what} uses {', '.join(sorted(map(str, extra)))}, which are not "
+                            "dims or bounds of this context")
+
+    def add_node(self, kind: str, inputs: list[Input], attrs: dict, domain, type_: TensorType,
+                 name: str | None = None, loc: Location | None = None) -> Node:
+        loc = loc or user_location()
+        node = Node(len(self._nodes), kind, attrs, self.order(domain), type_, loc, inputs,
+                    name)
+        self._nodes.append(node)
+        return node
+
+
+def current_context(*candidates) -> Context:
+    """The context of the given tensors, else the innermost ``with ctx:``."""
+    from .tensor import RecurrentTensor
+
+    ctxs = {id(c.ctx): c.ctx for c in candidates if isinstance(c, RecurrentTensor)}
+    if len(ctxs) > 1:
+        raise TempoLabError("these tensors come from different tl.Context objects; build a "
+                            "program inside one context")
+    if ctxs:
+        return next(iter(ctxs.values()))
+    stack = _CURRENT.get()
+    if not stack:
+        raise TempoLabError("no active context: write the program inside 'with ctx:' "
+                            "(ctx = tl.Context(dims=(...)))")
+    return stack[-1]

@@ -1,0 +1,135 @@
+"""Compile-time checks with isl, for the bound values being compiled.
+
+* every placeholder's branches are pairwise disjoint and cover its domain (DefinitionError);
+* every read stays inside its producer's domain at every point where it happens
+  (BoundsError) -- a read inside a branch only happens where that branch applies;
+* outputs have static spatial shapes and ``from_array`` arrays match the bounds (ShapeError).
+
+Where a read happens is the *demand* of its consumer: placeholders, outputs and sinks are
+demanded on their whole domain; any other op on the union of what its readers read. Every cycle
+goes through a placeholder, so one sweep in reverse trace order settles all demands.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import islpy as isl
+
+from ..errors import BoundsError, DefinitionError, ShapeError
+from ..ir.sdg import SDG, Edge
+from ..symbolic import Dim
+from ..symbolic import isl as I
+
+
+def _point_str(p: dict) -> str:
+    return "(" + ", ".join(f"{k} = {v}" for k, v in p.items()) + ")"
+
+
+class _Checker:
+    def __init__(self, sdg: SDG, bounds: Mapping[str, int]):
+        self.sdg, self.bounds = sdg, dict(bounds)
+        self.boxes = {i: I.fix(sdg.isl_domain(i), self.bounds) for i in sdg.ops}
+        self.maps = {e: I.fix(sdg.isl_map(e), self.bounds) for e in sdg.edges}
+
+    def describe(self, s: isl.Set) -> str:
+        """A readable condition for a bounded set (the fixed bound values left implicit)."""
+        params = isl.Set.universe(isl.Space.params_alloc(s.get_ctx(), 0))
+        params = I.fix(isl.Set.universe(s.get_space().params()), self.bounds)
+        cond = I.cond_from_set(s.gist_params(params).reset_tuple_id())
+        return str(cond)
+
+    # -- branches -----------------------------------------------------------------------------
+    def branches(self):
+        for op in self.sdg.ops.values():
+            if op.kind != "merge":
+                continue
+            box = self.boxes[op.id]
+            covered = []
+            for e in self.sdg.in_edges(op.id):
+                s = self.maps[e].domain() & box
+                for prev, ps in covered:
+                    both = s & ps
+                    if not both.is_empty():
+                        raise DefinitionError(
+                            f"branches of {op.label} overlap: this branch (where {e.cond}) and "
+                            f"the one at {prev.loc} (where {prev.cond}) both define it at "
+                            f"{_point_str(I.sample(both))}; make their conditions disjoint",
+                            e.loc)
+                covered.append((e, s))
+            missing = box
+            for _, s in covered:
+                missing = missing - s
+            if not missing.is_empty():
+                dims = ", ".join(map(str, op.domain))
+                raise DefinitionError(
+                    f"{op.label} is not defined at {_point_str(I.sample(missing))} (nor wherever "
+                    f"{self.describe(missing)}); add a branch for those points or a default "
+                    f"branch {op.label}[{dims}] = ...", op.loc)
+
+    # -- reads --------------------------------------------------------------------------------
+    def reads(self):
+        sdg = self.sdg
+        demand = {i: self.boxes[i] if (op.kind == "merge" or i in sdg.sinks) else
+                  self.boxes[i].subtract(self.boxes[i]) for i, op in sdg.ops.items()}
+        for i in sdg.outputs.values():
+            demand[i] = self.boxes[i]
+        merges = [i for i, op in sdg.ops.items() if op.kind == "merge"]
+        others = sorted((i for i in sdg.ops if i not in merges), reverse=True)
+        for i in merges + others:
+            for e in sdg.in_edges(i):
+                img = self._read(e, demand[i])
+                if sdg.ops[e.src].kind != "merge":
+                    demand[e.src] = demand[e.src] | img
+
+    def _read(self, e: Edge, where: isl.Set) -> isl.Set:
+        m = self.maps[e].intersect_domain(where)
+        img = m.range()
+        outside = img - self.boxes[e.src]
+        if outside.is_empty():
+            return img
+        bad = m.intersect_range(outside)
+        at = I.sample(bad.domain())
+        reads = I.sample(I.reads_at(bad, at) & outside)
+        p, c = self.sdg.ops[e.src], self.sdg.ops[e.dst]
+        extent = ", ".join(f"0 <= {d} < {d.bound} = {self.bounds[d.bound.name]}"
+                           for d in p.domain)
+        reader = "this read" if c.kind != "merge" else "this branch"
+        raise BoundsError(
+            f"{reader} of {p.label}[{e.index_str()}] leaves its domain ({extent}): at "
+            f"{_point_str(at)} it reads {_point_str({k.rstrip(chr(39)): v for k, v in reads.items()})}"
+            f". Guard it with a branch for those points (e.g. {p.label}[0] = ...), clip the index "
+            "with tl.max/tl.min, or shorten the slice", e.loc)
+
+    # -- shapes -------------------------------------------------------------------------------
+    def shapes(self):
+        sdg = self.sdg
+        for name, i in sdg.outputs.items():
+            op = sdg.ops[i]
+            dyn = [s for s in op.type.shape if not isinstance(s, int) and s.dims()]
+            if dyn:
+                dims = ", ".join(sorted({str(d) for s in dyn for d in s.dims()}))
+                raise ShapeError(
+                    f"output {name!r} has spatial shape ({', '.join(map(str, op.type.shape))}), "
+                    f"which changes with {dims}; outputs need a static shape: reduce over that "
+                    "axis, or read a range whose length has no dims in it (e.g. x[0:T])", op.loc)
+        for op in sdg.ops.values():
+            if op.kind != "from_array":
+                continue
+            lead = op.attrs["array"].shape[:len(op.domain)]
+            want = tuple(self.bounds[d.bound.name] for d in op.domain)
+            if lead != want:
+                raise ShapeError(
+                    f"from_array: the array's leading axes {lead} do not match the bounds "
+                    f"{', '.join(f'{d.bound} = {v}' for d, v in zip(op.domain, want))} of its "
+                    "domain; pass an array whose leading axes are the bounds", op.loc)
+
+
+def validate(sdg: SDG, bounds: Mapping[str, int]) -> None:
+    c = _Checker(sdg, bounds)
+    c.shapes()
+    c.branches()
+    c.reads()
+
+
+def dims_str(dims: tuple[Dim, ...]) -> str:
+    return ", ".join(map(str, dims))

@@ -1,0 +1,200 @@
+"""The symbolic dependence graph: primitive ops with domains, and edges that say which producer
+points each consumer point reads. Immutable: passes build new SDGs."""
+from __future__ import annotations
+
+import zlib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+
+import numpy as np
+
+from ..errors import Location
+from ..stage import Stage
+from ..symbolic import TRUE, Cond, Dim, Expr, Slice
+from ..symbolic import isl as I
+from .ops import CATALOG, TensorType
+
+SCHEMA = "tempo_lab.sdg/1"
+
+# One colour per op category, fixed so that pictures are stable across runs.
+CATEGORY_COLOURS = {"source": "#cfe8cf", "elementwise": "#dbe9f6", "reduce": "#f9dcc4",
+                    "layout": "#eeeeee", "linalg": "#f6d5e5", "control": "#fff2b3",
+                    "effect": "#e0d4f5"}
+
+
+@dataclass(frozen=True, eq=False)
+class Op:
+    id: int
+    kind: str
+    domain: tuple[Dim, ...]
+    type: TensorType
+    attrs: Mapping = field(default_factory=dict)
+    loc: Location = Location("<unknown>", 0)
+    name: str | None = None
+
+    @property
+    def label(self) -> str:
+        return self.name or f"%{self.id}"
+
+    @property
+    def category(self) -> str:
+        return CATALOG[self.kind].category
+
+    def attrs_str(self) -> str:
+        return ", ".join(f"{k}={_attr_str(v)}" for k, v in sorted(self.attrs.items())
+                         if k not in ("weak", "ndomain", "type"))
+
+
+def _attr_str(v) -> str:
+    if isinstance(v, np.ndarray):
+        return str(v.item()) if v.ndim == 0 else f"array({TensorType(v.shape, v.dtype)})"
+    if isinstance(v, np.dtype):
+        return v.name
+    if callable(v):
+        return getattr(v, "__name__", type(v).__name__)
+    return str(v)
+
+
+@dataclass(frozen=True)
+class Edge:
+    """Consumer ``dst`` reads producer ``src`` (as its input ``slot``) at ``index``, under ``cond``.
+
+    ``index`` has one entry per producer dim: a point expression or a slice, written in the
+    consumer's dims. ``cond`` restricts the consumer points at which the read happens (branches).
+    """
+
+    dst: int
+    src: int
+    slot: int
+    index: tuple[Expr | Slice, ...]
+    cond: Cond = TRUE
+    loc: Location = Location("<unknown>", 0)
+
+    def index_str(self) -> str:
+        return ", ".join(map(str, self.index))
+
+    def is_identity(self, producer: Op) -> bool:
+        return tuple(self.index) == tuple(producer.domain) and self.cond == TRUE
+
+
+class SDG(Stage):
+    def __init__(self, dims, ops, edges, outputs: Mapping[str, int], sinks=()):
+        self.dims: tuple[Dim, ...] = tuple(dims)
+        self.ops: Mapping[int, Op] = MappingProxyType({op.id: op for op in ops})
+        self.edges: tuple[Edge, ...] = tuple(sorted(edges, key=lambda e: (e.dst, e.slot)))
+        self.outputs: Mapping[str, int] = MappingProxyType(dict(outputs))
+        self.sinks: tuple[int, ...] = tuple(sinks)
+        self._in: dict[int, list[Edge]] = {i: [] for i in self.ops}
+        self._out: dict[int, list[Edge]] = {i: [] for i in self.ops}
+        for e in self.edges:
+            self._in[e.dst].append(e)
+            self._out[e.src].append(e)
+
+    # -- queries ------------------------------------------------------------------------------
+    def in_edges(self, op_id: int) -> list[Edge]:
+        return self._in[op_id]
+
+    def out_edges(self, op_id: int) -> list[Edge]:
+        return self._out[op_id]
+
+    @property
+    def params(self) -> tuple[str, ...]:
+        return tuple(d.bound.name for d in self.dims)
+
+    def isl_map(self, e: Edge) -> I.isl.Map:
+        """The edge as an isl map from consumer points to the producer points they read."""
+        c, p = self.ops[e.dst], self.ops[e.src]
+        return I.edge_map((f"op{c.id}", c.domain), (f"op{p.id}", p.domain), e.index, e.cond,
+                          self.params)
+
+    def isl_domain(self, op_id: int) -> I.isl.Set:
+        op = self.ops[op_id]
+        return I.box(op.domain, self.params).set_tuple_name(f"op{op.id}")
+
+    # -- stage vocabulary ---------------------------------------------------------------------
+    def __repr__(self) -> str:
+        return (f"SDG(ops={len(self.ops)}, edges={len(self.edges)}, "
+                f"dims=({', '.join(d.name for d in self.dims)}))")
+
+    def op_line(self, op: Op) -> str:
+        ins = []
+        for e in self.in_edges(op.id):
+            ref = self.ops[e.src].label
+            if e.index and tuple(e.index) != tuple(self.ops[e.src].domain):
+                ref += f"[{e.index_str()}]"
+            if e.cond != TRUE:
+                ref += f" if {e.cond}"
+            ins.append(ref)
+        attrs = op.attrs_str()
+        args = ", ".join(ins + ([attrs] if attrs else []))
+        dom = ", ".join(map(str, op.domain))
+        return f"{op.label} = {op.kind}({args}) : {op.type} over ({dom})  @ {op.loc}"
+
+    def _sections(self):
+        outs = [f"{name} = {self.ops[i].label}" for name, i in self.outputs.items()]
+        outs += [f"sink {self.ops[i].label}" for i in self.sinks]
+        by_dom: dict[str, int] = {}
+        for op in self.ops.values():
+            key = "(" + ", ".join(map(str, op.domain)) + ")"
+            by_dom[key] = by_dom.get(key, 0) + 1
+        return [("domains", [f"{k}: {v} ops" for k, v in sorted(by_dom.items())]),
+                ("ops", [self.op_line(op) for op in self.ops.values()]),
+                ("outputs", outs)]
+
+    def to_dict(self) -> dict:
+        return {
+            "schema": SCHEMA,
+            "dims": [d.name for d in self.dims],
+            "ops": [{"id": op.id, "kind": op.kind, "name": op.name, "category": op.category,
+                     "domain": [d.name for d in op.domain],
+                     "shape": [str(s) for s in op.type.shape], "dtype": op.type.dtype.name,
+                     "attrs": {k: _attr_str(v) for k, v in sorted(op.attrs.items())
+                               if k not in ("weak", "type")},
+                     "file": op.loc.file, "line": op.loc.line} for op in self.ops.values()],
+            "edges": [{"dst": e.dst, "src": e.src, "slot": e.slot,
+                       "index": [str(x) for x in e.index], "cond": str(e.cond),
+                       "file": e.loc.file, "line": e.loc.line} for e in self.edges],
+            "outputs": dict(self.outputs),
+            "sinks": list(self.sinks),
+        }
+
+    def to_dot(self) -> str:
+        """Graphviz DOT, data flowing from producer to consumer; one cluster per domain."""
+        lines = ["digraph SDG {", '  rankdir=TB; node [shape=box, style="rounded,filled", '
+                 'fontname="Helvetica", fontsize=10]; edge [fontname="Helvetica", fontsize=9];']
+        clusters: dict[tuple, list[Op]] = {}
+        for op in self.ops.values():
+            clusters.setdefault(op.domain, []).append(op)
+        outputs = {i: n for n, i in self.outputs.items()}
+        for k, (dom, ops) in enumerate(sorted(clusters.items(), key=lambda kv: len(kv[0]))):
+            name = ", ".join(map(str, dom))
+            lines.append(f'  subgraph cluster_{k} {{ label="({name})"; style=dashed; '
+                         f'color="{_domain_colour(name)}";')
+            for op in ops:
+                label = f"{op.label} {op.kind}\\n{_dot_escape(str(op.type))}"
+                if op.id in outputs:
+                    label += f"\\n→ {_dot_escape(outputs[op.id])}"
+                lines.append(f'    n{op.id} [label="{label}", '
+                             f'fillcolor="{CATEGORY_COLOURS[op.category]}"];')
+            lines.append("  }")
+        for e in self.edges:
+            parts = []
+            if not e.is_identity(self.ops[e.src]) and e.index:
+                parts.append(e.index_str())
+            if e.cond != TRUE:
+                parts.append(f"if {e.cond}")
+            label = _dot_escape("\\n".join(parts))
+            style = ', style=dashed' if self.ops[e.dst].kind == "merge" else ""
+            lines.append(f'  n{e.src} -> n{e.dst} [label="{label}"{style}];')
+        lines.append("}")
+        return "\n".join(lines)
+
+
+def _domain_colour(name: str) -> str:
+    palette = ["#4c72b0", "#55a868", "#c44e52", "#8172b2", "#ccb974", "#64b5cd"]
+    return palette[zlib.crc32(name.encode()) % len(palette)]
+
+
+def _dot_escape(s: str) -> str:
+    return s.replace('"', '\\"')

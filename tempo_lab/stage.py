@@ -1,0 +1,37 @@
+"""What every stage object shares: one rendering (title + labelled sections) feeds ``pretty()``,
+``__str__`` and ``_repr_html_``; ``explore()`` imports the notebook UI only when called."""
+from __future__ import annotations
+
+import html
+
+
+class Stage:
+    """Base of Trace, SDG, Program, Run, ...: subclasses give ``__repr__`` and ``_sections``."""
+
+    def _sections(self) -> list[tuple[str, list[str]]]:
+        raise NotImplementedError
+
+    def pretty(self) -> str:
+        out = [repr(self)]
+        for title, lines in self._sections():
+            out.append(f"\n{title}:")
+            out.extend(f"  {line}" for line in lines)
+        return "\n".join(out)
+
+    def __str__(self) -> str:
+        return self.pretty()
+
+    def _repr_html_(self) -> str:
+        parts = [f'<div class="tempo-lab-stage"><code><b>{html.escape(repr(self))}</b></code>']
+        for title, lines in self._sections():
+            body = html.escape("\n".join(lines))
+            parts.append(f"<details open><summary>{html.escape(title)} ({len(lines)})</summary>"
+                         f'<pre style="margin:0 0 0 1em">{body}</pre></details>')
+        parts.append("</div>")
+        return "".join(parts)
+
+    def explore(self):
+        """The interactive view of this stage (needs the ``viz`` extra)."""
+        from widgets import explore
+
+        return explore(self)

@@ -1,0 +1,216 @@
+"""Boolean conditions over index expressions.
+
+Comparisons are normalised to ``e >= 0`` and ``e == 0`` so that equal conditions compare equal;
+``& | ~`` build And/Or/Not with constant folding. A condition is never a Python bool: using one
+in ``if`` raises, because that is almost always a mistake in traced code.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..errors import ExprError
+from .expr import Const, Dim, Expr, Lin, as_expr
+
+
+class Cond:
+    __slots__ = ()
+
+    def __and__(self, other):
+        return and_(self, other)
+
+    def __or__(self, other):
+        return or_(self, other)
+
+    def __invert__(self):
+        return not_(self)
+
+    def __rand__(self, other):
+        return and_(other, self)
+
+    def __ror__(self, other):
+        return or_(other, self)
+
+    def __bool__(self):
+        raise ExprError(f"the condition {self} is symbolic and has no truth value here; use it as "
+                        "a branch key (x[t < 3] = ...), in tl.where, or combine with & | ~ "
+                        "(not 'and'/'or'/'not' or chained comparisons)")
+
+    def evaluate(self, env: dict[str, int]) -> bool:
+        raise NotImplementedError
+
+    def symbols(self):
+        raise NotImplementedError
+
+    def dims(self):
+        return frozenset(s for s in self.symbols() if isinstance(s, Dim))
+
+    def substitute(self, mapping) -> Cond:
+        raise NotImplementedError
+
+
+@dataclass(frozen=True, eq=True, repr=False)
+class BoolConst(Cond):
+    value: bool
+
+    def evaluate(self, env):
+        return self.value
+
+    def symbols(self):
+        return frozenset()
+
+    def substitute(self, mapping):
+        return self
+
+    def __str__(self):
+        return "true" if self.value else "false"
+
+    __repr__ = __str__
+
+
+TRUE = BoolConst(True)
+FALSE = BoolConst(False)
+
+
+@dataclass(frozen=True, eq=True, repr=False)
+class Cmp(Cond):
+    """``expr >= 0`` (op ">=") or ``expr == 0`` (op "==")."""
+
+    op: str
+    expr: Expr
+
+    def evaluate(self, env):
+        v = self.expr.evaluate(env)
+        return v >= 0 if self.op == ">=" else v == 0
+
+    def symbols(self):
+        return self.expr.symbols()
+
+    def substitute(self, mapping):
+        return _cmp(self.op, self.expr.substitute(mapping))
+
+    def __str__(self):
+        # Put one dim with coefficient +-1 on the left: "t >= 1", "t < T", "t == 0".
+        e = self.expr
+        terms = e.terms if isinstance(e, Lin) else ((e, 1),)
+        lead = next(((a, c) for a, c in terms if isinstance(a, Dim) and abs(c) == 1), None)
+        if lead is None:
+            return f"{e} {self.op} 0"
+        a, c = lead
+        rest = -(e - a * c) * c  # a*c + r >= 0  <=>  a >= -r (c=1)  or  a <= r (c=-1)
+        if self.op == "==":
+            return f"{a} == {rest}"
+        if c == 1:
+            return f"{a} >= {rest}"
+        return f"{a} < {rest + 1}"
+
+    __repr__ = __str__
+
+
+@dataclass(frozen=True, eq=True, repr=False)
+class Junction(Cond):
+    op: str  # "and" | "or"
+    args: tuple[Cond, ...]
+
+    def evaluate(self, env):
+        vals = (a.evaluate(env) for a in self.args)
+        return all(vals) if self.op == "and" else any(vals)
+
+    def symbols(self):
+        return frozenset().union(*(a.symbols() for a in self.args))
+
+    def substitute(self, mapping):
+        return _junction(self.op, [a.substitute(mapping) for a in self.args])
+
+    def __str__(self):
+        sep = " & " if self.op == "and" else " | "
+        return sep.join(f"({a})" if isinstance(a, Junction) else str(a) for a in self.args)
+
+    __repr__ = __str__
+
+
+@dataclass(frozen=True, eq=True, repr=False)
+class Not(Cond):
+    arg: Cond
+
+    def evaluate(self, env):
+        return not self.arg.evaluate(env)
+
+    def symbols(self):
+        return self.arg.symbols()
+
+    def substitute(self, mapping):
+        return not_(self.arg.substitute(mapping))
+
+    def __str__(self):
+        if isinstance(self.arg, Cmp) and self.arg.op == "==":
+            return str(self.arg).replace(" == ", " != ", 1)
+        return f"~({self.arg})"
+
+    __repr__ = __str__
+
+
+def as_cond(c) -> Cond:
+    if isinstance(c, Cond):
+        return c
+    if isinstance(c, bool):
+        return TRUE if c else FALSE
+    raise ExprError(f"{c!r} is not a condition; build one with < <= > >= tl.eq tl.ne & | ~")
+
+
+def _cmp(op: str, e: Expr) -> Cond:
+    if isinstance(e, Const):
+        return as_cond(e.value >= 0 if op == ">=" else e.value == 0)
+    if op == "==" and isinstance(e, Lin) and e.terms[0][1] < 0:
+        e = -e  # t - 1 == 0 and 1 - t == 0 are the same condition
+    return Cmp(op, e)
+
+
+def le(a, b) -> Cond:
+    return _cmp(">=", as_expr(b) - as_expr(a))
+
+
+def lt(a, b) -> Cond:
+    return _cmp(">=", as_expr(b) - as_expr(a) - 1)
+
+
+def eq(a, b) -> Cond:
+    """``tl.eq(a, b)``: the symbolic ``a == b`` (Python ``==`` is structural equality)."""
+    return _cmp("==", as_expr(a) - as_expr(b))
+
+
+def ne(a, b) -> Cond:
+    """``tl.ne(a, b)``: the symbolic ``a != b``."""
+    return not_(eq(a, b))
+
+
+def _junction(op: str, args) -> Cond:
+    unit, absorbing = (TRUE, FALSE) if op == "and" else (FALSE, TRUE)
+    flat: list[Cond] = []
+    for a in map(as_cond, args):
+        for x in (a.args if isinstance(a, Junction) and a.op == op else (a,)):
+            if x == absorbing:
+                return absorbing
+            if x != unit and x not in flat:
+                flat.append(x)
+    if not flat:
+        return unit
+    return flat[0] if len(flat) == 1 else Junction(op, tuple(flat))
+
+
+def and_(*args) -> Cond:
+    return _junction("and", args)
+
+
+def or_(*args) -> Cond:
+    return _junction("or", args)
+
+
+def not_(c) -> Cond:
+    c = as_cond(c)
+    if isinstance(c, BoolConst):
+        return as_cond(not c.value)
+    if isinstance(c, Not):
+        return c.arg
+    if isinstance(c, Cmp) and c.op == ">=":
+        return _cmp(">=", -c.expr - 1)  # ~(e >= 0)  <=>  -e - 1 >= 0
+    return Not(c)
