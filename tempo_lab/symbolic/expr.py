@@ -123,9 +123,17 @@ class Expr:
         return str(self)
 
 
-@dataclass(frozen=True, eq=True, repr=False)
+@dataclass(frozen=True, eq=False, repr=False)
 class Const(Expr):
     value: int
+
+    def __eq__(self, other):  # Const(3) == 3, so shapes may mix ints and constant expressions
+        if isinstance(other, Const):
+            return self.value == other.value
+        return isinstance(other, int) and not isinstance(other, bool) and self.value == other
+
+    def __hash__(self):
+        return hash(self.value)
 
     def evaluate(self, env):
         return self.value

@@ -1,0 +1,137 @@
+"""Index expressions, conditions and the isl bridge, checked by brute force over small boxes."""
+import itertools
+
+import islpy as isl
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tempo_lab as tl
+from tempo_lab.symbolic import TRUE, Dim, Slice, and_, eq, max_, min_, ne, not_, or_
+from tempo_lab.symbolic import isl as I
+
+t, b = Dim("t"), Dim("b")
+T, B = t.bound, b.bound
+PARAMS = ("B", "T")
+BOUNDS = {"B": 3, "T": 6}
+
+
+def points():
+    for bv, tv in itertools.product(range(BOUNDS["B"]), range(BOUNDS["T"])):
+        yield {"b": bv, "t": tv, **BOUNDS}
+
+
+def test_structural_equality_and_canonical_form():
+    assert t + 1 - 1 == t
+    assert hash(t + 2) == hash(2 + t)
+    assert 2 * t - t == t
+    assert (t - 1) != (t - 2)
+    assert str(t - 1) == "t - 1" and str(2 * t + 1) == "2*t + 1"
+    assert min_(t + 3, t) == t and max_(t + 3, t) == t + 3
+    assert max_(0, t - 2) == max_(t - 2, 0)
+    assert (2 * t + 4) // 2 == t + 2 and (2 * t) % 2 == 0
+    assert str((t + 5) // 2) == "(t + 5) // 2"
+    assert t.bound == T and T.name == "T"
+
+
+def test_conditions_normalise():
+    assert (t < 3) == (t <= 2) == (3 > t)
+    assert ~(t < 3) == (t >= 3)
+    assert eq(t, 0) == eq(0, t)
+    assert ne(t, 0) == not_(eq(t, 0))
+    assert and_(t < 3, TRUE) == (t < 3)
+    assert str(t < T) == "t < T" and str(eq(t, 0)) == "t == 0" and str(t >= 1) == "t >= 1"
+
+
+def test_condition_has_no_truth_value():
+    with pytest.raises(tl.ExprError):
+        if t < 3:
+            pass
+
+
+def test_non_affine_product_is_an_error():
+    with pytest.raises(tl.ExprError):
+        t * b
+
+
+exprs = st.recursive(
+    st.sampled_from([t, b, T, B]) | st.integers(-3, 3).map(lambda v: t - t + v),
+    lambda inner: st.one_of(
+        st.tuples(inner, inner).map(lambda p: p[0] + p[1]),
+        st.tuples(inner, inner).map(lambda p: p[0] - p[1]),
+        st.tuples(inner, st.integers(-2, 3)).map(lambda p: p[0] * p[1]),
+        st.tuples(inner, st.integers(1, 3)).map(lambda p: p[0] // p[1]),
+        st.tuples(inner, st.integers(1, 3)).map(lambda p: p[0] % p[1]),
+        st.tuples(inner, inner).map(lambda p: min_(p[0], p[1])),
+        st.tuples(inner, inner).map(lambda p: max_(p[0], p[1])),
+    ),
+    max_leaves=5,
+)
+
+conds = st.recursive(
+    st.tuples(exprs, exprs, st.sampled_from(["<", "<=", "==", "!="])).map(
+        lambda p: {"<": lambda a, c: a < c, "<=": lambda a, c: a <= c,
+                   "==": eq, "!=": ne}[p[2]](p[0], p[1])),
+    lambda inner: st.one_of(
+        st.tuples(inner, inner).map(lambda p: p[0] & p[1]),
+        st.tuples(inner, inner).map(lambda p: p[0] | p[1]),
+        inner.map(lambda c: ~c),
+    ),
+    max_leaves=4,
+)
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(exprs)
+def test_isl_pw_aff_agrees_with_evaluate(e):
+    sp = I.space([b, t], PARAMS)
+    affs = isl.affs_from_space(sp)
+    pa = I.pw_aff(e, affs)
+    universe = I.fix(isl.Set.universe(sp), BOUNDS)
+    for p in points():
+        pt = universe.fix_val(isl.dim_type.set, 0, p["b"]).fix_val(isl.dim_type.set, 1, p["t"])
+        holds = pa.eq_set(affs[0] + e.evaluate(p))
+        assert not (pt & holds).is_empty()
+
+
+@settings(max_examples=150, deadline=None, derandomize=True)
+@given(conds)
+def test_cond_set_round_trip(c):
+    box = I.fix(I.box([b, t], PARAMS), BOUNDS)
+    s = I.cond_set(c, box.get_space()) & box
+    back = I.cond_from_set(s)
+    for p in points():
+        inside = c.evaluate(p)
+        assert inside == back.evaluate(p)
+        pt = box.fix_val(isl.dim_type.set, 0, p["b"]).fix_val(isl.dim_type.set, 1, p["t"])
+        assert (not (pt & s).is_empty()) == inside
+
+
+def test_edge_map_reverse_and_reads():
+    m = I.edge_map(("C", [b, t]), ("P", [b, t]), [b, Slice(max_(0, t - 2), t + 1)],
+                   t >= 1, PARAMS)
+    fixed = I.fix(m, BOUNDS)
+    reads = I.reads_at(fixed, {"b": 1, "t": 4})
+    got = sorted(tuple(p.get_coordinate_val(isl.dim_type.set, i).to_python() for i in range(2))
+                 for p in _points(reads))
+    assert got == [(1, 2), (1, 3), (1, 4)]
+    assert I.reads_at(fixed, {"b": 0, "t": 0}).is_empty()  # the condition t >= 1 excludes t = 0
+    # the reverse map: producer point (1, 2) is read by consumer points t = 2, 3, 4
+    rev = fixed.reverse()
+    readers = sorted(p.get_coordinate_val(isl.dim_type.set, 1).to_python()
+                     for p in _points(I.reads_at(rev, {"b'": 1, "t'": 2})))
+    assert readers == [2, 3, 4]
+
+
+def _points(s):
+    out = []
+    s.foreach_point(out.append)
+    return out
+
+
+def test_substitute_and_slices():
+    s = Slice(max_(0, t - 2), t + 1)
+    assert s.substitute({t: t - 1}) == Slice(max_(0, t - 3), t)
+    assert s.length.evaluate({"t": 5}) == 3
+    assert Slice.of(slice(None, None), T) == Slice(t - t, T)
+    assert or_(t < 1, t >= 1).evaluate({"t": 3})
