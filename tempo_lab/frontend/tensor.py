@@ -199,12 +199,13 @@ class RecurrentTensor:
         if isinstance(key, Cond):
             key = (key,)
         key = key if isinstance(key, tuple) else (key,)
+        cond_key = bool(key) and isinstance(key[0], Cond)
         if len(key) > len(self.domain) and not all(isinstance(k, Cond) for k in key):
             raise DefinitionError(f"the key has {len(key)} entries but {self.name} has "
                                   f"{len(self.domain)} dims; spatial parts cannot be assigned "
                                   "separately (build the whole value, e.g. with tl.concatenate)",
                                   loc)
-        for d, e in zip(self.domain, key) if not isinstance(key[0], Cond) else ():
+        for d, e in zip(self.domain, key) if not cond_key else ():
             if isinstance(e, Cond):
                 conds.append(e)
                 continue
@@ -227,7 +228,7 @@ class RecurrentTensor:
                 raise DefinitionError(f"unsupported key entry {e} for dim {d}: use {d} itself, a "
                                       f"point without dims ({d.bound} - 1), a shift ({d} + 1) or "
                                       f"a condition ({d} < 3)", loc)
-        if isinstance(key[0], Cond):
+        if cond_key:
             conds.extend(key)
         for c in conds:
             self.ctx.check_expr(c, f"the condition {c}")
@@ -241,7 +242,7 @@ class RecurrentTensor:
                 raise DefinitionError(f"{self.name} already has a default branch (at {prev.loc});"
                                       " give this one a condition or a point key", loc)
         self.node.inputs.append(inp)
-        key_text = _entry_str(key) if not isinstance(key[0], Cond) else str(and_(*key))
+        key_text = _entry_str(key) if not cond_key else str(and_(*key))
         self.ctx.record("define", f"{self.name}[{key_text}] = {value._ref()}", self.node, loc)
 
     def _conform(self, value: RecurrentTensor, loc) -> RecurrentTensor:

@@ -35,9 +35,7 @@ class Trace(Stage):
         return iter(self.entries)
 
     def _sections(self):
-        width = max((len(str(e.loc)) for e in self.entries), default=0)
-        return [("calls", [f"{e.seq:>3}  {str(e.loc):<{width}}  {e.text}"
-                           for e in self.entries])]
+        return [("calls", [f"{e.seq:>3}  {e.text}  @ {e.loc}" for e in self.entries])]
 
     def to_dict(self) -> dict:
         return {"schema": SCHEMA, "dims": [d.name for d in self.dims],

@@ -211,7 +211,7 @@ class Lin(Expr):
 
     def __str__(self):
         out = ""
-        for a, c in self.terms:
+        for a, c in sorted(self.terms, key=lambda ac: ac[1] < 0):  # "T - t", not "-t + T"
             mag = abs(c)
             body = str(a) if mag == 1 else (
                 f"{mag}*({a})" if isinstance(a, DivMod) else f"{mag}*{a}")
@@ -397,6 +397,12 @@ class Slice:
 
     @property
     def length(self) -> Expr:
+        """``stop - start``, with a window's ``max``/``min`` end distributed out, so that
+        ``max(0, t - 2):t + 1`` has length ``min(t + 1, 3)``."""
+        if isinstance(self.start, MinMax) and self.start.op == "max":
+            return min_(*(Slice(a, self.stop).length for a in self.start.args))
+        if isinstance(self.stop, MinMax) and self.stop.op == "min":
+            return min_(*(Slice(self.start, a).length for a in self.stop.args))
         return self.stop - self.start
 
     def symbols(self):
