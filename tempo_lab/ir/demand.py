@@ -1,0 +1,32 @@
+"""Which points of each op are ever read: the basis of validation and of domain reduction.
+
+Placeholders, outputs and sinks are demanded on their whole domain; any other op on the union of
+what its readers read. Every cycle in an SDG goes through a placeholder (a merge op), and an op
+is numbered after the ops it reads except for placeholders, so one sweep over the ops in reverse
+order settles every demand.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+import islpy as isl
+
+from .sdg import SDG, Edge
+
+
+def demand(sdg: SDG, boxes: Mapping[int, isl.Set], maps: Mapping[Edge, isl.Map],
+           on_read: Callable[[Edge, isl.Map], None] | None = None) -> dict[int, isl.Set]:
+    """The demanded points of every op. ``on_read(edge, map restricted to the demanded
+    consumer points)`` is called once per edge, e.g. to check reads against domains."""
+    roots = set(sdg.sinks) | set(sdg.outputs.values())
+    merges = [i for i, op in sdg.ops.items() if op.kind == "merge"]
+    out = {i: boxes[i] if (i in roots or i in merges) else boxes[i].subtract(boxes[i])
+           for i in sdg.ops}
+    for i in merges + sorted((i for i in sdg.ops if i not in merges), reverse=True):
+        for e in sdg.in_edges(i):
+            m = maps[e].intersect_domain(out[i])
+            if on_read is not None:
+                on_read(e, m)
+            if e.src not in merges and e.src not in roots:
+                out[e.src] = out[e.src] | (m.range() & boxes[e.src])
+    return out

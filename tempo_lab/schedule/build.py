@@ -1,0 +1,296 @@
+"""SDG -> isl schedule constraints -> isl schedule -> isl AST -> our loop AST.
+
+One isl statement per op, named ``op<id>``, whose domain is the op's *demanded* points (domain
+reduction: an op computes only what someone reads). Bounds stay isl parameters (constrained to be
+positive), so one schedule serves every bound value. Validity and proximity constraints are the
+reversed dependences: the producer point must run before each consumer point that reads it.
+
+isl options: the scheduler runs with isl's defaults (the Pluto-style ILP scheduler with its
+Feautrier fallback, outer coincidence off) because they already give the natural nest
+``for n: for t: ...`` for recurrences and keep parameters symbolic; the AST builder detects
+min/max bounds so loop bounds print as ``min(...)`` rather than as split loops.
+"""
+from __future__ import annotations
+
+import islpy as isl
+
+from ..errors import ScheduleError
+from ..ir.sdg import SDG
+from ..symbolic import Bound, Const, Dim, Expr, and_, eq, floordiv, max_, min_, mod, or_
+from ..symbolic import isl as I
+from ..symbolic.cond import Cmp, Junction
+from .loops import Exec, For, Free, If, Node, Seq
+
+_AST_OPS = isl.ast_expr_op_type
+
+
+def param_context(sdg: SDG) -> isl.Set:
+    """Bounds are positive: ``{ [B, T] : B >= 1 and T >= 1 }``."""
+    sp = isl.Space.create_from_names(I.CTX, set=[], params=list(sdg.params))
+    return I.cond_set(and_(*(Bound(p) >= 1 for p in sdg.params)), sp).params()
+
+
+def maps_of(umap: isl.UnionMap) -> list[isl.Map]:
+    out: list[isl.Map] = []
+    umap.foreach_map(out.append)
+    return out
+
+
+def sets_of(uset: isl.UnionSet) -> list[isl.Set]:
+    out: list[isl.Set] = []
+    uset.foreach_set(out.append)
+    return out
+
+
+def union(items, kind):
+    out = None
+    for x in items:
+        x = kind.from_set(x) if kind is isl.UnionSet else kind.from_map(x)
+        out = x if out is None else out.union(x)
+    return out
+
+
+def constraints(sdg: SDG, domains: dict[int, isl.Set], maps) -> tuple:
+    """(domain union set, validity union map) for the ops with demanded points."""
+    live = {i: d for i, d in domains.items() if not d.is_empty()}
+    dom = union(live.values(), isl.UnionSet)
+    deps = [maps[e].intersect_domain(live[e.dst]).reverse() for e in sdg.edges
+            if e.dst in live and e.src in live]
+    validity = union(deps, isl.UnionMap) if deps else isl.UnionMap.empty(dom.get_space())
+    return dom, validity
+
+
+def compute(sdg: SDG, dom: isl.UnionSet, validity: isl.UnionMap) -> isl.Schedule:
+    sc = isl.ScheduleConstraints.on_domain(dom).set_validity(validity).set_proximity(validity)
+    try:
+        sched = sc.compute_schedule()
+    except isl.Error:
+        sched = None
+    if sched is None or sched.get_map().is_empty() and not dom.is_empty():
+        raise cycle_error(sdg, validity)
+    return sched
+
+
+def cycle_error(sdg: SDG, validity: isl.UnionMap) -> ScheduleError:
+    """Name a cycle of ops in which some point depends on itself."""
+    closure, _exact = validity.transitive_closure()
+    bad = set()
+    for m in maps_of(closure):
+        if m.get_tuple_name(isl.dim_type.in_) == m.get_tuple_name(isl.dim_type.out):
+            ident = isl.Map.identity(m.get_space())
+            if not (m & ident).is_empty():
+                bad.add(int(m.get_tuple_name(isl.dim_type.in_)[2:]))
+    cycle = _find_cycle(sdg, bad or set(sdg.ops))
+    if not cycle:
+        return ScheduleError("no legal schedule exists for this program (isl found none)")
+    parts = []
+    for e in cycle:
+        p, c = sdg.ops[e.src], sdg.ops[e.dst]
+        parts.append(f"{c.label} ({c.kind}, {c.loc}) reads {p.label}[{e.index_str()}] at {e.loc}")
+    first = sdg.ops[cycle[0].dst]
+    return ScheduleError(
+        "no legal schedule: these ops need each other at the same point: " + "; ".join(parts)
+        + ". Break the cycle by reading an earlier point (e.g. x[t - 1]) with a base-case "
+        "branch", first.loc)
+
+
+def _find_cycle(sdg: SDG, ops: set[int]):
+    """A cycle of edges (consumer -> producer) through ``ops``, by depth-first search."""
+    for start in sorted(ops):
+        stack = [(start, [])]
+        seen = set()
+        while stack:
+            node, path = stack.pop()
+            for e in sdg.in_edges(node):
+                if e.src == start:
+                    return path + [e]
+                if e.src in ops and e.src not in seen:
+                    seen.add(e.src)
+                    stack.append((e.src, path + [e]))
+    return None
+
+
+# -- isl AST -> loop AST --------------------------------------------------------------------------
+def ast(sched: isl.Schedule, context: isl.Set) -> isl.AstNode:
+    ctx = I.CTX
+    ctx.set_ast_build_detect_min_max(1)
+    build = isl.AstBuild.from_context(context)
+    return build.node_from_schedule(sched)
+
+
+def lower(node: isl.AstNode, sdg: SDG) -> Node:
+    params = set(sdg.params)
+    raw = _lower(node, params)
+    return _name_iterators(raw, sdg)
+
+
+def _lower(node, params) -> Node:
+    t = node.get_type()
+    if t == isl.ast_node_type.block:
+        kids = node.block_get_children()
+        return Seq(tuple(_lower(kids.get_at(i), params) for i in range(kids.n_ast_node())))
+    if t == isl.ast_node_type.for_:
+        var = node.for_get_iterator().get_id().get_name()
+        inc = node.for_get_inc().get_val().to_python()
+        if inc != 1:
+            raise ScheduleError(f"the schedule has a loop with step {inc}; not supported")
+        lo = _expr(node.for_get_init(), params)
+        hi = _upper(_cond(node.for_get_cond(), params), var)
+        return For(var, lo, hi, _lower(node.for_get_body(), params))
+    if t == isl.ast_node_type.if_:
+        orelse = _lower(node.if_get_else_node(), params) if node.if_has_else_node() else None
+        return If(_cond(node.if_get_cond(), params), _lower(node.if_get_then_node(), params),
+                  orelse)
+    if t == isl.ast_node_type.user:
+        call = node.user_get_expr()
+        name = call.get_op_arg(0).get_id().get_name()
+        args = tuple(_expr(call.get_op_arg(i), params) for i in range(1, call.get_op_n_arg()))
+        return Exec(int(name[2:]), args)
+    if t == isl.ast_node_type.mark:
+        return _lower(node.mark_get_node(), params)
+    raise ScheduleError(f"unexpected isl AST node {node.to_C_str()}")
+
+
+def _upper(cond, var: str) -> Expr:
+    """The exclusive upper bound ``hi`` of a loop condition ``var < hi`` (or ``<=``)."""
+    if isinstance(cond, Junction) and cond.op == "and":
+        return min_(*[_upper(c, var) for c in cond.args])
+    if isinstance(cond, Cmp) and cond.op == ">=":
+        v = Dim(var)
+        coeff = dict(getattr(cond.expr, "terms", ((cond.expr, 1),))).get(v)
+        if coeff == -1:
+            return cond.expr + v + 1
+    raise ScheduleError(f"unexpected loop condition {cond} for {var}")
+
+
+def _sym(name, params):
+    return Bound(name) if name in params else Dim(name)
+
+
+def _expr(e, params) -> Expr:
+    t = e.get_type()
+    if t == isl.ast_expr_type.int:
+        return Const(e.get_val().to_python())
+    if t == isl.ast_expr_type.id:
+        return _sym(e.get_id().get_name(), params)
+    op = e.get_op_type()
+    args = [_expr(e.get_op_arg(i), params) if op not in _CONDS else None
+            for i in range(e.get_op_n_arg())]
+    if op == _AST_OPS.add:
+        return args[0] + args[1]
+    if op == _AST_OPS.sub:
+        return args[0] - args[1]
+    if op == _AST_OPS.mul:
+        return args[0] * args[1]
+    if op == _AST_OPS.minus:
+        return -args[0]
+    if op == _AST_OPS.min:
+        return min_(*args)
+    if op == _AST_OPS.max:
+        return max_(*args)
+    if op in (_AST_OPS.fdiv_q, _AST_OPS.pdiv_q, _AST_OPS.div):
+        return floordiv(args[0], args[1])
+    if op in (_AST_OPS.pdiv_r, _AST_OPS.zdiv_r):
+        return mod(args[0], args[1])
+    raise ScheduleError(f"unexpected isl AST expression {e.to_C_str()}")
+
+
+_CONDS = {_AST_OPS.and_, _AST_OPS.and_then, _AST_OPS.or_, _AST_OPS.or_else, _AST_OPS.eq,
+          _AST_OPS.le, _AST_OPS.lt, _AST_OPS.ge, _AST_OPS.gt}
+
+
+def _cond(e, params):
+    op = e.get_op_type()
+    a, b = e.get_op_arg(0), e.get_op_arg(1)
+    if op in (_AST_OPS.and_, _AST_OPS.and_then):
+        return and_(_cond(a, params), _cond(b, params))
+    if op in (_AST_OPS.or_, _AST_OPS.or_else):
+        return or_(_cond(a, params), _cond(b, params))
+    x, y = _expr(a, params), _expr(b, params)
+    return {_AST_OPS.eq: lambda: eq(x, y), _AST_OPS.le: lambda: x <= y,
+            _AST_OPS.lt: lambda: x < y, _AST_OPS.ge: lambda: x >= y,
+            _AST_OPS.gt: lambda: x > y}[op]()
+
+
+def _name_iterators(root: Node, sdg: SDG) -> Node:
+    """Rename isl's iterators c0, c1, ... to the dim each one walks, where that is unambiguous."""
+    seen: dict[str, set[str]] = {}
+    for n in root.walk():
+        if isinstance(n, Exec):
+            for d, a in zip(sdg.ops[n.op].domain, n.args):
+                if isinstance(a, Dim):
+                    seen.setdefault(a.name, set()).add(d.name)
+    rename = {it: next(iter(names)) for it, names in seen.items() if len(names) == 1}
+    return _rename(root, rename, ())
+
+
+def _rename(node: Node, rename: dict[str, str], outer: tuple[str, ...]) -> Node:
+    def sub(x):
+        mapping = {Dim(k): Dim(v) for k, v in rename.items() if k in outer}
+        return x.substitute(mapping)
+
+    if isinstance(node, Seq):
+        return Seq(tuple(_rename(n, rename, outer) for n in node.body))
+    if isinstance(node, For):
+        dim = rename.get(node.var)
+        inner = outer + (node.var,)
+        local = dict(rename)
+        if dim is None or any(rename.get(o) == dim for o in outer):
+            local.pop(node.var, None)
+            dim = None
+        var = dim or node.var
+        return For(var, sub(node.lo), sub(node.hi), _rename(node.body, local, inner), dim)
+    if isinstance(node, If):
+        return If(sub(node.cond), _rename(node.then, rename, outer),
+                  None if node.orelse is None else _rename(node.orelse, rename, outer))
+    if isinstance(node, Exec):
+        return Exec(node.op, tuple(sub(a) for a in node.args))
+    return node
+
+
+# -- frees --------------------------------------------------------------------------------------
+def last_reads(sdg: SDG, sched: isl.Schedule, domains, maps) -> dict[int, list[tuple]]:
+    """For each reader op, the stores it frees and where: ``{reader: [(store, cond)]}``.
+
+    A store is freed right after the lexicographically last (in schedule time) instance of any
+    of its readers; outputs are kept to the end.
+    """
+    smap = sched.get_map()
+    params = param_context(sdg)
+    keep = set(sdg.outputs.values())
+    out: dict[int, list[tuple]] = {}
+    for i, op in sdg.ops.items():
+        readers = [maps[e].intersect_domain(domains[e.dst]).domain()
+                   for e in sdg.out_edges(i) if not domains[e.dst].is_empty()]
+        readers = [r for r in readers if not r.is_empty()]
+        if i in keep or not readers or domains[i].is_empty():
+            continue
+        times = union(readers, isl.UnionSet).apply(smap)
+        last = times.lexmax().apply(smap.reverse())
+        for s in sets_of(last):
+            reader = int(s.get_tuple_name()[2:])
+            for k, d in enumerate(sdg.ops[reader].domain):
+                s = s.set_dim_name(isl.dim_type.set, k, d.name)
+            cond = I.cond_from_set(s.gist_params(params).reset_tuple_id())
+            out.setdefault(reader, []).append((i, cond))
+    return out
+
+
+def insert_frees(node: Node, frees: dict[int, list[tuple]], sdg: SDG) -> Node:
+    if isinstance(node, Seq):
+        return Seq(tuple(insert_frees(n, frees, sdg) for n in node.body))
+    if isinstance(node, For):
+        return For(node.var, node.lo, node.hi, insert_frees(node.body, frees, sdg), node.dim)
+    if isinstance(node, If):
+        return If(node.cond, insert_frees(node.then, frees, sdg),
+                  None if node.orelse is None else insert_frees(node.orelse, frees, sdg))
+    if isinstance(node, Exec) and node.op in frees:
+        dims = sdg.ops[node.op].domain
+        mapping = {d: a for d, a in zip(dims, node.args)}
+        groups: dict = {}
+        for store, cond in frees[node.op]:
+            groups.setdefault(cond.substitute(mapping), []).append(store)
+        after = [Free(tuple(ops)) if c == and_() else If(c, Free(tuple(ops)))
+                 for c, ops in groups.items()]
+        return Seq((node, *after))
+    return node

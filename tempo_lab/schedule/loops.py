@@ -1,0 +1,94 @@
+"""A small loop AST, lowered from isl's AST, that executors walk and people read.
+
+Index expressions and conditions in it are the project's own (``tempo_lab.symbolic``) over loop
+iterators and bounds, so they evaluate with ``.evaluate(env)`` and print readably.
+"""
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from ..symbolic import Cond, Expr
+
+
+class Node:
+    def walk(self) -> Iterator[Node]:
+        yield self
+
+
+@dataclass(frozen=True)
+class Exec(Node):
+    """Run op ``op`` at the point ``args`` (one expression per dim of its domain)."""
+
+    op: int
+    args: tuple[Expr, ...]
+
+
+@dataclass(frozen=True)
+class Free(Node):
+    """Release the stores of ``ops``: their last reader has run."""
+
+    ops: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Seq(Node):
+    body: tuple[Node, ...]
+
+    def walk(self):
+        yield self
+        for n in self.body:
+            yield from n.walk()
+
+
+@dataclass(frozen=True)
+class For(Node):
+    """``for var in range(lo, hi)``; ``dim`` names the dim it walks, if it walks exactly one."""
+
+    var: str
+    lo: Expr
+    hi: Expr
+    body: Node
+    dim: str | None = None
+
+    def walk(self):
+        yield self
+        yield from self.body.walk()
+
+
+@dataclass(frozen=True)
+class If(Node):
+    cond: Cond
+    then: Node
+    orelse: Node | None = None
+
+    def walk(self):
+        yield self
+        yield from self.then.walk()
+        if self.orelse is not None:
+            yield from self.orelse.walk()
+
+
+def to_code(node: Node, label=lambda op: f"%{op}", stmt=None, indent: int = 0) -> list[str]:
+    """Readable loop pseudo-code, one statement per line; ``stmt(exec_node)`` may spell out
+    what an ``Exec`` computes."""
+    pad = "  " * indent
+    if isinstance(node, Seq):
+        return [line for n in node.body for line in to_code(n, label, stmt, indent)]
+    if isinstance(node, For):
+        head = f"{pad}for {node.var} in {node.lo}..{node.hi}:"
+        if node.dim and node.dim != node.var:
+            head += f"  # {node.dim}"
+        return [head] + to_code(node.body, label, stmt, indent + 1)
+    if isinstance(node, If):
+        out = [f"{pad}if {node.cond}:"] + to_code(node.then, label, stmt, indent + 1)
+        if node.orelse is not None:
+            out += [f"{pad}else:"] + to_code(node.orelse, label, stmt, indent + 1)
+        return out
+    if isinstance(node, Exec):
+        if stmt is not None:
+            return [pad + stmt(node)]
+        return [f"{pad}{label(node.op)}[{', '.join(map(str, node.args))}]"]
+    if isinstance(node, Free):
+        return [f"{pad}free {', '.join(label(o) for o in node.ops)}"]
+    raise TypeError(node)
