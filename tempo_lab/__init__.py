@@ -11,7 +11,7 @@ from .frontend.context import Context
 from .frontend.tensor import RecurrentTensor
 from .frontend.trace import Trace
 from .ir.sdg import SDG
-from .program import CompileConfig, Program, Run, compile_context
+from .program import CompileConfig, Program, Run, compile_context, until
 from .symbolic import Bound, Dim, Slice
 
 Context.compile = compile_context
@@ -24,6 +24,6 @@ __all__ = [
     "Slice", "TempoLabError", "Trace", "abs", "arange", "concatenate", "config", "constant",
     "cos", "eq", "exp", "expand_dims", "from_array", "full", "log", "matmul", "max", "maximum",
     "mean", "min", "minimum", "ne", "ones", "placeholder", "relu", "reshape", "sigmoid", "sin",
-    "sink", "softmax", "source", "sqrt", "squeeze", "stack", "sum", "tanh", "transpose", "where",
-    "zeros",
+    "sink", "softmax", "source", "sqrt", "squeeze", "stack", "sum", "tanh", "transpose", "until",
+    "where", "zeros",
 ]

@@ -12,19 +12,33 @@ from .frontend.build import build_sdg
 from .frontend.tensor import RecurrentTensor
 from .frontend.validate import validate
 from .ir.sdg import SDG
-from .runtime.reference import run_reference
+from .ir.demand import demand
+from .memory import plan_memory
+from .runtime.executor import Executor
+from .runtime.reference import Reference, run_reference
+from .schedule import schedule_sdg
+from .schedule.build import param_context
 from .stage import Stage
 from .symbolic import Bound, Dim
 
-EXECUTORS = ("reference",)
+EXECUTORS = ("interpreter", "reference")
+UNTIL_PREFIX = "__until_"
 
 
 @dataclass(frozen=True)
 class CompileConfig:
-    """Compiler switches. ``executor``: which back end ``Program.run`` uses."""
+    """Compiler switches.
 
-    executor: str = "reference"
+    executor: "interpreter" walks the isl schedule's loop AST running jitted JAX kernels on
+        tensor stores (the default); "reference" is the point-by-point NumPy interpreter.
+    block_size: points per block of a growing (block) store.
+    sync_profile: wait for every kernel to finish so ``run.profile`` times are device times.
+    """
+
+    executor: str = "interpreter"
     validate: bool = True
+    block_size: int = 64
+    sync_profile: bool = False
 
     def __post_init__(self):
         if self.executor not in EXECUTORS:
@@ -43,14 +57,41 @@ def _bound_name(key, ctx) -> str:
     return key
 
 
-def _normalise_bounds(ctx, bounds) -> dict[str, int]:
-    out = {}
+@dataclass(frozen=True)
+class Until:
+    """A data-dependent bound: the dim ends after the first point where ``done`` holds."""
+
+    done: RecurrentTensor
+    max: int
+
+
+def until(done: RecurrentTensor, max: int) -> Until:  # noqa: A002 - the documented keyword
+    """``bounds={T: tl.until(done, max=N)}``: run ``t`` until ``done[t]`` first holds (at most
+    ``N`` steps); outputs have the length actually reached."""
+    if not isinstance(done, RecurrentTensor):
+        raise BoundsError("tl.until needs a boolean recurrent tensor: tl.until(done, max=N)")
+    if isinstance(max, bool) or not isinstance(max, (int, np.integer)) or max < 1:
+        raise BoundsError(f"tl.until: max must be a positive int, got {max!r}")
+    return Until(done, int(max))
+
+
+def _normalise_bounds(ctx, bounds) -> tuple[dict[str, int], dict[str, RecurrentTensor]]:
+    out, dynamic = {}, {}
     for k, v in dict(bounds or {}).items():
         name = _bound_name(k, ctx)
+        if isinstance(v, Until):
+            d = next(d for d in ctx.dims if d.bound.name == name)
+            if v.done.domain != (d,) or v.done.dtype != np.bool_ or v.done.shape != ():
+                raise BoundsError(f"tl.until for {name}: done must be a bool scalar over ({d},) "
+                                  f"only, got {v.done.type} over "
+                                  f"({', '.join(map(str, v.done.domain))})", v.done.loc)
+            dynamic[name] = v.done
+            v = v.max
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-            raise BoundsError(f"the bound {name} must be a positive int, got {v!r}")
+            raise BoundsError(f"the bound {name} must be a positive int or tl.until(done, max=N),"
+                              f" got {v!r}")
         out[name] = int(v)
-    return out
+    return out, dynamic
 
 
 def _normalise_outputs(outputs) -> dict[str, RecurrentTensor]:
@@ -87,12 +128,13 @@ def compile_context(ctx, bounds, outputs, config: CompileConfig | None = None) -
     loc = user_location()
     times = {}
     t0 = time.perf_counter()
-    bounds = _normalise_bounds(ctx, bounds)
+    bounds, dynamic = _normalise_bounds(ctx, bounds)
     outs = _normalise_outputs(outputs)
     for rt in outs.values():
         if rt.ctx is not ctx:
             raise TempoLabError("an output belongs to another tl.Context", loc)
-    sdg = build_sdg(ctx, outs)
+    hidden = {f"{UNTIL_PREFIX}{name}": done for name, done in dynamic.items()}
+    sdg = build_sdg(ctx, {**outs, **hidden})
     missing = sorted(_used_bounds(sdg) - set(bounds))
     if missing:
         raise BoundsError(f"no value for the bound(s) {', '.join(missing)}; pass them in "
@@ -102,15 +144,36 @@ def compile_context(ctx, bounds, outputs, config: CompileConfig | None = None) -
         t0 = time.perf_counter()
         validate(sdg, bounds)
         times["validate"] = time.perf_counter() - t0
-    return Program(ctx.trace, sdg, bounds, outs, config, times)
+    schedule = plan = executable = None
+    if config.executor == "interpreter":
+        t0 = time.perf_counter()
+        schedule = schedule_sdg(sdg, *_parametric_demand(sdg))
+        times["schedule"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        plan = plan_memory(sdg, schedule, bounds, config.block_size)
+        times["memory"] = time.perf_counter() - t0
+        executable = Executor(sdg, schedule, plan, config.sync_profile)
+    return Program(ctx.trace, sdg, bounds, outs, config, times, schedule, plan, executable,
+                   {name: sdg.outputs[f"{UNTIL_PREFIX}{name}"] for name in dynamic})
+
+
+def _parametric_demand(sdg: SDG):
+    ctx = param_context(sdg)
+    boxes = {i: sdg.isl_domain(i).intersect_params(ctx) for i in sdg.ops}
+    maps = {e: sdg.isl_map(e) for e in sdg.edges}
+    return demand(sdg, boxes, maps), maps
 
 
 class Program(Stage):
-    """A compiled program: its stages (``trace``, ``sdg``) and ``run()``."""
+    """A compiled program: its stages (``trace``, ``sdg``, ``schedule``, ``memory``,
+    ``executable``) and ``run()``."""
 
-    def __init__(self, trace, sdg: SDG, bounds: dict[str, int], outputs, config, times):
+    def __init__(self, trace, sdg: SDG, bounds: dict[str, int], outputs, config, times,
+                 schedule=None, memory=None, executable=None, until=None):
         self.trace, self.sdg, self.bounds, self.config = trace, sdg, dict(bounds), config
+        self.schedule, self.memory, self.executable = schedule, memory, executable
         self._outputs = dict(outputs)
+        self._until: dict[str, int] = dict(until or {})  # bound name -> done op id
         self.compile_times: dict[str, float] = dict(times)
 
     def __repr__(self) -> str:
@@ -125,7 +188,8 @@ class Program(Stage):
             outs.append(f"{name}: {op.type} over ({', '.join(map(str, op.domain))})")
         return [("bounds", [f"{k} = {v}" for k, v in self.bounds.items()]),
                 ("outputs", outs),
-                ("stages", [repr(self.trace), repr(self.sdg)])]
+                ("stages", [repr(x) for x in (self.trace, self.sdg, self.schedule, self.memory)
+                            if x is not None])]
 
     def to_dict(self) -> dict:
         return {"schema": "tempo_lab.program/1", "bounds": self.bounds,
@@ -141,16 +205,35 @@ class Program(Stage):
 
     def run(self) -> Run:
         t0 = time.perf_counter()
-        values = run_reference(self.sdg, self.bounds)
-        return Run(self, values, time.perf_counter() - t0)
+        if self.config.executor == "reference":
+            bounds = self._reference_bounds()
+            values, profile = run_reference(self.sdg, bounds), None
+        else:
+            until = {n: (i, self.bounds[n]) for n, i in self._until.items()}
+            values, profile, reached = self.executable.run(self.bounds, until)
+            bounds = {**self.bounds, **reached}
+        values = {k: v for k, v in values.items() if not k.startswith(UNTIL_PREFIX)}
+        return Run(self, values, time.perf_counter() - t0, profile, bounds)
+
+    def _reference_bounds(self) -> dict[str, int]:
+        """Bound values with each data-dependent bound cut after its first ``done`` point."""
+        bounds = dict(self.bounds)
+        for name, done in self._until.items():
+            ref = Reference(self.sdg, bounds)
+            bounds[name] = next((v + 1 for v in range(bounds[name])
+                                 if bool(ref.value(done, (v,)))), bounds[name])
+        return bounds
 
 
 class Run(Stage):
     """Outputs of one execution: ``run["y"]`` or ``run[y]`` is a NumPy array over the output's
     whole domain (domain axes in universe order, then the spatial axes)."""
 
-    def __init__(self, program: Program, values: dict[str, np.ndarray], seconds: float):
+    def __init__(self, program: Program, values: dict[str, np.ndarray], seconds: float,
+                 profile=None, bounds=None):
         self.program, self._values, self.seconds = program, values, seconds
+        self.profile = profile
+        self.bounds: dict[str, int] = dict(bounds or program.bounds)
 
     def __getitem__(self, key) -> np.ndarray:
         name = self.program.name_of(key) if isinstance(key, RecurrentTensor) else key

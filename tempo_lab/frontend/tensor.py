@@ -150,8 +150,9 @@ class RecurrentTensor:
         key = key if isinstance(key, tuple) else (key,)
         n = len(self.domain)
         head = key[:n]
-        if Ellipsis in head:
-            k = head.index(Ellipsis)
+        # identity, not ==: a tensor in the key would turn `in` into an elementwise comparison
+        k = next((i for i, e in enumerate(head) if e is Ellipsis), None)
+        if k is not None:
             return key[:k], key[k:]
         return head, key[n:]
 
@@ -175,7 +176,11 @@ class RecurrentTensor:
         if tuple(entries) != tuple(self.domain):
             out = self._view(tuple(entries), loc)
         if spatial:
-            out = apply("getitem", [out], {"index": _spatial_index(spatial)})
+            # Spatial entries index the tensor's own spatial axes (as in NumPy on the whole
+            # B x T x ... grid): skip the axes that temporal slices prepend to the view.
+            nslices = sum(isinstance(e, Slice) for e in entries)
+            index = (slice(None),) * nslices + _spatial_index(spatial)
+            out = apply("getitem", [out], {"index": index})
         return out
 
     def _view(self, entries, loc) -> RecurrentTensor:
@@ -184,7 +189,22 @@ class RecurrentTensor:
             self.ctx.check_expr(e, f"the index {e}")
         dims = set().union(*(e.dims() for e in entries))
         lengths = tuple(norm_dim(e.length) for e in entries if isinstance(e, Slice))
-        vtype = TensorType(lengths + base.shape, base.dtype, base.type.weak)
+        # A symbolic spatial size is written in the producer's dims: re-express it at the read
+        # point; a range read along a dim that the size depends on would be ragged.
+        points = {d: e for d, e in zip(base.domain, entries) if not isinstance(e, Slice)}
+        sliced = {d for d, e in zip(base.domain, entries) if isinstance(e, Slice)}
+        shape = []
+        for s in base.shape:
+            if isinstance(s, Expr):
+                if s.dims() & sliced:
+                    raise ShapeError(f"cannot read a range of {base.name}: its spatial shape "
+                                     f"{base.shape} changes along "
+                                     f"{', '.join(sorted(map(str, s.dims() & sliced)))}, so the "
+                                     "values would not stack; reduce the varying axis first, "
+                                     "or read one point at a time", loc)
+                s = norm_dim(s.substitute(points))
+            shape.append(s)
+        vtype = TensorType(lengths + tuple(shape), base.dtype, base.type.weak)
         view = RecurrentTensor(self.ctx, base.node, entries, self.ctx.order(dims), vtype, loc)
         self.ctx.record("read", f"{view._ref()}", None, loc)
         return view

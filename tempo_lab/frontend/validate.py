@@ -5,9 +5,7 @@
   (BoundsError) -- a read inside a branch only happens where that branch applies;
 * outputs have static spatial shapes and ``from_array`` arrays match the bounds (ShapeError).
 
-Where a read happens is the *demand* of its consumer: placeholders, outputs and sinks are
-demanded on their whole domain; any other op on the union of what its readers read. Every cycle
-goes through a placeholder, so one sweep in reverse trace order settles all demands.
+Where a read happens is the *demand* of its consumer (``ir.demand``).
 """
 from __future__ import annotations
 
@@ -16,6 +14,7 @@ from collections.abc import Mapping
 import islpy as isl
 
 from ..errors import BoundsError, DefinitionError, ShapeError
+from ..ir.demand import demand
 from ..ir.sdg import SDG, Edge
 from ..symbolic import Dim
 from ..symbolic import isl as I
@@ -33,7 +32,6 @@ class _Checker:
 
     def describe(self, s: isl.Set) -> str:
         """A readable condition for a bounded set (the fixed bound values left implicit)."""
-        params = isl.Set.universe(isl.Space.params_alloc(s.get_ctx(), 0))
         params = I.fix(isl.Set.universe(s.get_space().params()), self.bounds)
         cond = I.cond_from_set(s.gist_params(params).reset_tuple_id())
         return str(cond)
@@ -68,25 +66,12 @@ class _Checker:
 
     # -- reads --------------------------------------------------------------------------------
     def reads(self):
-        sdg = self.sdg
-        demand = {i: self.boxes[i] if (op.kind == "merge" or i in sdg.sinks) else
-                  self.boxes[i].subtract(self.boxes[i]) for i, op in sdg.ops.items()}
-        for i in sdg.outputs.values():
-            demand[i] = self.boxes[i]
-        merges = [i for i, op in sdg.ops.items() if op.kind == "merge"]
-        others = sorted((i for i in sdg.ops if i not in merges), reverse=True)
-        for i in merges + others:
-            for e in sdg.in_edges(i):
-                img = self._read(e, demand[i])
-                if sdg.ops[e.src].kind != "merge":
-                    demand[e.src] = demand[e.src] | img
+        demand(self.sdg, self.boxes, self.maps, self._read)
 
-    def _read(self, e: Edge, where: isl.Set) -> isl.Set:
-        m = self.maps[e].intersect_domain(where)
-        img = m.range()
-        outside = img - self.boxes[e.src]
+    def _read(self, e: Edge, m: isl.Map):
+        outside = m.range() - self.boxes[e.src]
         if outside.is_empty():
-            return img
+            return
         bad = m.intersect_range(outside)
         at = I.sample(bad.domain())
         reads = I.sample(I.reads_at(bad, at) & outside)
@@ -130,6 +115,3 @@ def validate(sdg: SDG, bounds: Mapping[str, int]) -> None:
     c.branches()
     c.reads()
 
-
-def dims_str(dims: tuple[Dim, ...]) -> str:
-    return ", ".join(map(str, dims))

@@ -176,9 +176,9 @@ def _unary(name):
     @_register(name, "elementwise")
     def f(ins, attrs):
         (x,) = ins
-        if x.dtype == np.bool_ and name != "abs":
+        if x.dtype == np.bool_ and name not in UNARY_FLOAT + ("abs",):
             raise DTypeError(f"{name} is not defined on bool values; cast with .astype first")
-        dt = _floatish(x.dtype) if name in UNARY_FLOAT else x.dtype
+        dt = _floatish(x.dtype) if name in UNARY_FLOAT else x.dtype  # jnp.exp(bool) is float
         return TensorType(x.shape, dt, x.weak)
 
 
@@ -212,7 +212,7 @@ def _binary(name):
             return TensorType(shape, np.dtype(np.bool_))
         if name in COMPARE:
             return TensorType(shape, np.dtype(np.bool_))
-        if dt == np.bool_ and name not in ("maximum", "minimum"):
+        if dt == np.bool_ and name not in ("maximum", "minimum", "add", "mul"):  # as jnp
             raise DTypeError(f"{name} is not defined on bool values; cast with .astype first")
         return TensorType(shape, dt, weak)
 

@@ -49,12 +49,23 @@ def _compute(op: Op, ins: list[np.ndarray], in_types, env: dict[str, int]) -> np
     if k in BINARY:
         dt, _ = promote(in_types)
         with np.errstate(all="ignore"):
-            return BINARY[k](ins[0].astype(dt), ins[1].astype(dt))
+            try:
+                return BINARY[k](ins[0].astype(dt), ins[1].astype(dt))
+            except ValueError as e:  # integers to negative integer powers
+                point = {d.name: env[d.name] for d in op.domain}
+                raise DTypeError(f"{k} at {point}: {e}; cast to a float dtype first",
+                                 op.loc) from None
     if k in REDUCE:
         axis = a.get("axis")
         axis = tuple(axis) if isinstance(axis, (list, tuple)) else axis
         x = ins[0].astype(op.type.dtype) if k in ("sum", "mean") else ins[0]
-        return REDUCE[k](x, axis=axis, keepdims=a.get("keepdims", False))
+        try:
+            return REDUCE[k](x, axis=axis, keepdims=a.get("keepdims", False))
+        except ValueError:  # max/min over an empty range (e.g. x[0:t] at t = 0)
+            point = {d.name: env[d.name] for d in op.domain}
+            raise ShapeError(f"{k} over an empty axis (shape {x.shape}) at {point}: {k} has no "
+                             "identity; make the range non-empty at every point (e.g. 0:t + 1) "
+                             "or guard this point with a branch", op.loc) from None
     if k in ("identity", "merge"):
         return ins[0]
     if k == "const":
@@ -150,6 +161,7 @@ class Reference:
             return memo[op_id][point]
         stack = [(op_id, point)]
         expanded: set[tuple[int, tuple]] = set()
+        parent: dict[tuple[int, tuple], tuple[int, tuple]] = {}  # who needs it (for cycles)
         while stack:
             oid, pt = stack[-1]
             if pt in memo[oid]:
@@ -167,7 +179,8 @@ class Reference:
                 expanded.add((oid, pt))
                 for item in reversed(missing):
                     if item in expanded:
-                        self._cycle(stack, item)
+                        self._cycle(parent, (oid, pt), item)
+                    parent[item] = (oid, pt)
                     stack.append(item)
                 continue
             ins = [self._gather(e, qs, shape) for e, (qs, shape) in zip(edges, reads)]
@@ -192,15 +205,22 @@ class Reference:
         vals = np.stack([src[q] for q in points])
         return vals.reshape(shape + vals.shape[1:])
 
-    def _cycle(self, stack, item):
-        i = max(k for k, s in enumerate(stack) if s == item)
-        chain = stack[i:] + [item]
+    def _cycle(self, parent, last, item):
+        """Raise for the dependence cycle ``item -> ... -> last -> item``: expanded values form
+        the path from the requested value down to ``last``, linked by ``parent``."""
+        path = [last]
+        while path[-1] != item:
+            path.append(parent[path[-1]])
+        chain = path[::-1] + [item]
         ops = [self.sdg.ops[o] for o, _ in chain]
-        desc = " -> ".join(f"{op.label} ({op.kind} at {op.loc}) at {pt}" for op, (_, pt) in
-                           zip(ops, chain))
-        raise ScheduleError(f"{ops[0].label} needs its own value at the same point: {desc}. "
-                            "Read an earlier point (e.g. x[t - 1]) or add a branch for the base "
-                            "case", ops[0].loc)
+        steps = [f"{op.label} ({op.kind} at {op.loc}) at {pt}" for op, (_, pt) in
+                 zip(ops, chain)]
+        if len(steps) > 12:
+            steps = steps[:6] + [f"... {len(steps) - 11} more ..."] + steps[-5:]
+        head = ops[0]
+        raise ScheduleError(f"{head.label} at {chain[0][1]} depends on its own value: "
+                            f"{' -> '.join(steps)}. Read an earlier point (e.g. x[t - 1]) or "
+                            "add a branch for the base case", head.loc)
 
     # -- whole-domain helpers -----------------------------------------------------------------
     def points(self, op_id: int):
@@ -224,8 +244,10 @@ class Reference:
             (e,) = self.sdg.in_edges(sid)
             for pt in self.points(sid):
                 env = self._env(op, pt)
-                (q,), _ = self._reads(e, env)
-                val = self.value(e.src, q)
+                qs, shape = self._reads(e, env)  # a point, or a range (tl.sink(x[0:t + 1], fn))
+                for q in qs:
+                    self.value(e.src, q)
+                val = self._gather(e, qs, shape)
                 op.attrs["fn"]({d.name: v for d, v in zip(op.domain, pt)}, val)
 
 

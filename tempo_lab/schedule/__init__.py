@@ -20,9 +20,10 @@ class Schedule(Stage):
     that order them, the isl schedule tree, and the loop AST executors walk."""
 
     def __init__(self, sdg: SDG, domains: Mapping[int, isl.Set], validity: isl.UnionMap,
-                 tree: isl.Schedule, ast: Node):
+                 tree: isl.Schedule, ast: Node, order: isl.UnionMap):
         self.sdg, self.domains, self.validity, self.tree, self.ast = (sdg, dict(domains),
                                                                       validity, tree, ast)
+        self.order = order  # statement instance -> time in the loop AST that runs
 
     @property
     def statements(self) -> list[int]:
@@ -84,11 +85,13 @@ def _depth(node: Node) -> int:
 
 def schedule_sdg(sdg: SDG, domains: Mapping[int, isl.Set], maps) -> Schedule:
     """Schedule an SDG whose ops are demanded on ``domains`` (parametric isl sets)."""
+    domains = build.statement_domains(domains)
     dom, validity = build.constraints(sdg, domains, maps)
     tree = build.compute(sdg, dom, validity)
     ast = build.lower(build.ast(tree, build.param_context(sdg)), sdg)
-    ast = build.insert_frees(ast, build.last_reads(sdg, tree, domains, maps), sdg)
-    return Schedule(sdg, domains, validity, tree, ast)
+    order = build.time_map(ast, sdg)
+    ast = build.insert_frees(ast, build.last_reads(sdg, order, domains, maps), sdg)
+    return Schedule(sdg, domains, validity, tree, ast, order)
 
 
 def walk(node: Node, env: dict[str, int],
@@ -118,7 +121,7 @@ def walk(node: Node, env: dict[str, int],
             yield from walk(node.body, env, stop)
             if stop is not None and stop(node, env):
                 break
-            v += 1
+            v += node.step
             hi = node.hi.evaluate(env)
         env.pop(node.var, None)
 

@@ -31,15 +31,15 @@ def param_context(sdg: SDG) -> isl.Set:
 
 
 def maps_of(umap: isl.UnionMap) -> list[isl.Map]:
-    out: list[isl.Map] = []
-    umap.foreach_map(out.append)
-    return out
+    """The maps of a union map (as owned copies: islpy's foreach callbacks are not safe to keep
+    objects from)."""
+    lst = umap.get_map_list()
+    return [lst.get_at(i) for i in range(lst.n_map())]
 
 
 def sets_of(uset: isl.UnionSet) -> list[isl.Set]:
-    out: list[isl.Set] = []
-    uset.foreach_set(out.append)
-    return out
+    lst = uset.get_set_list()
+    return [lst.get_at(i) for i in range(lst.n_set())]
 
 
 def union(items, kind):
@@ -50,13 +50,25 @@ def union(items, kind):
     return out
 
 
+def statement_domains(demand: dict[int, isl.Set]) -> dict[int, isl.Set]:
+    """Each op's demanded points, widened to one convex piece (its simple hull).
+
+    Exact demand sets can be unions of many parametric pieces (``t = T - 1`` when ``T < 3``,
+    ...); isl's scheduler is slower on them and has crashed on some. Computing a few points
+    nobody reads is harmless: they are written where the plan expects them and never read.
+    """
+    return {i: d if d.is_empty() else d.simple_hull().to_set().coalesce()
+            for i, d in demand.items()}
+
+
 def constraints(sdg: SDG, domains: dict[int, isl.Set], maps) -> tuple:
     """(domain union set, validity union map) for the ops with demanded points."""
     live = {i: d for i, d in domains.items() if not d.is_empty()}
     dom = union(live.values(), isl.UnionSet)
-    deps = [maps[e].intersect_domain(live[e.dst]).reverse() for e in sdg.edges
-            if e.dst in live and e.src in live]
-    validity = union(deps, isl.UnionMap) if deps else isl.UnionMap.empty(dom.get_space())
+    deps = [maps[e].intersect_domain(live[e.dst]).intersect_range(live[e.src]).reverse()
+            for e in sdg.edges if e.dst in live and e.src in live]
+    validity = union(deps, isl.UnionMap).coalesce() if deps else \
+        isl.UnionMap.empty(dom.get_space())
     return dom, validity
 
 
@@ -86,10 +98,10 @@ def cycle_error(sdg: SDG, validity: isl.UnionMap) -> ScheduleError:
     parts = []
     for e in cycle:
         p, c = sdg.ops[e.src], sdg.ops[e.dst]
-        parts.append(f"{c.label} ({c.kind}, {c.loc}) reads {p.label}[{e.index_str()}] at {e.loc}")
+        parts.append(f"{c.label} ({c.kind}) reads {p.label}[{e.index_str()}] at {e.loc}")
     first = sdg.ops[cycle[0].dst]
     return ScheduleError(
-        "no legal schedule: these ops need each other at the same point: " + "; ".join(parts)
+        "no legal schedule: these ops need each other at the same point: " + " -> ".join(parts)
         + ". Break the cycle by reading an earlier point (e.g. x[t - 1]) with a base-case "
         "branch", first.loc)
 
@@ -132,11 +144,9 @@ def _lower(node, params) -> Node:
     if t == isl.ast_node_type.for_:
         var = node.for_get_iterator().get_id().get_name()
         inc = node.for_get_inc().get_val().to_python()
-        if inc != 1:
-            raise ScheduleError(f"the schedule has a loop with step {inc}; not supported")
         lo = _expr(node.for_get_init(), params)
         hi = _upper(_cond(node.for_get_cond(), params), var)
-        return For(var, lo, hi, _lower(node.for_get_body(), params))
+        return For(var, lo, hi, _lower(node.for_get_body(), params), step=inc)
     if t == isl.ast_node_type.if_:
         orelse = _lower(node.if_get_else_node(), params) if node.if_has_else_node() else None
         return If(_cond(node.if_get_cond(), params), _lower(node.if_get_then_node(), params),
@@ -239,7 +249,8 @@ def _rename(node: Node, rename: dict[str, str], outer: tuple[str, ...]) -> Node:
             local.pop(node.var, None)
             dim = None
         var = dim or node.var
-        return For(var, sub(node.lo), sub(node.hi), _rename(node.body, local, inner), dim)
+        return For(var, sub(node.lo), sub(node.hi), _rename(node.body, local, inner), dim,
+                   node.step)
     if isinstance(node, If):
         return If(sub(node.cond), _rename(node.then, rename, outer),
                   None if node.orelse is None else _rename(node.orelse, rename, outer))
@@ -248,14 +259,66 @@ def _rename(node: Node, rename: dict[str, str], outer: tuple[str, ...]) -> Node:
     return node
 
 
-# -- frees --------------------------------------------------------------------------------------
-def last_reads(sdg: SDG, sched: isl.Schedule, domains, maps) -> dict[int, list[tuple]]:
-    """For each reader op, the stores it frees and where: ``{reader: [(store, cond)]}``.
+# -- execution order ------------------------------------------------------------------------------
+def time_map(root: Node, sdg: SDG) -> isl.UnionMap:
+    """When each statement instance runs *in the loop AST*: ``op[point] -> [time vector]``.
 
-    A store is freed right after the lexicographically last (in schedule time) instance of any
-    of its readers; outputs are kept to the end.
+    isl's AST generator may order independent statements differently from the schedule map
+    (it is free to, within the dependences), so lifetimes and ring-buffer checks use the order
+    of the AST that actually runs: sequence positions and loop iterators, outermost first.
     """
-    smap = sched.get_map()
+    found: list[tuple] = []
+
+    def visit(node, prefix, loops, conds):
+        if isinstance(node, Seq):
+            for k, n in enumerate(node.body):
+                visit(n, prefix + [k], loops, conds)
+        elif isinstance(node, For):
+            v = Dim(node.var)
+            c = (v >= node.lo) & (v < node.hi)
+            if node.step != 1:
+                c = c & eq(mod(v - node.lo, node.step), 0)
+            visit(node.body, prefix + [v], loops + [v], conds + [c])
+        elif isinstance(node, If):
+            visit(node.then, prefix + [0], loops, conds + [node.cond])
+            if node.orelse is not None:
+                visit(node.orelse, prefix + [1], loops, conds + [~node.cond])
+        elif isinstance(node, Exec):
+            found.append((node, prefix, loops, conds))
+
+    visit(root, [], [], [])
+    depth = max((len(p) for _, p, _, _ in found), default=0)
+    params = list(sdg.params)
+    out = None
+    for node, prefix, loops, conds in found:
+        op = sdg.ops[node.op]
+        names = ([v.name + "~" for v in loops] + [d.name for d in op.domain]
+                 + [f"i{k}" for k in range(depth)])
+        sp = isl.Space.create_from_names(I.CTX, set=names, params=params)
+        affs = isl.affs_from_space(sp)
+        ren = {v: Dim(v.name + "~") for v in loops}
+        rel = I.cond_set(and_(*conds).substitute(ren), sp)
+        for d, a in zip(op.domain, node.args):
+            rel &= affs[d.name].eq_set(I.pw_aff(a.substitute(ren), affs))
+        for k in range(depth):
+            x = prefix[k] if k < len(prefix) else 0
+            rel &= affs[f"i{k}"].eq_set(I.pw_aff(x.substitute(ren) if isinstance(x, Expr)
+                                                 else Const(x), affs))
+        rel = rel.project_out(isl.dim_type.set, 0, len(loops))
+        m = isl.Map.from_range(rel).move_dims(isl.dim_type.in_, 0, isl.dim_type.out, 0,
+                                              len(op.domain))
+        m = m.set_tuple_name(isl.dim_type.in_, f"op{op.id}")
+        out = isl.UnionMap.from_map(m) if out is None else out.union(isl.UnionMap.from_map(m))
+    return out
+
+
+# -- frees --------------------------------------------------------------------------------------
+def last_reads(sdg: SDG, smap: isl.UnionMap, domains, maps) -> dict[int, list[tuple]]:
+    """For each op, the stores it frees and where: ``{op: [(store, cond)]}``.
+
+    A store is freed right after the last (in ``smap`` time) instance of any of its readers;
+    outputs are kept to the end.
+    """
     params = param_context(sdg)
     keep = set(sdg.outputs.values())
     out: dict[int, list[tuple]] = {}
@@ -265,12 +328,12 @@ def last_reads(sdg: SDG, sched: isl.Schedule, domains, maps) -> dict[int, list[t
         readers = [r for r in readers if not r.is_empty()]
         if i in keep or not readers or domains[i].is_empty():
             continue
-        times = union(readers, isl.UnionSet).apply(smap)
+        # after the last read, and after the last write (a point may be computed, unread)
+        times = union(readers + [domains[i]], isl.UnionSet).apply(smap)
         last = times.lexmax().apply(smap.reverse())
         for s in sets_of(last):
             reader = int(s.get_tuple_name()[2:])
-            for k, d in enumerate(sdg.ops[reader].domain):
-                s = s.set_dim_name(isl.dim_type.set, k, d.name)
+            s = I.named(s, sdg.ops[reader].domain)
             cond = I.cond_from_set(s.gist_params(params).reset_tuple_id())
             out.setdefault(reader, []).append((i, cond))
     return out
@@ -280,7 +343,8 @@ def insert_frees(node: Node, frees: dict[int, list[tuple]], sdg: SDG) -> Node:
     if isinstance(node, Seq):
         return Seq(tuple(insert_frees(n, frees, sdg) for n in node.body))
     if isinstance(node, For):
-        return For(node.var, node.lo, node.hi, insert_frees(node.body, frees, sdg), node.dim)
+        return For(node.var, node.lo, node.hi, insert_frees(node.body, frees, sdg), node.dim,
+                   node.step)
     if isinstance(node, If):
         return If(node.cond, insert_frees(node.then, frees, sdg),
                   None if node.orelse is None else insert_frees(node.orelse, frees, sdg))

@@ -50,6 +50,7 @@ class For(Node):
     hi: Expr
     body: Node
     dim: str | None = None
+    step: int = 1
 
     def walk(self):
         yield self
@@ -76,7 +77,8 @@ def to_code(node: Node, label=lambda op: f"%{op}", stmt=None, indent: int = 0) -
     if isinstance(node, Seq):
         return [line for n in node.body for line in to_code(n, label, stmt, indent)]
     if isinstance(node, For):
-        head = f"{pad}for {node.var} in {node.lo}..{node.hi}:"
+        step = f" step {node.step}" if node.step != 1 else ""
+        head = f"{pad}for {node.var} in {node.lo}..{node.hi}{step}:"
         if node.dim and node.dim != node.var:
             head += f"  # {node.dim}"
         return [head] + to_code(node.body, label, stmt, indent + 1)

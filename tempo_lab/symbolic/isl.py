@@ -78,7 +78,11 @@ def box(dims: Sequence[Dim], params: Sequence[str]) -> isl.Set:
 
 
 def fix(obj, values: dict[str, int]):
-    """Pin the bound parameters of an isl set or map to concrete values."""
+    """Pin the bound parameters of an isl set or map (or union) to concrete values."""
+    if not hasattr(obj, "fix_val"):
+        names = obj.get_space().get_var_names(isl.dim_type.param)
+        cons = " and ".join(f"{n} = {values[n]}" for n in names if n in values) or "true"
+        return obj.intersect_params(isl.Set(f"[{', '.join(names)}] -> {{ : {cons} }}"))
     for name, v in values.items():
         pos = obj.find_dim_by_name(isl.dim_type.param, name)
         if pos >= 0:
@@ -183,3 +187,19 @@ def sample(s: isl.Set) -> dict[str, int] | None:
     return {s.get_dim_name(isl.dim_type.set, i):
             pt.get_coordinate_val(isl.dim_type.set, i).to_python()
             for i in range(s.dim(isl.dim_type.set))}
+
+
+def named(s, dims: Sequence[Dim]):
+    """``s`` (a set over ``len(dims)`` dims) with its dims named after ``dims``; isl keeps
+    whichever names it met first (e.g. primed producer names from an edge map)."""
+    for k, d in enumerate(dims):
+        s = s.set_dim_name(isl.dim_type.set, k, d.name)
+    return s
+
+
+def max_over(e: Expr, s: isl.Set, dims: Sequence[Dim], values: dict[str, int]) -> int:
+    """The largest value of ``e`` over the (non-empty) set ``s`` of points over ``dims``, with
+    the bounds pinned to ``values``."""
+    s = fix(named(s, dims).reset_tuple_id(), values)
+    pa = pw_aff(e, isl.affs_from_space(s.get_space()))
+    return fix(pa, values).intersect_domain(s).max_val().to_python()

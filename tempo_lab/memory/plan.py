@@ -1,0 +1,223 @@
+"""Storage per tensor from its readers, checked against the schedule with isl.
+
+Every stored op gets a buffer with one axis per domain dim. Along a dim the buffer is either a
+*ring* of W slots (point index ``p mod W``; W = 1 is a point store) or *grows* in fixed-size
+blocks as the computation reaches further (a block store, for ``0:t+1`` and constant slices).
+W comes from the reads (``t - 2`` needs 3 slots, a window of 4 needs 4) and is accepted only if
+isl proves that no slot is overwritten while a reader still needs it; otherwise that dim grows.
+Outputs grow along every dim (all points are returned); values nobody reads get no storage.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import islpy as isl
+import numpy as np
+
+from ..ir.sdg import SDG, Op
+from ..stage import Stage
+from ..symbolic import Const, Dim, Expr, Slice
+from ..symbolic import isl as I
+from ..symbolic.expr import MinMax
+
+SCHEMA = "tempo_lab.memory/1"
+MIN_PAD = 8
+
+
+def const_cap(e) -> int | None:
+    """A bound-independent upper bound of a length, e.g. 3 for ``min(3, t + 1)``."""
+    if isinstance(e, int):
+        return e
+    if isinstance(e, Const):
+        return e.value
+    if isinstance(e, MinMax) and e.op == "min":
+        caps = [c for c in map(const_cap, e.args) if c is not None]
+        return min(caps) if caps else None
+    return None
+
+
+def pad(e, value: int) -> int:
+    """The static size a symbolic axis of length ``value`` is padded to in kernels and stores:
+    its constant cap if it has one, else the next power of two (at least MIN_PAD), so kernels
+    compile once per size class, not once per step or per bound value."""
+    cap = const_cap(e)
+    if cap is not None:
+        return cap
+    return max(MIN_PAD, 1 << max(0, int(value) - 1).bit_length())
+
+
+@dataclass(frozen=True)
+class Storage:
+    op: int
+    dims: tuple[str, ...]
+    slots: tuple[int | None, ...]  # per dim: ring size W, or None for a growing (block) axis
+    spatial: tuple[int, ...]       # padded static spatial shape
+    dtype: np.dtype
+    block: int
+
+    @property
+    def kind(self) -> str:
+        if any(s is None for s in self.slots):
+            return "block"
+        return "ring" if any(s > 1 for s in self.slots) else "point"
+
+    @property
+    def item_bytes(self) -> int:
+        return int(np.prod(self.spatial, dtype=np.int64)) * self.dtype.itemsize
+
+    def bytes_for(self, extents: tuple[int, ...]) -> int:
+        """Bytes of the buffer once the growing axes reach ``extents`` (blocks, rounded up)."""
+        n = 1
+        for s, x in zip(self.slots, extents):
+            n *= s if s is not None else -(-x // self.block) * self.block
+        return n * self.item_bytes
+
+    def describe(self) -> str:
+        axes = [f"{d}:{'blocks of ' + str(self.block) if s is None else s}"
+                for d, s in zip(self.dims, self.slots)]
+        return (f"{self.kind} [{', '.join(axes)}] x {self.dtype.name}{list(self.spatial)}")
+
+
+class MemoryPlan(Stage):
+    """Storage per op, buffer lifetimes (schedule steps) and predicted live bytes per step."""
+
+    def __init__(self, sdg: SDG, storages: dict[int, Storage], timeline: list[int],
+                 lifetimes: dict[int, tuple[int, int]]):
+        self.sdg, self.storages, self.timeline, self.lifetimes = (sdg, storages, timeline,
+                                                                  lifetimes)
+
+    @property
+    def peak_bytes(self) -> int:
+        return max(self.timeline, default=0)
+
+    def __repr__(self) -> str:
+        kinds = {}
+        for s in self.storages.values():
+            kinds[s.kind] = kinds.get(s.kind, 0) + 1
+        k = ", ".join(f"{n}={c}" for n, c in sorted(kinds.items()))
+        return (f"MemoryPlan(stores={len(self.storages)} ({k}), peak_bytes={self.peak_bytes}, "
+                f"steps={len(self.timeline)})")
+
+    def _sections(self):
+        lines = []
+        for i, s in self.storages.items():
+            a, b = self.lifetimes.get(i, (0, 0))
+            lines.append(f"{self.sdg.ops[i].label}: {s.describe()}, live steps {a}..{b}")
+        peak_at = self.timeline.index(self.peak_bytes) if self.timeline else 0
+        return [("stores", lines),
+                ("bytes", [f"peak {self.peak_bytes} at step {peak_at} of {len(self.timeline)}",
+                           f"final {self.timeline[-1] if self.timeline else 0}"])]
+
+    def to_dict(self) -> dict:
+        return {"schema": SCHEMA, "peak_bytes": self.peak_bytes, "steps": len(self.timeline),
+                "stores": [{"op": i, "kind": s.kind, "dims": list(s.dims),
+                            "slots": list(s.slots), "spatial": list(s.spatial),
+                            "dtype": s.dtype.name, "block": s.block,
+                            "lifetime": list(self.lifetimes.get(i, (0, 0)))}
+                           for i, s in self.storages.items()]}
+
+
+# -- choosing slots ---------------------------------------------------------------------------
+def _offset(x: Expr, d: Dim) -> int | None:
+    diff = x - d
+    return diff.value if isinstance(diff, Const) else None
+
+
+def _wanted_slots(sdg: SDG, op: Op, k: int) -> int | None:
+    """Ring size along the op's k-th dim that its readers' index patterns call for."""
+    d = op.domain[k]
+    want = 1
+    for e in sdg.out_edges(op.id):
+        x = e.index[k]
+        if isinstance(x, Slice):
+            cap = const_cap(x.length)
+            if cap is None:
+                return None
+            offs = [o for o in (_offset(x.start, d), _offset(x.stop, d) - 1
+                                if _offset(x.stop, d) is not None else None) if o is not None]
+            want = max(want, cap + max((abs(o) for o in offs), default=0))
+        else:
+            o = _offset(x, d)
+            want = max(want, 1 + abs(o) if o is not None else 1)
+    return want
+
+
+def _conflicts(op: Op, slots, dom: isl.Set, readers: isl.UnionMap, smap: isl.UnionMap) -> bool:
+    """Would a ring of ``slots`` lose a value before its last read (per the schedule)?"""
+    n = len(op.domain)
+    if n == 0 or all(s is None for s in slots):
+        return False
+    ps = [f"p{k}" for k in range(n)]
+    qs = [f"q{k}" for k in range(n)]
+    ks = [f"k{k}" for k in range(n)]
+    cons = [f"{q} = {p}" if s is None else f"{q} = {p} + {s}*{kk}"
+            for p, q, kk, s in zip(ps, qs, ks, slots)]
+    params = ", ".join(dom.get_space().get_var_names(isl.dim_type.param))
+    name = dom.get_tuple_name()
+    txt = (f"[{params}] -> {{ {name}[{', '.join(ps)}] -> {name}[{', '.join(qs)}] : "
+           f"exists ({', '.join(ks)} : {' and '.join(cons)}) }}")
+    same_slot = isl.Map(txt).intersect_domain(dom).intersect_range(dom)
+    same_slot = same_slot - isl.Map.identity(same_slot.get_space())
+    s_p = smap.intersect_domain(isl.UnionSet.from_set(dom))
+    later = isl.UnionMap.from_map(same_slot).intersect(s_p.lex_lt_union_map(s_p))
+    s_r = smap.intersect_domain(readers.domain())
+    overwritten = readers.apply_range(later).intersect(s_r.lex_gt_union_map(s_p))
+    return not overwritten.is_empty()
+
+
+def plan_memory(sdg: SDG, schedule, bounds: dict[str, int], block: int = 64) -> MemoryPlan:
+    from ..schedule import Exec, Free, walk
+
+    smap = I.fix(schedule.order, bounds)
+    domains = {i: I.fix(d, bounds) for i, d in schedule.domains.items()}
+    storages: dict[int, Storage] = {}
+    for i, op in sdg.ops.items():
+        readers = [e for e in sdg.out_edges(i) if not domains[e.dst].is_empty()]
+        if domains[i].is_empty() or op.kind == "sink" or (not readers and
+                                                          i not in sdg.outputs.values()):
+            continue
+        if i in sdg.outputs.values():
+            slots = (None,) * len(op.domain)
+        else:
+            slots = tuple(_wanted_slots(sdg, op, k) for k in range(len(op.domain)))
+            rmap = None
+            for e in readers:
+                m = isl.UnionMap.from_map(I.fix(sdg.isl_map(e), bounds)
+                                          .intersect_domain(domains[e.dst]))
+                rmap = m if rmap is None else rmap.union(m)
+            for k in range(len(slots) + 1):
+                if not _conflicts(op, slots, domains[i], rmap, smap):
+                    break
+                rings = [j for j, s in enumerate(slots) if s is not None]
+                slots = tuple(None if j == rings[-1] else s for j, s in enumerate(slots))
+        spatial = tuple(x if isinstance(x, int) else pad(x, I.max_over(x, domains[i], op.domain, bounds))
+                        for x in op.type.shape)
+        storages[i] = Storage(i, tuple(d.name for d in op.domain), slots, spatial,
+                              op.type.dtype, block)
+    timeline, lifetimes = simulate(schedule.ast, storages, bounds, walk, Exec, Free)
+    return MemoryPlan(sdg, storages, timeline, lifetimes)
+
+
+def simulate(ast, storages: dict[int, Storage], bounds, walk, Exec, Free):
+    """Predicted bytes live after every executed statement, and each store's live steps."""
+    extents: dict[int, list[int]] = {}
+    live: dict[int, int] = {}
+    timeline, lifetimes, total = [], {}, 0
+    for step, (node, point) in enumerate(walk(ast, dict(bounds))):
+        if isinstance(node, Exec) and node.op in storages:
+            s = storages[node.op]
+            ext = extents.setdefault(node.op, [1] * len(point))
+            for k, v in enumerate(point):
+                ext[k] = max(ext[k], v + 1)
+            new = s.bytes_for(tuple(ext))
+            total += new - live.get(node.op, 0)
+            live[node.op] = new
+            a, _ = lifetimes.get(node.op, (step, step))
+            lifetimes[node.op] = (a, step)
+        elif isinstance(node, Free):
+            for o in node.ops:
+                total -= live.pop(o, 0)
+                if o in lifetimes:
+                    lifetimes[o] = (lifetimes[o][0], step)
+        timeline.append(total)
+    return timeline, lifetimes

@@ -1,0 +1,314 @@
+"""The loop-AST executor: walks the schedule, runs one jitted kernel per statement instance and
+keeps values in tensor stores laid out by the memory plan.
+
+A kernel fuses the reads of an op's inputs from their stores (points by index, ranges by a
+padded gather), the op itself, and the in-place write into the op's own store
+(``dynamic_update_slice`` on a donated buffer). Kernels are cached by op and static read pattern,
+so another bound value reuses them. Stores that grow (block stores) are extended a block at a
+time as the computation reaches further.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from ..errors import DTypeError, ShapeError
+from ..ir.sdg import SDG, Edge, Op
+from ..memory.plan import MemoryPlan, Storage, pad
+from ..schedule import Exec, Free, Schedule, walk
+from ..symbolic import Slice
+from . import jax_ops
+
+HOST_OPS = ("const", "dimval", "source")
+
+
+@dataclass
+class Profile:
+    """What one run measured: per-op kernel calls and seconds, and store bytes per step."""
+
+    calls: dict[int, int] = field(default_factory=dict)
+    seconds: dict[int, float] = field(default_factory=dict)
+    timeline: list[int] = field(default_factory=list)
+    wall_s: float = 0.0
+    synced: bool = False
+
+    @property
+    def peak_bytes(self) -> int:
+        return max(self.timeline, default=0)
+
+
+class _Store:
+    def __init__(self, s: Storage):
+        self.plan = s
+        # growing axes start with one block: reads of points nobody wrote (only ever for
+        # points outside the demand) then see zeros instead of an empty axis
+        shape = tuple(w if w is not None else s.block for w in s.slots) + s.spatial
+        self.buf = jnp.zeros(shape, s.dtype)
+
+    def slot(self, k: int, v: int) -> int:
+        w = self.plan.slots[k]
+        return v % w if w is not None else v
+
+    def ensure(self, point: tuple[int, ...]):
+        """Grow the block axes so that ``point`` fits."""
+        b = self.plan.block
+        want = [self.buf.shape[k] if w is not None else max(self.buf.shape[k],
+                                                             -(-(v + 1) // b) * b)
+                for k, (w, v) in enumerate(zip(self.plan.slots, point))]
+        if any(x != y for x, y in zip(want, self.buf.shape)):
+            pads = [(0, x - y) for x, y in zip(want, self.buf.shape)]
+            self.buf = jnp.pad(self.buf, pads + [(0, 0)] * len(self.plan.spatial))
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.buf.size) * self.buf.dtype.itemsize
+
+
+class Executor:
+    """Runs a scheduled, planned SDG for one set of bound values."""
+
+    def __init__(self, sdg: SDG, schedule: Schedule, plan: MemoryPlan, sync: bool = False):
+        self.sdg, self.schedule, self.plan, self.sync = sdg, schedule, plan, sync
+        self._arrays: dict[int, jax.Array] = {}
+
+    # -- static read patterns -----------------------------------------------------------------
+    def _read(self, e: Edge, env: dict, stores) -> tuple[tuple, list[int], list]:
+        """(static pattern, dynamic ints, valid lengths per axis) of one input read."""
+        src = self.sdg.ops[e.src]
+        st = stores[e.src]
+        pattern, dyn, lens = [], [], []
+        penv = dict(self.bounds)
+        for k, (d, x) in enumerate(zip(src.domain, e.index)):
+            if isinstance(x, Slice):
+                s, n = x.start.evaluate(env), x.stop.evaluate(env) - x.start.evaluate(env)
+                pattern.append(("s", pad(x.length, n), st.plan.slots[k]))
+                dyn.append(s)
+                lens.append(n)
+            else:
+                v = x.evaluate(env)
+                penv[d.name] = v
+                pattern.append(("p",))
+                dyn.append(st.slot(k, v))
+        cut = []
+        for x in src.type.shape:
+            if isinstance(x, int):
+                cut.append(None)
+                lens.append(None)
+            else:
+                n = x.evaluate(penv)
+                cut.append(pad(x, n))
+                lens.append(n)
+        return (tuple(pattern), tuple(cut)), dyn, lens
+
+    def _kernel(self, op: Op, reads: tuple, out_shape: tuple, has_store: bool):
+        in_types = tuple(self.sdg.ops[src].type for src, _ in reads)
+        key = (op.kind, _attrs_key(op), op.type, len(op.domain), in_types,
+               tuple(p for _, p in reads), out_shape, has_store)
+        fn = _KERNELS.get(key)
+        if fn is None:
+            fn = _KERNELS[key] = _make_kernel(op, in_types, tuple(p for _, p in reads),
+                                              out_shape, has_store)
+        return fn
+
+    # -- running ------------------------------------------------------------------------------
+    def run(self, bounds: Mapping[str, int], until: Mapping[str, tuple[int, int]] | None = None
+            ) -> tuple[dict[str, np.ndarray], Profile, dict[str, int]]:
+        """Execute; ``until`` maps a bound name to (done op id, max) for data-dependent bounds.
+        Returns the outputs, the profile and the bound values reached."""
+        self.bounds = dict(bounds)
+        env = dict(bounds)
+        sdg = self.sdg
+        stores = {i: _Store(s) for i, s in self.plan.storages.items()}
+        written: dict[int, int] = {}
+        prof = Profile(synced=self.sync)
+        live = {}
+        until = dict(until or {})
+        by_dim = {name.lower(): (name, done) for name, (done, _) in until.items()}
+
+        def stop(loop, env):
+            hit = by_dim.get(loop.dim or "")
+            if hit is None or hit[1] not in stores:
+                return False
+            name, done = hit
+            v = env[loop.var]
+            if written.get(done, -1) < v:
+                return False
+            if bool(np.asarray(stores[done].buf)[v]):
+                env[name] = v + 1
+                return True
+            return False
+
+        t_start = time.perf_counter()
+        for node, point in walk(self.schedule.ast, env, stop):
+            if isinstance(node, Free):
+                for o in node.ops:
+                    live.pop(o, None)
+                    if o in stores:
+                        stores[o].buf = None
+                prof.timeline.append(sum(live.values()))
+                continue
+            op = sdg.ops[node.op]
+            t0 = time.perf_counter()
+            self._exec(op, point, env, stores, written)
+            if self.sync and op.id in stores:
+                stores[op.id].buf.block_until_ready()
+            prof.seconds[op.id] = prof.seconds.get(op.id, 0.0) + time.perf_counter() - t0
+            prof.calls[op.id] = prof.calls.get(op.id, 0) + 1
+            if op.id in stores:
+                live[op.id] = stores[op.id].nbytes
+            prof.timeline.append(sum(live.values()))
+        reached = {name: env[name] for name in until}
+        outs = {}
+        for name, i in sdg.outputs.items():
+            op = sdg.ops[i]
+            want = tuple(env[d.bound.name] for d in op.domain) + tuple(
+                x if isinstance(x, int) else x.evaluate(env) for x in op.type.shape)
+            out = np.asarray(stores[i].buf)[tuple(slice(0, n) for n in want)]
+            outs[name] = out if out.shape == want else _complete(out, want)
+        prof.wall_s = time.perf_counter() - t_start
+        return outs, prof, reached
+
+    def _exec(self, op: Op, point: tuple, env: dict, stores, written):
+        env = dict(env)
+        env.update((d.name, v) for d, v in zip(op.domain, point))
+        edges = self.sdg.in_edges(op.id)
+        if op.kind == "merge":
+            edges = [e for e in edges if e.cond.evaluate(env)]
+        reads, bufs, ints, read_lens = [], [], [], []
+        for e in edges:
+            pattern, d, ln = self._read(e, env, stores)
+            read_lens.append(ln)
+            reads.append((e.src, pattern))
+            bufs.append(stores[e.src].buf)
+            ints.extend(d)
+            ints.extend(n for n in ln if n is not None)
+        if op.kind in ("max", "min"):
+            _check_nonempty(op, read_lens[0], point)
+        host_value = self._host_value(op, env, point)
+        out_shape = tuple(x if isinstance(x, int) else pad(x, x.evaluate(env))
+                          for x in op.type.shape)
+        st = stores.get(op.id)
+        if st is not None:
+            st.ensure(point)
+        ints.extend(point)
+        if st is not None:
+            ints.extend(st.slot(k, v) for k, v in enumerate(point))
+        fn = self._kernel(op, tuple(reads), out_shape, st is not None)
+        y = fn(tuple(bufs), np.asarray(ints, np.int32), host_value, st.buf if st else None)
+        if st is not None:
+            st.buf = y
+            written[op.id] = max(written.get(op.id, -1), point[0] if point else 0)
+        elif op.kind == "sink":
+            value = np.asarray(y)[tuple(slice(0, n) for n in read_lens[0] if n is not None)]
+            op.attrs["fn"]({d.name: v for d, v in zip(op.domain, point)}, value)
+
+    def _host_value(self, op: Op, env: dict, point: tuple):
+        if op.kind == "const":
+            arr = self._arrays.get(op.id)
+            if arr is None:
+                arr = self._arrays[op.id] = jnp.asarray(op.attrs["value"])
+            return arr
+        if op.kind == "from_array":
+            arr = self._arrays.get(op.id)
+            if arr is None:
+                arr = self._arrays[op.id] = jnp.asarray(op.attrs["array"])
+            return arr
+        if op.kind == "dimval":
+            return np.asarray(op.attrs["expr"].evaluate(env), np.int32)
+        if op.kind == "source":
+            return _call_source(op, point)
+        return None
+
+
+_KERNELS: dict[tuple, object] = {}
+
+
+def _check_nonempty(op: Op, lens: list, point: tuple):
+    """max/min over an empty range has no value (the reference raises the same error)."""
+    axis = op.attrs.get("axis")
+    nd = len(lens)
+    axes = range(nd) if axis is None else [a % nd for a in ((axis,) if isinstance(axis, int)
+                                                              else axis)]
+    if any(lens[a] == 0 for a in axes):
+        where = {d.name: v for d, v in zip(op.domain, point)}
+        raise ShapeError(f"{op.kind} over an empty axis at {where}: {op.kind} has no identity; "
+                         "make the range non-empty at every point (e.g. 0:t + 1) or guard this "
+                         "point with a branch", op.loc)
+
+
+def _attrs_key(op: Op) -> tuple:
+    """The attributes a kernel is specialised on (host-side values such as constants, arrays,
+    callables and index expressions are passed at call time, not baked in)."""
+    return tuple((k, repr(v)) for k, v in sorted(op.attrs.items())
+                 if k not in ("value", "array", "fn", "expr", "type", "weak"))
+
+
+def _make_kernel(op: Op, in_types: tuple, patterns: tuple, out_shape: tuple, has_store: bool):
+    """One jitted function: gather every input from its store, compute, write in place."""
+    ndom = len(op.domain)
+
+    def kernel(bufs, ints, host_value, out_buf):
+        xs, lens_struct, pos = [], [], 0
+        for (pattern, cut), buf in zip(patterns, bufs):
+            d = ints[pos:pos + len(pattern)]
+            pos += len(pattern)
+            x, ax, ln = buf, 0, []
+            for j, p in enumerate(pattern):
+                if p[0] == "p":
+                    x = lax.dynamic_index_in_dim(x, d[j], axis=ax, keepdims=False)
+                    continue
+                idx = d[j] + jnp.arange(p[1], dtype=jnp.int32)
+                idx = idx % p[2] if p[2] is not None else jnp.clip(idx, 0, x.shape[ax] - 1)
+                x = jnp.take(x, idx, axis=ax)
+                ax += 1
+                ln.append(ints[pos])
+                pos += 1
+            x = x[(slice(None),) * ax + tuple(slice(0, c) for c in cut)]
+            for c in cut:
+                ln.append(None if c is None else ints[pos])
+                pos += c is not None
+            xs.append(x)
+            lens_struct.append(tuple(ln))
+        at, slot = ints[pos:pos + ndom], ints[pos + ndom:]
+        if op.kind == "sink":
+            return xs[0]
+        if op.kind == "from_array":
+            rest = host_value.shape[ndom:]
+            y = lax.dynamic_slice(host_value, tuple(at) + (0,) * len(rest),
+                                  (1,) * ndom + rest).reshape(rest)
+        elif op.kind in HOST_OPS:
+            y = jnp.asarray(host_value)
+        else:
+            y = jax_ops.compute(op, xs, lens_struct, list(in_types), out_shape)
+        y = jax_ops.fit(y.astype(op.type.dtype), out_shape)
+        if not has_store:
+            return y
+        upd = y.reshape((1,) * ndom + y.shape)
+        return lax.dynamic_update_slice(out_buf, upd, tuple(slot) + (0,) * y.ndim)
+
+    return jax.jit(kernel, donate_argnums=(3,) if has_store else ())
+
+
+def _call_source(op: Op, point) -> np.ndarray:
+    where = {d.name: v for d, v in zip(op.domain, point)}
+    v = np.asarray(op.attrs["fn"](where))
+    if v.shape != tuple(op.type.shape):
+        raise ShapeError(f"tl.source: fn returned shape {v.shape} at {where}, expected "
+                         f"{tuple(op.type.shape)}", op.loc)
+    if not np.can_cast(v.dtype, op.type.dtype, casting="same_kind"):
+        raise DTypeError(f"tl.source: fn returned {v.dtype} at {where}, expected "
+                         f"{op.type.dtype}", op.loc)
+    return v.astype(op.type.dtype)
+
+
+def _complete(arr: np.ndarray, want: tuple) -> np.ndarray:
+    """An output some of whose points were never computed (outside every demanded set)."""
+    out = np.zeros(want, arr.dtype)
+    out[tuple(slice(0, s) for s in arr.shape)] = arr
+    return out

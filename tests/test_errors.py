@@ -1,0 +1,844 @@
+"""The bad-input corpus (DESIGN §2 "Errors", §6 "Bad input").
+
+Every malformed program must raise the right ``tl.TempoLabError`` subclass whose message starts
+with ``file:line`` of the offending line *in this file* -- never a crash, a hang, a wrong answer
+or a bare Python exception. ``here()`` returns the number of the line below the call, so each
+test marks the offending line right where it is written.
+"""
+from __future__ import annotations
+
+import inspect
+import sys
+
+import numpy as np
+import pytest
+
+import tempo_lab as tl
+
+
+def here(offset: int = 1) -> int:
+    """The line number ``offset`` lines below the caller's line."""
+    return inspect.currentframe().f_back.f_lineno + offset
+
+
+def check(err: BaseException, cls: type, line: int | tuple[int, ...]):
+    assert type(err) is cls, f"expected {cls.__name__}, got {type(err).__name__}: {err}"
+    assert isinstance(err, tl.TempoLabError)
+    lines = (line,) if isinstance(line, int) else line
+    text = str(err)
+    assert any(text.startswith(f"{__file__}:{n}: ") for n in lines), (
+        f"message should start with {__file__}:{lines}, got:\n{text}")
+
+
+def raises(cls, fn, line):
+    with pytest.raises(tl.TempoLabError) as info:
+        fn()
+    check(info.value, cls, line)
+    return info.value
+
+
+def ctx1():
+    ctx = tl.Context(dims=("t",))
+    return ctx, ctx.dims[0], ctx.bounds[0]
+
+
+def ctx2():
+    ctx = tl.Context(dims=("b", "t"))
+    return (ctx, *ctx.dims, *ctx.bounds)
+
+
+def compile_(ctx, bounds, **outputs):
+    return ctx.compile(bounds=bounds, outputs=outputs)
+
+
+# Errors found while running are checked on every executor: the reference interpreter and, where
+# it exists, the scheduled JAX interpreter (which may find them earlier, at compile time).
+EXECUTORS = [e for e in ("reference", "interpreter") if e in tl.program.EXECUTORS]
+
+
+@pytest.fixture(params=EXECUTORS)
+def executor(request):
+    return request.param
+
+
+def compile_and_run(ctx, bounds, executor, **outputs):
+    config = tl.CompileConfig(executor=executor)
+    return ctx.compile(bounds=bounds, outputs=outputs, config=config).run()
+
+
+def test_here_helper_and_error_location():
+    line = here()
+    err = tl.ShapeError("boom")
+    check(err, tl.ShapeError, line)
+
+
+# ------------------------------------------------------------------------------------------------
+# DefinitionError: branches
+# ------------------------------------------------------------------------------------------------
+def test_overlapping_condition_branches():
+    ctx, t, T = ctx1()
+    with ctx:
+        x = tl.placeholder((), "float32", domain=(t,))
+        x[t < 3] = tl.constant(0.0)
+        line = here()
+        x[t < 5] = tl.constant(1.0)
+        x[t] = x[t - 1] + 1.0
+    err = raises(tl.DefinitionError, lambda: compile_(ctx, {T: 8}, x=x), line)
+    assert "overlap" in str(err)
+
+
+def test_overlapping_point_key_and_condition():
+    ctx, t, T = ctx1()
+    with ctx:
+        x = tl.placeholder((), "float32", domain=(t,))
+        x[0] = tl.constant(0.0)
+        line = here()
+        x[t < 2] = tl.constant(1.0)
+        x[t] = x[t - 1] + 1.0
+    raises(tl.DefinitionError, lambda: compile_(ctx, {T: 4}, x=x), line)
+
+
+def test_overlapping_branches_2d():
+    ctx, b, t, B, T = ctx2()
+    with ctx:
+        x = tl.placeholder((), "float32", domain=(b, t))
+        x[0, t] = tl.constant(0.0)
+        line = here()
+        x[b, 0] = tl.constant(1.0)
+        x[b, t] = x[b - 1, t - 1] + 1.0
+    err = raises(tl.DefinitionError, lambda: compile_(ctx, {B: 2, T: 3}, x=x), line)
+    assert "b = 0" in str(err) and "t = 0" in str(err)  # names the shared point
+
+
+def test_overlapping_shift_key_and_condition():
+    ctx, t, T = ctx1()
+    with ctx:
+        x = tl.placeholder((), "float32", domain=(t,))
+        x[t < 2] = tl.constant(0.0)
+        line = here()
+        x[t + 1] = x[t] * 2.0
+    raises(tl.DefinitionError, lambda: compile_(ctx, {T: 5}, x=x), line)
+
+
+def test_missing_coverage_hole():
+    ctx, t, T = ctx1()
+    with ctx:
+        line = here()
+        x = tl.placeholder((), "float32", domain=(t,))
+        x[0] = tl.constant(0.0)
+        x[t >= 2] = x[t - 1] + 1.0
+    err = raises(tl.DefinitionError, lambda: compile_(ctx, {T: 5}, x=x), line)
+    assert "t = 1" in str(err)
+
+
+def test_missing_coverage_at_the_end():
+    ctx, b, t, B, T = ctx2()
+    with ctx:
+        line = here()
+        x = tl.placeholder((2,), "float32", domain=(b, t))
+        x[t < 3] = tl.zeros((2,))
+        x[(t >= 3) & (t < T - 1)] = tl.ones((2,))
+    err = raises(tl.DefinitionError, lambda: compile_(ctx, {B: 2, T: 6}, x=x), line)
+    assert "t = 5" in str(err)
+
+
+def test_missing_coverage_only_some_bounds():
+    """With T = 3 the branches cover everything; with T = 6 they do not."""
+    ctx, t, T = ctx1()
+    with ctx:
+        line = here()
+        x = tl.placeholder((), "float32", domain=(t,))
+        x[t < 3] = tl.constant(1.0)
+    compile_(ctx, {T: 3}, x=x).run()
+    raises(tl.DefinitionError, lambda: compile_(ctx, {T: 6}, x=x), line)
+
+
+def test_two_default_branches():
+    ctx, t, T = ctx1()
+    with ctx:
+        x = tl.placeholder((), "float32", domain=(t,))
+        x[t] = tl.constant(0.0)
+        line = here()
+        raises(tl.DefinitionError, lambda: x.__setitem__(t, tl.constant(1.0)), line)
+
+
+def test_two_default_branches_written_as_statements():
+    ctx, b, t, B, T = ctx2()
+    with ctx:
+        x = tl.placeholder((), "float32", domain=(b, t))
+        x[b, t] = tl.constant(0.0)
+        with pytest.raises(tl.TempoLabError) as info:
+            line = here()
+            x[b, t] = tl.constant(1.0)
+    check(info.value, tl.DefinitionError, line)
+    assert "default" in str(info.value)
+
+
+def test_assignment_to_non_placeholder():
+    ctx, t, T = ctx1()
+    with ctx:
+        x = tl.zeros(()) + t
+        y = x * 2.0
+        with pytest.raises(tl.TempoLabError) as info:
+            line = here()
+            y[t] = tl.constant(1.0)
+    check(info.value, tl.DefinitionError, line)
+    assert "placeholder" in str(info.value)
+
+
+def test_assignment_to_a_view_of_a_placeholder():
+    ctx, t, T = ctx1()
+    with ctx:
+        x = tl.placeholder((), "float32", domain=(t,))
+        v = x[t - 1]
+        with pytest.raises(tl.TempoLabError) as info:
+            line = here()
+            v[t] = tl.constant(1.0)
+    check(info.value, tl.DefinitionError, line)
+
+
+def test_assignment_to_from_array():
+    ctx, t, T = ctx1()
+    with ctx:
+        x = tl.from_array(np.zeros(3, np.float32), domain=(t,))
+        with pytest.raises(tl.TempoLabError) as info:
+            line = here()
+            x[0] = 1.0
+    check(info.value, tl.DefinitionError, line)
+
+
+def test_never_defined_placeholder_used_by_output():
+    ctx, t, T = ctx1()
+    with ctx:
+        line = here()
+        x = tl.placeholder((), "float32", domain=(t,))
+        y = x * 2.0
+    err = raises(tl.DefinitionError, lambda: compile_(ctx, {T: 3}, y=y), line)
+    assert "never defined" in str(err)
+
+
+def test_never_defined_placeholder_reached_through_a_branch():
+    ctx, t, T = ctx1()
+    with ctx:
+        line = here()
+        h = tl.placeholder((), "float32", domain=(t,))
+        x = tl.placeholder((), "float32", domain=(t,))
+        x[t] = h * 2.0
+    raises(tl.DefinitionError, lambda: compile_(ctx, {T: 3}, x=x), line)
+
+
+def test_branch_value_varies_over_a_dim_outside_the_domain():
+    ctx, b, t, B, T = ctx2()
+    with ctx:
+        x = tl.placeholder((), "float32", domain=(t,))
+        with pytest.raises(tl.TempoLabError) as info:
+            line = here()
+            x[t] = tl.zeros(()) + b
+    check(info.value, tl.DefinitionError, line)
+
+
+def test_slice_key_is_rejected():
+    ctx, t, T = ctx1()
+    with ctx:
+        x = tl.placeholder((), "float32", domain=(t,))
+        with pytest.raises(tl.TempoLabError) as info:
+            line = here()
+            x[0:3] = tl.constant(0.0)
+    check(info.value, tl.DefinitionError, line)
+    assert "t < 3" in str(info.value)  # suggests the condition to use
+
+
+def test_unsupported_key_expression():
+    ctx, t, T = ctx1()
+    with ctx:
+        x = tl.placeholder((), "float32", domain=(t,))
+        with pytest.raises(tl.TempoLabError) as info:
+            line = here()
+            x[2 * t] = tl.constant(0.0)
+    check(info.value, tl.DefinitionError, line)
+
+
+def test_key_with_too_many_entries():
+    ctx, t, T = ctx1()
+    with ctx:
+        x = tl.placeholder((2,), "float32", domain=(t,))
+        with pytest.raises(tl.TempoLabError) as info:
+            line = here()
+            x[t, 0] = tl.constant(0.0)
+    check(info.value, tl.DefinitionError, line)
+
+
+def test_domain_in_wrong_order():
+    ctx, b, t, B, T = ctx2()
+    with ctx:
+        with pytest.raises(tl.TempoLabError) as info:
+            line = here()
+            tl.placeholder((), "float32", domain=(t, b))
+    check(info.value, tl.DefinitionError, line)
+
+
+# ------------------------------------------------------------------------------------------------
+# BoundsError: reads outside a domain
+# ------------------------------------------------------------------------------------------------
+def test_read_previous_point_without_base_case():
+    ctx, t, T = ctx1()
+    with ctx:
+        x = tl.placeholder((), "float32", domain=(t,))
+        line = here()
+        x[t] = x[t - 1] + 1.0
+    err = raises(tl.BoundsError, lambda: compile_(ctx, {T: 4}, x=x), line)
+    assert "t = 0" in str(err) and "t = -1" in str(err)
+
+
+def test_read_next_point_at_the_last_point():
+    ctx, t, T = ctx1()
+    with ctx:
+        x = tl.from_array(np.arange(4, dtype=np.float32), domain=(t,))
+        line = here()
+        y = x[t + 1] * 2.0
+    err = raises(tl.BoundsError, lambda: compile_(ctx, {T: 4}, y=y), line)
+    assert "t = 3" in str(err) and "t = 4" in str(err)
+
+
+def test_slices_are_not_clipped():
+    ctx, t, T = ctx1()
+    with ctx:
+        x = tl.from_array(np.arange(4, dtype=np.float32), domain=(t,))
+        line = here()
+        y = x[0:t + 2].sum()
+    raises(tl.BoundsError, lambda: compile_(ctx, {T: 4}, y=y), line)
+
+
+def test_slice_with_negative_start():
+    ctx, t, T = ctx1()
+    with ctx:
+        x = tl.from_array(np.arange(4, dtype=np.float32), domain=(t,))
+        line = here()
+        y = x[t - 1:t + 1].sum()
+    raises(tl.BoundsError, lambda: compile_(ctx, {T: 4}, y=y), line)
+
+
+def test_constant_point_outside_domain():
+    ctx, t, T = ctx1()
+    with ctx:
+        x = tl.from_array(np.arange(4, dtype=np.float32), domain=(t,))
+        line = here()
+        y = x[T] + 0.0
+    raises(tl.BoundsError, lambda: compile_(ctx, {T: 4}, y=y), line)
+
+
+def test_constant_point_outside_domain_as_view_output():
+    ctx, t, T = ctx1()
+    with ctx:
+        x = tl.from_array(np.arange(4, dtype=np.float32), domain=(t,))
+        line = here()
+        y = x[5]
+    raises(tl.BoundsError, lambda: compile_(ctx, {T: 4}, y=y), line)
+
+
+def test_bad_read_in_2d_outer_dim():
+    ctx, b, t, B, T = ctx2()
+    with ctx:
+        x = tl.placeholder((), "float32", domain=(b, t))
+        x[b, 0] = tl.constant(0.0)
+        line = here()
+        x[b, t] = x[b - 1, t - 1] + 1.0
+    err = raises(tl.BoundsError, lambda: compile_(ctx, {B: 2, T: 3}, x=x), line)
+    assert "b = 0" in str(err)
+
+
+def test_read_fine_only_under_its_branch_does_not_raise(executor):
+    ctx, t, T = ctx1()
+    r_np = np.arange(5, dtype=np.float32)
+    with ctx:
+        r = tl.from_array(r_np, domain=(t,))
+        x = tl.placeholder((), "float32", domain=(t,))
+        x[0] = tl.constant(0.0)
+        x[t] = x[t - 1] + 1.0                 # x[t - 1] is fine for t >= 1 only
+        nxt = tl.placeholder((), "float32", domain=(t,))
+        nxt[t < T - 1] = r[t + 1] * 2.0       # r[t + 1] is fine for t < T - 1 only
+        nxt[T - 1] = tl.constant(-1.0)
+        two = tl.placeholder((), "float32", domain=(t,))
+        two[t >= 2] = r[t - 2] + r[0:t - 1].sum()   # also through a slice
+        two[t] = tl.constant(0.0)
+    res = compile_and_run(ctx, {T: 5}, executor, x=x, nxt=nxt, two=two)
+    np.testing.assert_allclose(res["x"], np.arange(5))
+    np.testing.assert_allclose(res["nxt"], [2, 4, 6, 8, -1])
+    np.testing.assert_allclose(res["two"], [0, 0] + [r_np[i - 2] + r_np[:i - 1].sum()
+                                                     for i in range(2, 5)])
+
+
+def test_read_bad_even_under_its_branch():
+    ctx, t, T = ctx1()
+    with ctx:
+        x = tl.placeholder((), "float32", domain=(t,))
+        line = here()
+        x[t < 3] = x[t - 1] * 2.0             # t = 0 is under this branch
+        x[t] = tl.constant(1.0)
+    raises(tl.BoundsError, lambda: compile_(ctx, {T: 5}, x=x), line)
+
+
+def test_bad_read_only_reached_by_a_sink():
+    ctx, t, T = ctx1()
+    with ctx:
+        x = tl.from_array(np.arange(4, dtype=np.float32), domain=(t,))
+        line = here()
+        tl.sink(x[t + 1], lambda p, v: None)
+        y = x * 1.0
+    raises(tl.BoundsError, lambda: compile_(ctx, {T: 4}, y=y), line)
+
+
+# ------------------------------------------------------------------------------------------------
+# BoundsError: bounds passed to compile
+# ------------------------------------------------------------------------------------------------
+def _simple():
+    ctx, b, t, B, T = ctx2()
+    with ctx:
+        x = tl.placeholder((), "float32", domain=(b, t))
+        x[b, 0] = tl.constant(0.0)
+        x[b, t] = x[b, t - 1] + 1.0
+    return ctx, (B, T), x
+
+
+def test_missing_bound():
+    ctx, (B, T), x = _simple()
+    line = here()
+    err = raises(tl.BoundsError, lambda: ctx.compile(bounds={T: 3}, outputs={"x": x}), line)
+    assert "B" in err.reason
+
+
+def test_non_int_bounds():
+    ctx, (B, T), x = _simple()
+    for bad in (2.5, "3", True, 0, -1, None, np.float32(3)):
+        line = here()
+        raises(tl.BoundsError, lambda bad=bad: ctx.compile(bounds={B: 2, T: bad}, outputs=[x]), line)
+
+
+def test_numpy_int_bound_is_fine_and_dim_keys_work():
+    ctx, (B, T), x = _simple()
+    b, t = ctx.dims
+    res = ctx.compile(bounds={b: np.int64(2), "T": 3}, outputs={"x": x}).run()
+    np.testing.assert_allclose(res["x"], [[0, 1, 2]] * 2)
+
+
+def test_unknown_bound_key():
+    ctx, (B, T), x = _simple()
+    other = tl.Context(dims=("q",))
+    for key in ("Q", other.bounds[0], other.dims[0], 3):
+        line = here(2)
+        raises(tl.BoundsError,
+               lambda key=key: ctx.compile(bounds={B: 2, T: 3, key: 4}, outputs=[x]), line)
+
+
+def test_from_array_leading_axes_do_not_match_bounds():
+    ctx, b, t, B, T = ctx2()
+    with ctx:
+        line = here()
+        x = tl.from_array(np.zeros((2, 5, 3), np.float32), domain=(b, t))
+        y = x * 2.0
+    err = raises(tl.ShapeError, lambda: compile_(ctx, {B: 2, T: 4}, y=y), line)
+    assert "(2, 5)" in str(err)
+
+
+def test_from_array_with_too_few_axes():
+    ctx, b, t, B, T = ctx2()
+    with ctx:
+        line = here()
+        raises(tl.ShapeError, lambda: tl.from_array(np.zeros((3,)), domain=(b, t)), line)
+
+
+# ------------------------------------------------------------------------------------------------
+# ShapeError
+# ------------------------------------------------------------------------------------------------
+def test_shape_mismatch_in_add_at_trace_time():
+    ctx, t, T = ctx1()
+    with ctx:
+        a = tl.zeros((3,))
+        c = tl.zeros((4,))
+        with pytest.raises(tl.TempoLabError) as info:
+            line = here()
+            a + c
+    check(info.value, tl.ShapeError, line)
+
+
+def test_shape_mismatch_with_recurrent_operands():
+    ctx, b, t, B, T = ctx2()
+    with ctx:
+        x = tl.from_array(np.zeros((2, 3, 4), np.float32), domain=(b, t))
+        y = tl.from_array(np.zeros((3, 2), np.float32), domain=(t,))
+        line = here()
+        raises(tl.ShapeError, lambda: x[b, t - 1] * y, line)
+
+
+def test_matmul_contraction_mismatch():
+    ctx, t, T = ctx1()
+    with ctx:
+        a = tl.zeros((2, 3))
+        w = tl.zeros((4, 5))
+        line = here()
+        err = raises(tl.ShapeError, lambda: a @ w, line)
+        line = here()
+        raises(tl.ShapeError, lambda: tl.matmul(tl.zeros((3,)), tl.zeros((4,))), line)
+        line = here()
+        raises(tl.ShapeError, lambda: tl.zeros(()) @ tl.zeros((3,)), line)
+    assert "3" in str(err) and "4" in str(err)
+
+
+def test_reshape_size_mismatch():
+    ctx, t, T = ctx1()
+    with ctx:
+        x = tl.zeros((2, 3))
+        line = here()
+        raises(tl.ShapeError, lambda: x.reshape((4, 2)), line)
+        line = here()
+        raises(tl.ShapeError, lambda: x.reshape(-1, 4), line)
+        line = here()
+        raises(tl.ShapeError, lambda: x.reshape(-1, -1), line)
+
+
+def test_other_layout_errors():
+    ctx, t, T = ctx1()
+    with ctx:
+        x = tl.zeros((2, 3))
+        cases = [
+            (here(), lambda: x.squeeze(0)),
+            (here(), lambda: x.transpose((0, 0))),
+            (here(), lambda: x.sum(axis=2)),
+            (here(), lambda: x.mean(axis=(0, 0))),
+            (here(), lambda: x.expand_dims(5)),
+            (here(), lambda: tl.concatenate([x, tl.zeros((3, 3))], axis=1)),
+            (here(), lambda: tl.concatenate([x, tl.zeros((3,))])),
+            (here(), lambda: tl.stack([x, tl.zeros((3, 2))])),
+            (here(), lambda: tl.softmax(x, axis=3)),
+            (here(), lambda: x[0, 0, 0]),
+            (here(), lambda: x[..., 5]),
+            (here(), lambda: x[..., ...]),
+            (here(), lambda: tl.placeholder((-1,), "float32", domain=(t,))),
+        ]
+        for line, fn in cases:
+            raises(tl.ShapeError, fn, line - 1)
+
+
+def test_branch_value_with_wrong_shape():
+    ctx, t, T = ctx1()
+    with ctx:
+        x = tl.placeholder((3,), "float32", domain=(t,))
+        with pytest.raises(tl.TempoLabError) as info:
+            line = here()
+            x[t] = tl.zeros((4,))
+    check(info.value, tl.ShapeError, line)
+    with ctx:
+        y = tl.placeholder((3,), "float32", domain=(t,))
+        with pytest.raises(tl.TempoLabError) as info:
+            line = here()
+            y[0] = tl.zeros((2, 3))  # does not broadcast *to* (3,)
+    check(info.value, tl.ShapeError, line)
+
+
+def test_output_with_non_static_spatial_shape():
+    ctx, t, T = ctx1()
+    with ctx:
+        x = tl.from_array(np.zeros((5, 2), np.float32), domain=(t,))
+        line = here()
+        prefix = x[0:t + 1]
+    err = raises(tl.ShapeError, lambda: compile_(ctx, {T: 5}, prefix=prefix), line)
+    msg = err.reason
+    assert "static" in msg and ("reduce" in msg or "0:T" in msg)  # says how to fix it
+
+
+def test_output_with_non_static_shape_through_an_op():
+    ctx, t, T = ctx1()
+    with ctx:
+        x = tl.from_array(np.zeros((5, 2), np.float32), domain=(t,))
+        line = here()
+        y = tl.exp(x[tl.max(0, t - 2):t + 1])
+    raises(tl.ShapeError, lambda: compile_(ctx, {T: 5}, y=y), line)
+
+
+def test_reshape_of_a_symbolic_shape():
+    ctx, t, T = ctx1()
+    with ctx:
+        x = tl.from_array(np.zeros((5, 2), np.float32), domain=(t,))
+        line = here()
+        raises(tl.ShapeError, lambda: x[0:t + 1].reshape(-1), line)
+
+
+def test_ragged_range_read():
+    ctx, t, T = ctx1()
+    with ctx:
+        x = tl.from_array(np.zeros((5, 2), np.float32), domain=(t,))
+        prefix = x[0:t + 1] * 1.0           # shape (t + 1, 2)
+        line = here()
+        raises(tl.ShapeError, lambda: prefix[0:T], line)
+
+
+def test_source_returning_wrong_shape_at_run_time(executor):
+    ctx, t, T = ctx1()
+    with ctx:
+        line = here()
+        s = tl.source(lambda p: np.zeros((3,), np.float32), (2,), "float32", domain=(t,))
+    raises(tl.ShapeError, lambda: compile_and_run(ctx, {T: 2}, executor, s=s), line)
+
+
+def test_source_returning_wrong_dtype_at_run_time(executor):
+    ctx, t, T = ctx1()
+    with ctx:
+        line = here()
+        s = tl.source(lambda p: np.zeros((2,), np.float32) + 0.5, (2,), "int32", domain=(t,))
+    raises(tl.DTypeError, lambda: compile_and_run(ctx, {T: 2}, executor, s=s), line)
+
+
+# ------------------------------------------------------------------------------------------------
+# DTypeError
+# ------------------------------------------------------------------------------------------------
+def test_assign_float_to_int_placeholder():
+    ctx, t, T = ctx1()
+    with ctx:
+        x = tl.placeholder((), "int32", domain=(t,))
+        with pytest.raises(tl.TempoLabError) as info:
+            line = here()
+            x[t] = tl.zeros(()) + t
+    check(info.value, tl.DTypeError, line)
+    assert "astype" in str(info.value)
+    with ctx:
+        line = here()
+        raises(tl.DTypeError, lambda: x.__setitem__(t, 1.5), line)  # a weak float too
+
+
+def test_assign_int_to_float_placeholder_is_an_error_unless_weak():
+    ctx, t, T = ctx1()
+    with ctx:
+        x = tl.placeholder((), "float32", domain=(t,))
+        x[0] = 1  # weak Python int: fine
+        line = here()
+        raises(tl.DTypeError, lambda: x.__setitem__(t, tl.zeros((), "int32") + t), line)
+
+
+def test_and_on_floats():
+    ctx, t, T = ctx1()
+    with ctx:
+        a = tl.zeros((2,))
+        with pytest.raises(tl.TempoLabError) as info:
+            line = here()
+            a & (a > 0)
+    check(info.value, tl.DTypeError, line)
+    with ctx:
+        line = here()
+        raises(tl.DTypeError, lambda: a | a, line)
+        line = here()
+        raises(tl.DTypeError, lambda: ~a, line)
+
+
+def test_other_dtype_errors():
+    ctx, t, T = ctx1()
+    with ctx:
+        f = tl.zeros((2,))
+        bo = f > 0
+        cases = [
+            (here(), lambda: tl.where(f, f, f)),
+            (here(), lambda: tl.abs(f) & bo),
+            (here(), lambda: -bo),
+            (here(), lambda: bo - bo),
+            (here(), lambda: tl.zeros((2,), "floaty")),
+            (here(), lambda: f.astype("not-a-dtype")),
+            (here(), lambda: tl.constant({"a": 1})),
+        ]
+        for line, fn in cases:
+            raises(tl.DTypeError, fn, line - 1)
+
+
+# ------------------------------------------------------------------------------------------------
+# ExprError
+# ------------------------------------------------------------------------------------------------
+def test_python_if_on_a_condition():
+    ctx, t, T = ctx1()
+    with ctx:
+        x = tl.zeros(()) + t
+        with pytest.raises(tl.TempoLabError) as info:
+            line = here()
+            if t < 3:
+                x = x + 1.0
+    check(info.value, tl.ExprError, line)
+
+
+def test_python_if_on_a_tensor():
+    ctx, t, T = ctx1()
+    with ctx:
+        x = tl.zeros(()) + t
+        with pytest.raises(tl.TempoLabError) as info:
+            line = here()
+            if x > 0:
+                pass
+    check(info.value, tl.ExprError, line)
+
+
+def test_chained_comparison_and_python_and():
+    ctx, t, T = ctx1()
+    with ctx:
+        line = here()
+        raises(tl.ExprError, lambda: 1 < t < 3, line)
+        line = here()
+        raises(tl.ExprError, lambda: (t > 1) and (t < 3), line)
+
+
+def test_bad_index_expressions():
+    ctx, b, t, B, T = ctx2()
+    other = tl.Context(dims=("q",))
+    with ctx:
+        x = tl.from_array(np.zeros((2, 3), np.float32), domain=(b, t))
+        cases = [
+            (here(), lambda: t * t),
+            (here(), lambda: t * b),
+            (here(), lambda: t % T),
+            (here(), lambda: t // 0),
+            (here(), lambda: x[b, t < 2]),
+            (here(), lambda: x[b, other.dims[0]]),
+            (here(), lambda: x[b, x]),
+            (here(), lambda: x[b, 0:t:2]),
+            (here(), lambda: tl.min(t)),
+            (here(), lambda: tl.max(x, t)),
+            (here(), lambda: x[b, 1.5]),
+        ]
+        for line, fn in cases:
+            raises(tl.ExprError, fn, line - 1)
+
+
+def test_bad_context_dims():
+    for names in (("T",), ("a", "a"), ("1x",)):
+        line = here()
+        raises(tl.ExprError, lambda names=names: tl.Context(dims=names), line)
+
+
+# ------------------------------------------------------------------------------------------------
+# ScheduleError: cyclic definitions (never a hang, never a RecursionError)
+# ------------------------------------------------------------------------------------------------
+def _assert_cycle(ctx, bounds, lines, executor, **outs):
+    with pytest.raises(tl.TempoLabError) as info:
+        compile_and_run(ctx, bounds, executor, **outs)
+    err = info.value
+    assert not isinstance(err, RecursionError)
+    check(err, tl.ScheduleError, lines)
+    return err
+
+
+def test_cyclic_definition_two_placeholders(executor):
+    ctx, t, T = ctx1()
+    with ctx:
+        first = here()
+        x = tl.placeholder((), "float32", domain=(t,))
+        y = tl.placeholder((), "float32", domain=(t,))
+        x[t] = y[t] + 1.0
+        y[t] = x[t] * 2.0
+    err = _assert_cycle(ctx, {T: 4}, tuple(range(first, first + 4)), executor, x=x)
+    msg = str(err)
+    assert "->" in msg  # names the cycle: the two placeholders and the ops between them
+    assert f"{__file__}:{first + 2}" in msg and f"{__file__}:{first + 3}" in msg
+    assert "const" not in msg  # only ops on the cycle, not the other inputs being evaluated
+
+
+def test_self_cycle_at_the_same_point(executor):
+    ctx, t, T = ctx1()
+    with ctx:
+        first = here()
+        x = tl.placeholder((), "float32", domain=(t,))
+        x[t] = x[t] + 1.0
+    _assert_cycle(ctx, {T: 3}, (first, first + 1), executor, x=x)
+
+
+def test_cycle_through_an_inclusive_prefix(executor):
+    ctx, t, T = ctx1()
+    with ctx:
+        first = here()
+        x = tl.placeholder((), "float32", domain=(t,))
+        x[0] = tl.constant(1.0)
+        x[t] = x[0:t + 1].sum()
+    _assert_cycle(ctx, {T: 3}, (first, first + 1, first + 2), executor, x=x)
+
+
+def test_long_cycle_no_recursion_error(executor):
+    ctx, t, T = ctx1()
+    with ctx:
+        first = here()
+        x = tl.placeholder((), "float32", domain=(t,))
+        x[T - 1] = x[0] + 1.0
+        x[t] = x[t + 1] * 0.5
+    limit = sys.getrecursionlimit()
+    err = _assert_cycle(ctx, {T: 5 * limit}, (first, first + 1, first + 2), executor,
+                        x=x)
+    assert len(str(err)) < 5000  # a long cycle is summarised, not printed in full
+
+
+# ------------------------------------------------------------------------------------------------
+# misuse of the API
+# ------------------------------------------------------------------------------------------------
+def test_no_active_context():
+    line = here()
+    err = raises(tl.TempoLabError, lambda: tl.zeros((2,)), line)
+    assert "with ctx" in str(err)
+
+
+def test_tensors_from_two_contexts():
+    c1, t1, T1 = ctx1()
+    c2, t2, T2 = ctx1()
+    with c1:
+        a = tl.zeros(()) + t1
+    with c2:
+        c = tl.zeros(()) + t2
+        line = here()
+        raises(tl.TempoLabError, lambda: a + c, line)
+
+
+def test_compile_without_outputs_or_with_a_non_tensor():
+    ctx, (B, T), x = _simple()
+    line = here()
+    raises(tl.TempoLabError, lambda: ctx.compile(bounds={B: 1, T: 1}, outputs={}), line)
+    line = here()
+    raises(tl.TempoLabError, lambda: ctx.compile(bounds={B: 1, T: 1}, outputs={"y": 3}), line)
+
+
+def test_output_from_another_context():
+    ctx, (B, T), x = _simple()
+    other, (B2, T2), y = _simple()
+    line = here()
+    raises(tl.TempoLabError, lambda: ctx.compile(bounds={B: 1, T: 1}, outputs={"y": y}), line)
+
+
+def test_sink_needs_a_tensor_and_a_callable():
+    ctx, t, T = ctx1()
+    with ctx:
+        x = tl.zeros(()) + t
+        line = here()
+        raises(tl.DefinitionError, lambda: tl.sink(3.0, print), line)
+        line = here()
+        raises(tl.DefinitionError, lambda: tl.sink(x, 3), line)
+
+
+def test_every_error_class_is_exported_and_a_tempo_lab_error():
+    for cls in (tl.ShapeError, tl.DTypeError, tl.DefinitionError, tl.BoundsError,
+                tl.ScheduleError, tl.ExprError):
+        assert issubclass(cls, tl.TempoLabError)
+
+
+def test_max_over_an_empty_range(executor):
+    """jnp.max of an empty array raises (max has no identity): so does a max over x[0:t] at
+    t = 0, rather than returning an arbitrary value."""
+    ctx, t, T = ctx1()
+    with ctx:
+        x = tl.from_array(np.arange(4, dtype=np.float32), domain=(t,))
+        line = here()
+        m = x[0:t].max(axis=0)
+    err = raises(tl.ShapeError, lambda: compile_and_run(ctx, {T: 4}, executor, m=m), line)
+    assert "empty" in str(err)
+
+
+def test_integer_to_a_negative_power_at_run_time():
+    """On the reference interpreter (NumPy refuses it; XLA's result is undefined)."""
+    ctx, t, T = ctx1()
+    with ctx:
+        e = tl.zeros((), "int32") - t
+        line = here()
+        y = tl.full((), 2, "int32") ** e
+    # The reference checks values point by point; the JAX executor follows XLA here.
+    prog = ctx.compile(bounds={T: 3}, outputs={"y": y},
+                       config=tl.CompileConfig(executor="reference"))
+    raises(tl.DTypeError, prog.run, line)
