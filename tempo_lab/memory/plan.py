@@ -53,7 +53,7 @@ class Storage:
     slots: tuple[int | None, ...]  # per dim: ring size W, or None for a growing (block) axis
     spatial: tuple[int, ...]       # padded static spatial shape
     dtype: np.dtype
-    block: int
+    blocks: tuple[int, ...]        # per dim: points per block of a growing axis
 
     @property
     def kind(self) -> str:
@@ -68,13 +68,13 @@ class Storage:
     def bytes_for(self, extents: tuple[int, ...]) -> int:
         """Bytes of the buffer once the growing axes reach ``extents`` (blocks, rounded up)."""
         n = 1
-        for s, x in zip(self.slots, extents):
-            n *= s if s is not None else -(-x // self.block) * self.block
+        for s, x, b in zip(self.slots, extents, self.blocks):
+            n *= s if s is not None else -(-x // b) * b
         return n * self.item_bytes
 
     def describe(self) -> str:
-        axes = [f"{d}:{'blocks of ' + str(self.block) if s is None else s}"
-                for d, s in zip(self.dims, self.slots)]
+        axes = [f"{d}:{'blocks of ' + str(b) if s is None else s}"
+                for d, s, b in zip(self.dims, self.slots, self.blocks)]
         return (f"{self.kind} [{', '.join(axes)}] x {self.dtype.name}{list(self.spatial)}")
 
 
@@ -112,7 +112,7 @@ class MemoryPlan(Stage):
         return {"schema": SCHEMA, "peak_bytes": self.peak_bytes, "steps": len(self.timeline),
                 "stores": [{"op": i, "kind": s.kind, "dims": list(s.dims),
                             "slots": list(s.slots), "spatial": list(s.spatial),
-                            "dtype": s.dtype.name, "block": s.block,
+                            "dtype": s.dtype.name, "blocks": list(s.blocks),
                             "lifetime": list(self.lifetimes.get(i, (0, 0)))}
                            for i, s in self.storages.items()]}
 
@@ -192,8 +192,9 @@ def plan_memory(sdg: SDG, schedule, bounds: dict[str, int], block: int = 64) -> 
                 slots = tuple(None if j == rings[-1] else s for j, s in enumerate(slots))
         spatial = tuple(x if isinstance(x, int) else pad(x, I.max_over(x, domains[i], op.domain, bounds))
                         for x in op.type.shape)
+        blocks = tuple(min(block, bounds[d.bound.name]) for d in op.domain)
         storages[i] = Storage(i, tuple(d.name for d in op.domain), slots, spatial,
-                              op.type.dtype, block)
+                              op.type.dtype, blocks)
     timeline, lifetimes = simulate(schedule.ast, storages, bounds, walk, Exec, Free)
     return MemoryPlan(sdg, storages, timeline, lifetimes)
 

@@ -23,15 +23,19 @@ from ..ir.sdg import SDG, Edge, Op
 from ..memory.plan import MemoryPlan, Storage, pad
 from ..schedule import Exec, Free, Schedule, walk
 from ..symbolic import Slice
+from ..stage import Stage
 from . import jax_ops
 
 HOST_OPS = ("const", "dimval", "source")
 
 
-@dataclass
-class Profile:
-    """What one run measured: per-op kernel calls and seconds, and store bytes per step."""
+@dataclass(repr=False)
+class Profile(Stage):
+    """What one run measured: kernel calls and seconds per op, and the bytes held by tensor
+    stores after every executed statement (``timeline``; its maximum is ``peak_bytes``).
+    Seconds are host-side dispatch times unless ``synced`` (CompileConfig(sync_profile=True))."""
 
+    sdg: SDG
     calls: dict[int, int] = field(default_factory=dict)
     seconds: dict[int, float] = field(default_factory=dict)
     timeline: list[int] = field(default_factory=list)
@@ -42,13 +46,38 @@ class Profile:
     def peak_bytes(self) -> int:
         return max(self.timeline, default=0)
 
+    def by_kind(self) -> dict[str, tuple[int, float]]:
+        """(calls, seconds) summed per op kind."""
+        out: dict[str, tuple[int, float]] = {}
+        for i, n in self.calls.items():
+            c, sec = out.get(self.sdg.ops[i].kind, (0, 0.0))
+            out[self.sdg.ops[i].kind] = (c + n, sec + self.seconds.get(i, 0.0))
+        return out
+
+    def __repr__(self) -> str:
+        return (f"Profile(kernel_calls={sum(self.calls.values())}, ops={len(self.calls)}, "
+                f"peak_bytes={self.peak_bytes})")
+
+    def _sections(self):
+        calls = [f"{self.sdg.ops[i].label} ({self.sdg.ops[i].kind}): {n} calls"
+                 for i, n in sorted(self.calls.items())]
+        return [("kernel calls", calls),
+                ("store bytes", [f"peak {self.peak_bytes} over {len(self.timeline)} steps"])]
+
+    def to_dict(self) -> dict:
+        return {"schema": "tempo_lab.profile/1", "calls": {str(k): v for k, v in
+                                                            self.calls.items()},
+                "seconds": {str(k): v for k, v in self.seconds.items()},
+                "peak_bytes": self.peak_bytes, "timeline": list(self.timeline),
+                "wall_s": self.wall_s, "synced": self.synced}
+
 
 class _Store:
     def __init__(self, s: Storage):
         self.plan = s
         # growing axes start with one block: reads of points nobody wrote (only ever for
         # points outside the demand) then see zeros instead of an empty axis
-        shape = tuple(w if w is not None else s.block for w in s.slots) + s.spatial
+        shape = tuple(w if w is not None else b for w, b in zip(s.slots, s.blocks)) + s.spatial
         self.buf = jnp.zeros(shape, s.dtype)
 
     def slot(self, k: int, v: int) -> int:
@@ -57,10 +86,9 @@ class _Store:
 
     def ensure(self, point: tuple[int, ...]):
         """Grow the block axes so that ``point`` fits."""
-        b = self.plan.block
         want = [self.buf.shape[k] if w is not None else max(self.buf.shape[k],
                                                              -(-(v + 1) // b) * b)
-                for k, (w, v) in enumerate(zip(self.plan.slots, point))]
+                for k, (w, v, b) in enumerate(zip(self.plan.slots, point, self.plan.blocks))]
         if any(x != y for x, y in zip(want, self.buf.shape)):
             pads = [(0, x - y) for x, y in zip(want, self.buf.shape)]
             self.buf = jnp.pad(self.buf, pads + [(0, 0)] * len(self.plan.spatial))
@@ -70,12 +98,27 @@ class _Store:
         return int(self.buf.size) * self.buf.dtype.itemsize
 
 
-class Executor:
-    """Runs a scheduled, planned SDG for one set of bound values."""
+class Executor(Stage):
+    """The executable stage: runs the scheduled, planned SDG (``prog.executable``)."""
 
     def __init__(self, sdg: SDG, schedule: Schedule, plan: MemoryPlan, sync: bool = False):
         self.sdg, self.schedule, self.plan, self.sync = sdg, schedule, plan, sync
-        self._arrays: dict[int, jax.Array] = {}
+        self._arrays: dict[int, jax.Array] = {}  # constants and from_array arrays on device
+
+    def __repr__(self) -> str:
+        n = sum(1 for node in self.schedule.ast.walk() if isinstance(node, Exec))
+        return (f"Executable(executor=interpreter, statements={n}, "
+                f"stores={len(self.plan.storages)})")
+
+    def _sections(self):
+        return [("how it runs", [
+            "walks the schedule's loop AST; per statement instance one jitted JAX kernel reads "
+            "the inputs from their stores, computes the op and writes its store in place",
+            f"kernels cached process-wide: {len(_KERNELS)} compiled so far"])]
+
+    def to_dict(self) -> dict:
+        return {"schema": "tempo_lab.executable/1", "executor": "interpreter",
+                "stores": len(self.plan.storages)}
 
     # -- static read patterns -----------------------------------------------------------------
     def _read(self, e: Edge, env: dict, stores) -> tuple[tuple, list[int], list]:
@@ -126,7 +169,7 @@ class Executor:
         sdg = self.sdg
         stores = {i: _Store(s) for i, s in self.plan.storages.items()}
         written: dict[int, int] = {}
-        prof = Profile(synced=self.sync)
+        prof = Profile(sdg, synced=self.sync)
         live = {}
         until = dict(until or {})
         by_dim = {name.lower(): (name, done) for name, (done, _) in until.items()}
