@@ -116,7 +116,7 @@ def _used_bounds(sdg: SDG) -> set[str]:
         used |= {d.bound.name for d in op.domain}
         used |= {s.name for x in op.type.shape if not isinstance(x, int) for s in x.bounds()}
         if op.kind == "dimval":
-            used |= {s.name for s in op.attrs["expr"].bounds()}
+            used |= {s.name for s in op.attrs["expr"].symbols() if isinstance(s, Bound)}
     for e in sdg.edges:
         used |= {s.name for x in e.index for s in x.symbols() if isinstance(s, Bound)}
         used |= {s.name for s in e.cond.symbols() if isinstance(s, Bound)}

@@ -135,3 +135,22 @@ def test_substitute_and_slices():
     assert s.length.evaluate({"t": 5}) == 3
     assert Slice.of(slice(None, None), T) == Slice(t - t, T)
     assert or_(t < 1, t >= 1).evaluate({"t": 3})
+
+
+def test_float_arithmetic_on_index_expressions_says_how_to_lift():
+    for bad in (lambda: t * 0.5, lambda: t / 2, lambda: t + 1.5):
+        with pytest.raises(tl.ExprError, match="lift it"):
+            bad()
+
+
+@pytest.mark.parametrize("executor", ["interpreter", "reference"])
+def test_conditions_on_dims_are_bool_values(executor):
+    ctx = tl.Context(dims=("t",))
+    (tt,), (TT,) = ctx.dims, ctx.bounds
+    with ctx:
+        y = tl.where(tt < 3, tl.ones(()), tl.zeros(()) + tt)
+        z = (tt < TT - 1) & (tl.zeros(()) + tt > 0)
+    run = ctx.compile(bounds={TT: 5}, outputs={"y": y, "z": z},
+                      config=tl.CompileConfig(executor=executor)).run()
+    assert run["y"].tolist() == [1, 1, 1, 3, 4]
+    assert run["z"].tolist() == [False, True, True, True, False]

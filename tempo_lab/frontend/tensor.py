@@ -317,10 +317,7 @@ def as_tensor(x, ctx: Context) -> RecurrentTensor:
             raise ExprError("this tensor comes from another tl.Context; build a program inside "
                             "one context")
         return x
-    if isinstance(x, Cond):
-        raise ExprError(f"{x} is a condition on dims; turn it into a value with "
-                        "tl.where(cond, a, b) ... or compare a dim value: (tl.zeros(()) + t) < 3")
-    if isinstance(x, Expr):
+    if isinstance(x, (Expr, Cond)):
         if isinstance(x, Const):
             return constant(x.value, ctx)
         ctx.check_expr(x, f"the expression {x}")

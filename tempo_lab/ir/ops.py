@@ -15,7 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from ..errors import DTypeError, ShapeError
-from ..symbolic import Const, Expr
+from ..symbolic import Cond, Const, Expr
 
 Dim_ = int | Expr
 
@@ -135,6 +135,9 @@ def _const(ins, attrs):
 
 @_register("dimval", "source")
 def _dimval(ins, attrs):
+    """The value of an index expression (weak int32) or of a condition on dims (bool)."""
+    if isinstance(attrs["expr"], Cond):
+        return TensorType((), np.dtype(np.bool_))
     return TensorType((), np.dtype(np.int32), True)
 
 

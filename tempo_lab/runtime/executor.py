@@ -263,7 +263,7 @@ class Executor(Stage):
                 arr = self._arrays[op.id] = jnp.asarray(op.attrs["array"])
             return arr
         if op.kind == "dimval":
-            return np.asarray(op.attrs["expr"].evaluate(env), np.int32)
+            return np.asarray(op.attrs["expr"].evaluate(env), op.type.dtype)
         if op.kind == "source":
             return _call_source(op, point)
         return None

@@ -71,7 +71,7 @@ def _compute(op: Op, ins: list[np.ndarray], in_types, env: dict[str, int]) -> np
     if k == "const":
         return a["value"]
     if k == "dimval":
-        return np.asarray(a["expr"].evaluate(env), np.int32)
+        return np.asarray(a["expr"].evaluate(env), op.type.dtype)
     if k == "from_array":
         return a["array"][tuple(env[d.name] for d in op.domain)]
     if k == "source":

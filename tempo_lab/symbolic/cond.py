@@ -15,20 +15,21 @@ from .expr import Const, Dim, Expr, Lin, as_expr
 class Cond:
     __slots__ = ()
 
+    # with anything but a condition (e.g. a bool tensor) let the other operand decide
     def __and__(self, other):
-        return and_(self, other)
+        return and_(self, other) if isinstance(other, (Cond, bool)) else NotImplemented
 
     def __or__(self, other):
-        return or_(self, other)
+        return or_(self, other) if isinstance(other, (Cond, bool)) else NotImplemented
 
     def __invert__(self):
         return not_(self)
 
     def __rand__(self, other):
-        return and_(other, self)
+        return and_(other, self) if isinstance(other, (Cond, bool)) else NotImplemented
 
     def __ror__(self, other):
-        return or_(other, self)
+        return or_(other, self) if isinstance(other, (Cond, bool)) else NotImplemented
 
     def __bool__(self):
         raise ExprError(f"the condition {self} is symbolic and has no truth value here; use it as "

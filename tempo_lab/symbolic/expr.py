@@ -24,13 +24,28 @@ class Expr:
     __slots__ = ()
 
     # -- arithmetic -------------------------------------------------------------------------
+    def _not_integer(self, other, op: str):
+        raise ExprError(f"index expressions are integers: {self} {op} {other!r} is not one. For "
+                        f"integer division use //; to compute with {self} as a value, lift it "
+                        f"first: (tl.zeros(()) + {self}) {op} {other!r}")
+
+    def __truediv__(self, other):
+        self._not_integer(other, "/")
+
+    def __rtruediv__(self, other):
+        self._not_integer(other, "/")
+
     def __add__(self, other):
+        if _is_float(other):
+            self._not_integer(other, "+")
         return _combine(self, other, 1) if _is_int_like(other) else NotImplemented
 
     def __radd__(self, other):
         return _combine(other, self, 1) if _is_int_like(other) else NotImplemented
 
     def __sub__(self, other):
+        if _is_float(other):
+            self._not_integer(other, "-")
         return _combine(self, other, -1) if _is_int_like(other) else NotImplemented
 
     def __rsub__(self, other):
@@ -43,6 +58,8 @@ class Expr:
         return self
 
     def __mul__(self, other):
+        if _is_float(other):
+            self._not_integer(other, "*")
         if not _is_int_like(other):
             return NotImplemented
         other = as_expr(other)
@@ -276,6 +293,12 @@ def _is_int_like(x) -> bool:
     import numpy as np
 
     return isinstance(x, (int, Expr, np.integer)) and not isinstance(x, bool)
+
+
+def _is_float(x) -> bool:
+    import numpy as np
+
+    return isinstance(x, (float, np.floating))
 
 
 def as_expr(x) -> Expr:
