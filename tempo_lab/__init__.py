@@ -1,11 +1,50 @@
 """tempo_lab: a notebook workbench for compiled dynamic deep learning over recurrent tensors."""
 from .config import config
-from .errors import (BoundsError, DefinitionError, DTypeError, ExprError, ScheduleError,
-                     ShapeError, TempoLabError)
-from .frontend.api import (abs, arange, concatenate, cos, eq, exp, expand_dims, from_array,
-                           full, log, matmul, max, maximum, mean, min, minimum, ne, ones,
-                           placeholder, relu, reshape, sigmoid, sin, sink, softmax, source,
-                           sqrt, squeeze, stack, sum, tanh, transpose, where, zeros)
+from .errors import (
+                     BoundsError,
+                     DefinitionError,
+                     DTypeError,
+                     ExprError,
+                     ScheduleError,
+                     ShapeError,
+                     TempoLabError,
+)
+from .frontend.api import (
+                     abs,
+                     arange,
+                     concatenate,
+                     cos,
+                     eq,
+                     exp,
+                     expand_dims,
+                     from_array,
+                     full,
+                     log,
+                     matmul,
+                     max,
+                     maximum,
+                     mean,
+                     min,
+                     minimum,
+                     ne,
+                     ones,
+                     placeholder,
+                     relu,
+                     reshape,
+                     sigmoid,
+                     sin,
+                     sink,
+                     softmax,
+                     source,
+                     sqrt,
+                     squeeze,
+                     stack,
+                     sum,
+                     tanh,
+                     transpose,
+                     where,
+                     zeros,
+)
 from .frontend.api import constant_ as constant
 from .frontend.context import Context
 from .frontend.tensor import RecurrentTensor

@@ -11,8 +11,8 @@ from .errors import BoundsError, TempoLabError, user_location
 from .frontend.build import build_sdg
 from .frontend.tensor import RecurrentTensor
 from .frontend.validate import validate
-from .ir.sdg import SDG
 from .ir.demand import demand
+from .ir.sdg import SDG
 from .memory import plan_memory
 from .runtime.executor import Executor
 from .runtime.reference import Reference, run_reference

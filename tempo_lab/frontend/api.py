@@ -11,8 +11,8 @@ import numpy as np
 
 from ..errors import DefinitionError, ExprError, ShapeError, user_location
 from ..ir.ops import TensorType, canonical_dtype
-from ..symbolic import max_, min_
 from ..symbolic import eq as _eq
+from ..symbolic import max_, min_
 from ..symbolic import ne as _ne
 from .context import current_context
 from .tensor import RecurrentTensor, apply, constant

@@ -14,8 +14,8 @@ from ..ir.ops import TensorType
 from ..symbolic import TRUE, Cond, Dim, Expr, Slice
 from .trace import Trace, TraceEntry
 
-_CURRENT: contextvars.ContextVar[list[Context]] = contextvars.ContextVar("tempo_lab_ctx",
-                                                                         default=[])
+_CURRENT: contextvars.ContextVar[tuple[Context, ...]] = contextvars.ContextVar(
+    "tempo_lab_ctx", default=())
 
 
 @dataclass(eq=False)
@@ -71,7 +71,7 @@ class Context:
 
     # -- scoping ------------------------------------------------------------------------------
     def __enter__(self) -> Context:
-        _CURRENT.set(_CURRENT.get() + [self])
+        _CURRENT.set(_CURRENT.get() + (self,))
         return self
 
     def __exit__(self, *exc):

@@ -16,7 +16,6 @@ import islpy as isl
 from ..errors import BoundsError, DefinitionError, ShapeError
 from ..ir.demand import demand
 from ..ir.sdg import SDG, Edge
-from ..symbolic import Dim
 from ..symbolic import isl as I
 
 
@@ -30,10 +29,11 @@ class _Checker:
         self.boxes = {i: I.fix(sdg.isl_domain(i), self.bounds) for i in sdg.ops}
         self.maps = {e: I.fix(sdg.isl_map(e), self.bounds) for e in sdg.edges}
 
-    def describe(self, s: isl.Set) -> str:
-        """A readable condition for a bounded set (the fixed bound values left implicit)."""
+    def describe(self, s: isl.Set, within: isl.Set) -> str:
+        """A readable condition for a subset of ``within`` (bounds and the constraints of
+        ``within`` left implicit)."""
         params = I.fix(isl.Set.universe(s.get_space().params()), self.bounds)
-        cond = I.cond_from_set(s.gist_params(params).reset_tuple_id())
+        cond = I.cond_from_set(s.gist(within).gist_params(params).reset_tuple_id())
         return str(cond)
 
     # -- branches -----------------------------------------------------------------------------
@@ -61,7 +61,7 @@ class _Checker:
                 dims = ", ".join(map(str, op.domain))
                 raise DefinitionError(
                     f"{op.label} is not defined at {_point_str(I.sample(missing))} (nor wherever "
-                    f"{self.describe(missing)}); add a branch for those points or a default "
+                    f"{self.describe(missing, box)}); add a branch for those points or a default "
                     f"branch {op.label}[{dims}] = ...", op.loc)
 
     # -- reads --------------------------------------------------------------------------------

@@ -185,7 +185,7 @@ def plan_memory(sdg: SDG, schedule, bounds: dict[str, int], block: int = 64) -> 
                 m = isl.UnionMap.from_map(I.fix(sdg.isl_map(e), bounds)
                                           .intersect_domain(domains[e.dst]))
                 rmap = m if rmap is None else rmap.union(m)
-            for k in range(len(slots) + 1):
+            for _ in range(len(slots) + 1):
                 if not _conflicts(op, slots, domains[i], rmap, smap):
                     break
                 rings = [j for j, s in enumerate(slots) if s is not None]

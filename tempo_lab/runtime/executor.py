@@ -22,8 +22,8 @@ from ..errors import DTypeError, ShapeError
 from ..ir.sdg import SDG, Edge, Op
 from ..memory.plan import MemoryPlan, Storage, pad
 from ..schedule import Exec, Free, Schedule, walk
-from ..symbolic import Slice
 from ..stage import Stage
+from ..symbolic import Slice
 from . import jax_ops
 
 HOST_OPS = ("const", "dimval", "source")

@@ -6,9 +6,8 @@ from collections.abc import Callable, Iterator, Mapping
 import islpy as isl
 
 from ..ir.sdg import SDG
-from ..symbolic import TRUE
-from ..symbolic import TRUE
 from ..stage import Stage
+from ..symbolic import TRUE
 from . import build
 from .loops import Exec, For, Free, If, Node, Seq, to_code
 

@@ -322,7 +322,7 @@ def last_reads(sdg: SDG, smap: isl.UnionMap, domains, maps) -> dict[int, list[tu
     params = param_context(sdg)
     keep = set(sdg.outputs.values())
     out: dict[int, list[tuple]] = {}
-    for i, op in sdg.ops.items():
+    for i in sdg.ops:
         readers = [maps[e].intersect_domain(domains[e.dst]).domain()
                    for e in sdg.out_edges(i) if not domains[e.dst].is_empty()]
         readers = [r for r in readers if not r.is_empty()]

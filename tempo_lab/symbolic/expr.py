@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Union
 from ..errors import ExprError
 
 if TYPE_CHECKING:
-    from .cond import Cond
+    pass
 
 IntLike = Union[int, "Expr"]
 
