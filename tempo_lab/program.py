@@ -16,6 +16,7 @@ from .ir.sdg import SDG
 from .memory import plan_memory
 from .runtime.executor import Executor
 from .runtime.reference import Reference, run_reference
+from .passes import run_passes
 from .schedule import schedule_sdg
 from .schedule.build import param_context
 from .stage import Stage
@@ -39,6 +40,13 @@ class CompileConfig:
     validate: bool = True
     block_size: int = 64
     sync_profile: bool = False
+    # passes, run in this order when their switch is on (see tempo_lab/passes)
+    passes: tuple[str, ...] = ("simplify", "fold", "cse", "dce")
+    simplify: bool = True
+    fold_constants: bool = True
+    cse: bool = True
+    dce: bool = True
+    check_invariants: bool = False  # check the SDG after every pass (tests turn this on)
 
     def __post_init__(self):
         if self.executor not in EXECUTORS:
@@ -144,6 +152,9 @@ def compile_context(ctx, bounds, outputs, config: CompileConfig | None = None) -
         t0 = time.perf_counter()
         validate(sdg, bounds)
         times["validate"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    sdg, passes = run_passes(sdg, config, check=config.check_invariants)
+    times["passes"] = time.perf_counter() - t0
     schedule = plan = executable = None
     if config.executor == "interpreter":
         t0 = time.perf_counter()
@@ -154,7 +165,7 @@ def compile_context(ctx, bounds, outputs, config: CompileConfig | None = None) -
         times["memory"] = time.perf_counter() - t0
         executable = Executor(sdg, schedule, plan, config.sync_profile)
     return Program(ctx.trace, sdg, bounds, outs, config, times, schedule, plan, executable,
-                   {name: sdg.outputs[f"{UNTIL_PREFIX}{name}"] for name in dynamic})
+                   {name: sdg.outputs[f"{UNTIL_PREFIX}{name}"] for name in dynamic}, passes)
 
 
 def _parametric_demand(sdg: SDG):
@@ -169,8 +180,9 @@ class Program(Stage):
     ``executable``) and ``run()``."""
 
     def __init__(self, trace, sdg: SDG, bounds: dict[str, int], outputs, config, times,
-                 schedule=None, memory=None, executable=None, until=None):
+                 schedule=None, memory=None, executable=None, until=None, passes=None):
         self.trace, self.sdg, self.bounds, self.config = trace, sdg, dict(bounds), config
+        self.passes = passes  # PassTrace: the SDG as built is passes.initial; sdg is the result
         self.schedule, self.memory, self.executable = schedule, memory, executable
         self._outputs = dict(outputs)
         self._until: dict[str, int] = dict(until or {})  # bound name -> done op id
@@ -188,8 +200,8 @@ class Program(Stage):
             outs.append(f"{name}: {op.type} over ({', '.join(map(str, op.domain))})")
         return [("bounds", [f"{k} = {v}" for k, v in self.bounds.items()]),
                 ("outputs", outs),
-                ("stages", [repr(x) for x in (self.trace, self.sdg, self.schedule, self.memory)
-                            if x is not None])]
+                ("stages", [repr(x) for x in (self.trace, self.passes, self.sdg, self.schedule,
+                                              self.memory) if x is not None])]
 
     def to_dict(self) -> dict:
         return {"schema": "tempo_lab.program/1", "bounds": self.bounds,

@@ -1,0 +1,6 @@
+"""Transformations on the SDG, each recorded in a PassTrace."""
+from . import basic  # noqa: F401  (registers the passes)
+from .manager import REGISTRY, Editor, PassRecord, PassTrace, check_invariants, register, run_passes
+
+__all__ = ["REGISTRY", "Editor", "PassRecord", "PassTrace", "check_invariants", "register",
+           "run_passes"]

@@ -1,0 +1,123 @@
+"""Clean-up passes: dead code, duplicates, constant folding and algebraic simplification."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..ir.sdg import Op
+from ..symbolic import TRUE
+from .manager import Editor, register
+
+PURE_SOURCES = ("const",)
+IMPURE = ("sink", "source", "merge")
+
+
+@register("dce", "dce")
+def dead_code(ed: Editor):
+    """Dead-code elimination: erase ops that no output or sink depends on."""
+    live, stack = set(), list(ed.roots())
+    while stack:
+        i = stack.pop()
+        if i in live:
+            continue
+        live.add(i)
+        stack.extend(e.src for e in ed.in_edges(i))
+    for i in sorted(set(ed.ops) - live):
+        ed.erase(i, "unused")
+
+
+def _value_key(v):
+    if isinstance(v, np.ndarray):
+        return ("array", v.dtype.str, v.shape, v.tobytes()) if v.size <= 4096 else ("id", id(v))
+    if callable(v):
+        return ("id", id(v))
+    return repr(v)
+
+
+def _key(ed: Editor, op: Op):
+    attrs = tuple((k, _value_key(v)) for k, v in sorted(op.attrs.items()))
+    ins = tuple((e.src, e.index, e.cond) for e in ed.in_edges(op.id))
+    return (op.kind, attrs, op.domain, op.type, ins)
+
+
+@register("cse", "cse")
+def duplicates(ed: Editor):
+    """Duplicate elimination: of two ops with the same kind, attributes, domain, type and
+    inputs (read at the same index under the same condition), keep the first."""
+    seen: dict = {}
+    for i in sorted(ed.ops):
+        op = ed.ops.get(i)
+        if op is None or op.kind in ("sink", "source", "merge"):
+            continue
+        k = _key(ed, op)
+        if k in seen:
+            ed.replace(i, seen[k], f"same as %{seen[k]}")
+        else:
+            seen[k] = i
+
+
+@register("fold", "fold_constants")
+def fold_constants(ed: Editor):
+    """Constant folding: an op over the empty domain whose inputs are all constants becomes a
+    constant, computed with the reference interpreter's NumPy semantics."""
+    from ..runtime.reference import _compute
+
+    for i in sorted(ed.ops):
+        op = ed.ops.get(i)
+        if op is None or op.domain or op.kind in IMPURE + PURE_SOURCES + ("from_array",
+                                                                          "dimval"):
+            continue
+        ins = ed.in_edges(i)
+        if not all(ed.ops[e.src].kind == "const" and e.cond == TRUE for e in ins):
+            continue
+        vals = [ed.ops[e.src].attrs["value"] for e in ins]
+        types = [ed.ops[e.src].type for e in ins]
+        value = np.asarray(_compute(op, vals, types, {})).astype(op.type.dtype)
+        new = ed.add(Op(0, "const", (), op.type, {"value": value, "weak": op.type.weak},
+                        op.loc, op.name), [], i, "folded")
+        ed.replace(i, new, "folded")
+
+
+def _is_const(ed: Editor, e, value) -> bool:
+    p = ed.ops[e.src]
+    return p.kind == "const" and e.cond == TRUE and bool(np.all(p.attrs["value"] == value))
+
+
+def _passthrough(ed: Editor, op: Op, slot: int) -> int | None:
+    """The producer of input ``slot`` if ``op`` may be replaced by it: read at the same point,
+    unconditionally, with exactly the op's domain and type."""
+    e = ed.in_edges(op.id)[slot]
+    p = ed.ops[e.src]
+    if e.cond != TRUE or tuple(e.index) != tuple(p.domain) or p.domain != op.domain:
+        return None
+    return p.id if p.type == op.type else None
+
+
+@register("simplify", "simplify")
+def simplify(ed: Editor):
+    """Algebraic simplification. Rules (each only when the result has the operand's exact
+    domain, shape, dtype and weak type, so no broadcast or promotion is lost):
+    x + 0, 0 + x, x - 0 -> x;  x * 1, 1 * x, x / 1 -> x;  -(-x) -> x;  ~~x -> x;
+    identity(x) -> x;  reshape/broadcast_to to x's own shape, transpose by the identity
+    permutation, cast to x's own dtype -> x."""
+    for i in sorted(ed.ops):
+        op = ed.ops.get(i)
+        if op is None:
+            continue
+        ins = ed.in_edges(i)
+        k = op.kind
+        keep = None
+        if k in ("add", "sub", "mul", "div"):
+            unit = 0 if k in ("add", "sub") else 1
+            if _is_const(ed, ins[1], unit):
+                keep = _passthrough(ed, op, 0)
+            elif k in ("add", "mul") and _is_const(ed, ins[0], unit):
+                keep = _passthrough(ed, op, 1)
+        elif k in ("neg", "not"):
+            inner = ed.ops[ins[0].src]
+            if inner.kind == k and _passthrough(ed, op, 0) is not None:
+                keep = _passthrough(ed, inner, 0)
+        elif k in ("identity", "reshape", "broadcast_to", "cast") or (
+                k == "transpose" and tuple(op.attrs["perm"]) == tuple(range(op.type.ndim))):
+            keep = _passthrough(ed, op, 0)
+        if keep is not None:
+            ed.replace(i, keep, f"{k} is a no-op")

@@ -1,0 +1,248 @@
+"""The pass manager: passes are registered functions ``SDG -> SDG`` that edit a copy of the graph
+through an ``Editor``, which records every created, erased and replaced op with the pass and the
+op it came from. The manager checks the SDG's invariants after each pass (always in tests, on
+request otherwise) and keeps a ``PassTrace`` of before/after graphs, edits and times.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..errors import TempoLabError
+from ..ir.ops import infer, norm_dim
+from ..ir.sdg import SDG, Edge, Op
+from ..stage import Stage
+from ..symbolic import Slice
+
+SCHEMA = "tempo_lab.passtrace/1"
+
+
+@dataclass(frozen=True)
+class Pass:
+    name: str
+    fn: Callable[[Editor], None]
+    switch: str          # the CompileConfig field that turns it on
+    doc: str
+
+
+REGISTRY: dict[str, Pass] = {}
+
+
+def register(name: str, switch: str):
+    """Register ``fn(editor)`` as pass ``name``, enabled by ``CompileConfig.<switch>``."""
+    def deco(fn):
+        REGISTRY[name] = Pass(name, fn, switch, (fn.__doc__ or "").strip().splitlines()[0])
+        return fn
+    return deco
+
+
+@dataclass(frozen=True)
+class Event:
+    """One recorded edit: ``kind`` is created / erased / replaced."""
+
+    kind: str
+    op: int
+    source: int | None = None   # created: the op it was made from; replaced: the replacement
+    note: str = ""
+
+
+class Editor:
+    """A mutable copy of an SDG that a pass edits; ``result()`` freezes it again."""
+
+    def __init__(self, sdg: SDG, pass_name: str):
+        self.sdg0, self.pass_name = sdg, pass_name
+        self.dims = sdg.dims
+        self.ops: dict[int, Op] = dict(sdg.ops)
+        self.edges: list[Edge] = list(sdg.edges)
+        self.outputs = dict(sdg.outputs)
+        self.sinks = list(sdg.sinks)
+        self.events: list[Event] = []
+        self._next = max(self.ops, default=-1) + 1
+
+    # -- queries ------------------------------------------------------------------------------
+    def in_edges(self, i: int) -> list[Edge]:
+        return sorted((e for e in self.edges if e.dst == i), key=lambda e: e.slot)
+
+    def out_edges(self, i: int) -> list[Edge]:
+        return [e for e in self.edges if e.src == i]
+
+    def roots(self) -> set[int]:
+        return set(self.outputs.values()) | set(self.sinks)
+
+    # -- edits --------------------------------------------------------------------------------
+    def add(self, op: Op, inputs: list[Edge], source: int | None, note: str = "") -> int:
+        """Add ``op`` (its id is assigned here) reading ``inputs`` (their dst is filled in)."""
+        i = self._next
+        self._next += 1
+        self.ops[i] = Op(i, op.kind, op.domain, op.type, dict(op.attrs), op.loc, op.name)
+        for slot, e in enumerate(inputs):
+            self.edges.append(Edge(i, e.src, slot, e.index, e.cond, e.loc))
+        self.events.append(Event("created", i, source, note))
+        return i
+
+    def erase(self, i: int, note: str = ""):
+        self.ops.pop(i)
+        self.edges = [e for e in self.edges if e.dst != i]
+        self.events.append(Event("erased", i, None, note))
+
+    def replace(self, old: int, new: int, note: str = ""):
+        """Make every reader of ``old`` read ``new`` instead (same domain and type), then erase
+        ``old``. Reads keep their index: ``new`` must have ``old``'s domain."""
+        if self.ops[old].domain != self.ops[new].domain:
+            raise TempoLabError(f"internal: pass {self.pass_name} replaced op {old} by op {new} "
+                                "with another domain")
+        self.edges = [Edge(e.dst, new, e.slot, e.index, e.cond, e.loc) if e.src == old else e
+                      for e in self.edges]
+        self.outputs = {k: new if v == old else v for k, v in self.outputs.items()}
+        self.sinks = [new if s == old else s for s in self.sinks]
+        self.events.append(Event("replaced", old, new, note))
+        self.erase(old, note)
+
+    def result(self) -> SDG:
+        return SDG(self.dims, self.ops.values(), self.edges, self.outputs, self.sinks)
+
+
+# -- invariants -------------------------------------------------------------------------------
+def check_invariants(sdg: SDG, after: str) -> None:
+    """Structural facts every SDG must satisfy; a violation is a compiler bug, named after the
+    pass that caused it."""
+    def bad(msg):
+        raise TempoLabError(f"internal error after pass {after!r}: {msg}")
+
+    for e in sdg.edges:
+        if e.src not in sdg.ops or e.dst not in sdg.ops:
+            bad(f"edge {e} points at a missing op")
+        p = sdg.ops[e.src]
+        if len(e.index) != len(p.domain):
+            bad(f"edge into {sdg.ops[e.dst].label} indexes {p.label} with {len(e.index)} entries "
+                f"for {len(p.domain)} dims")
+        used = set().union(*(x.dims() for x in e.index)) if e.index else set()
+        if not used <= set(sdg.ops[e.dst].domain):
+            bad(f"edge into {sdg.ops[e.dst].label} uses dims outside its domain")
+    for name, i in sdg.outputs.items():
+        if i not in sdg.ops:
+            bad(f"output {name!r} points at a missing op")
+    for op in sdg.ops.values():
+        ins = sdg.in_edges(op.id)
+        if [e.slot for e in ins] != list(range(len(ins))):
+            bad(f"{op.label} has input slots {[e.slot for e in ins]}")
+        if op.kind in ("merge", "const", "from_array", "source", "dimval"):
+            continue
+        types = [_read_type(sdg, e) for e in ins]
+        want = infer(op.kind, types, op.attrs)
+        if tuple(map(norm_dim, want.shape)) != tuple(map(norm_dim, op.type.shape)) \
+                or want.dtype != op.type.dtype:
+            bad(f"{op.label} ({op.kind}) has type {op.type} but its inputs give {want}")
+    _check_acyclic(sdg, bad)
+
+
+def _read_type(sdg: SDG, e: Edge):
+    from ..ir.ops import TensorType
+
+    p = sdg.ops[e.src]
+    lengths = tuple(norm_dim(x.length) for x in e.index if isinstance(x, Slice))
+    points = {d: x for d, x in zip(p.domain, e.index) if not isinstance(x, Slice)}
+    shape = tuple(s if isinstance(s, int) else norm_dim(s.substitute(points))
+                  for s in p.type.shape)
+    return TensorType(lengths + shape, p.type.dtype, p.type.weak)
+
+
+def _check_acyclic(sdg: SDG, bad):
+    """Every cycle must pass through a placeholder (merge): the rest is a DAG."""
+    state: dict[int, int] = {}
+    for start in sdg.ops:
+        if state.get(start):
+            continue
+        stack = [(start, iter(sdg.in_edges(start)))]
+        state[start] = 1
+        while stack:
+            node, it = stack[-1]
+            e = next(it, None)
+            if e is None:
+                state[node] = 2
+                stack.pop()
+                continue
+            if sdg.ops[e.src].kind == "merge":
+                continue
+            s = state.get(e.src, 0)
+            if s == 1:
+                bad(f"a cycle through {sdg.ops[e.src].label} avoids every placeholder")
+            if s == 0:
+                state[e.src] = 1
+                stack.append((e.src, iter(sdg.in_edges(e.src))))
+
+
+# -- the trace ----------------------------------------------------------------------------------
+@dataclass
+class PassRecord:
+    name: str
+    before: SDG
+    after: SDG
+    events: list[Event] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def count(self, kind: str) -> int:
+        return sum(1 for e in self.events if e.kind == kind)
+
+
+class PassTrace(Stage):
+    """Every pass that ran: its before and after SDG, what it created, erased and replaced (with
+    the op each new op came from), and how long it took."""
+
+    def __init__(self, initial: SDG, records: list[PassRecord]):
+        self.initial, self.records = initial, list(records)
+
+    @property
+    def final(self) -> SDG:
+        return self.records[-1].after if self.records else self.initial
+
+    def __repr__(self) -> str:
+        return (f"PassTrace(passes={len(self.records)}, ops={len(self.initial.ops)}->"
+                f"{len(self.final.ops)})")
+
+    def __len__(self):
+        return len(self.records)
+
+    def __getitem__(self, k) -> PassRecord:
+        return self.records[k]
+
+    def _sections(self):
+        rows = [f"{r.name}: ops {len(r.before.ops)}->{len(r.after.ops)}, created "
+                f"{r.count('created')}, erased {r.count('erased')}, replaced "
+                f"{r.count('replaced')}" for r in self.records]
+        edits = []
+        for r in self.records:
+            for ev in r.events:
+                src = f" from {ev.source}" if ev.kind == "created" and ev.source is not None \
+                    else f" by {ev.source}" if ev.kind == "replaced" else ""
+                edits.append(f"{r.name}: {ev.kind} %{ev.op}{src}"
+                             + (f" ({ev.note})" if ev.note else ""))
+        return [("passes", rows), ("edits", edits)]
+
+    def to_dict(self) -> dict:
+        return {"schema": SCHEMA, "initial": self.initial.to_dict(),
+                "passes": [{"name": r.name, "seconds": r.seconds,
+                            "ops_before": len(r.before.ops), "ops_after": len(r.after.ops),
+                            "events": [{"kind": e.kind, "op": e.op, "source": e.source,
+                                        "note": e.note} for e in r.events],
+                            "after": r.after.to_dict()} for r in self.records]}
+
+
+def run_passes(sdg: SDG, config, check: bool = False) -> tuple[SDG, PassTrace]:
+    """Run every enabled pass in ``config.passes`` order, recording a PassTrace."""
+    records = []
+    for name in config.passes:
+        p = REGISTRY[name]
+        if not getattr(config, p.switch):
+            continue
+        ed = Editor(sdg, name)
+        t0 = time.perf_counter()
+        p.fn(ed)
+        after = ed.result()
+        dt = time.perf_counter() - t0
+        if check:
+            check_invariants(after, name)
+        records.append(PassRecord(name, sdg, after, ed.events, dt))
+        sdg = after
+    return sdg, PassTrace(records[0].before if records else sdg, records)

@@ -1,0 +1,153 @@
+"""The pass manager and the clean-up passes: what each pass does, the PassTrace it leaves, the
+invariants it keeps, and differential checks of every switch combination against the reference
+interpreter with no passes."""
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+import tempo_lab as tl
+from tempo_lab.passes import REGISTRY, check_invariants
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/ is not a package
+from randprog import assert_outputs_match, numpy_eval, program_strategy, run_tempo  # noqa: E402
+
+SWITCHES = ("simplify", "fold_constants", "cse", "dce")
+NO_PASSES = {s: False for s in SWITCHES}
+
+
+def config(executor="reference", **switches):
+    return tl.CompileConfig(executor=executor, check_invariants=True, **switches)
+
+
+def redundant_program():
+    """Foldable constants, duplicates, no-op arithmetic and an unused value."""
+    ctx = tl.Context(dims=("t",))
+    (t,), (T,) = ctx.dims, ctx.bounds
+    data = np.arange(12, dtype=np.float32).reshape(6, 2)
+    with ctx:
+        x = tl.from_array(data, domain=(t,))
+        two = tl.constant(np.float32(1.5)) + tl.constant(np.float32(0.5))   # folds to 2
+        a = x * two
+        b = x * two                      # duplicate of a
+        c = (a + b) * tl.ones(()) + tl.zeros(())   # * 1 and + 0 are no-ops
+        d = -(-c)                        # double negation
+        _unused = tl.exp(x)              # nobody reads it
+        y = d.astype("float32").reshape(2)
+    want = (data * 2 + data * 2)
+    return ctx, {T: 6}, {"y": y}, want
+
+
+def kinds(sdg):
+    return sorted(op.kind for op in sdg.ops.values())
+
+
+def test_every_pass_is_registered_with_a_switch():
+    for name, p in REGISTRY.items():
+        assert hasattr(tl.CompileConfig(), p.switch), name
+        assert p.doc
+
+
+@pytest.mark.parametrize("executor", ["reference", "interpreter"])
+def test_passes_shrink_the_graph_and_keep_the_result(executor):
+    ctx, bounds, outs, want = redundant_program()
+    prog = ctx.compile(bounds=bounds, outputs=outs, config=config(executor))
+    np.testing.assert_allclose(prog.run()["y"], want)
+    before, after = prog.passes.initial, prog.sdg
+    assert len(after.ops) < len(before.ops)
+    assert "neg" not in kinds(after) and "cast" not in kinds(after)
+    assert "reshape" not in kinds(after)
+    assert kinds(after).count("mul") == 1          # a and b merged, * 1 dropped
+    assert "exp" not in kinds(after)               # _unused: built only if reachable
+    consts = [op for op in after.ops.values() if op.kind == "const"]
+    assert any(op.attrs["value"].item() == 2.0 for op in consts if op.attrs["value"].ndim == 0)
+
+
+def test_pass_trace_records_edits_with_provenance():
+    ctx, bounds, outs, _ = redundant_program()
+    trace = ctx.compile(bounds=bounds, outputs=outs, config=config()).passes
+    assert [r.name for r in trace.records] == list(tl.CompileConfig().passes)
+    fold = next(r for r in trace.records if r.name == "fold")
+    created = [e for e in fold.events if e.kind == "created"]
+    assert created and all(e.source in fold.before.ops for e in created)
+    replaced = [e for r in trace.records for e in r.events if e.kind == "replaced"]
+    assert replaced and all(e.source is not None for e in replaced)
+    for r in trace.records:
+        assert r.seconds >= 0 and len(r.after.ops) == len(r.before.ops) + r.count("created") \
+            - r.count("erased")
+    assert repr(trace).startswith("PassTrace(passes=4, ops=")
+    assert "passes:" in trace.pretty() and "edits:" in trace.pretty()
+    assert json.loads(json.dumps(trace.to_dict()))["schema"] == "tempo_lab.passtrace/1"
+    assert isinstance(trace._repr_html_(), str)
+
+
+def test_switches_turn_passes_off():
+    ctx, bounds, outs, _ = redundant_program()
+    prog = ctx.compile(bounds=bounds, outputs=outs, config=config(**NO_PASSES))
+    assert len(prog.passes) == 0 and prog.sdg is prog.passes.initial
+
+
+def test_invariant_check_catches_a_broken_graph():
+    ctx, bounds, outs, _ = redundant_program()
+    sdg = ctx.compile(bounds=bounds, outputs=outs, config=config(**NO_PASSES)).sdg
+    check_invariants(sdg, "none")
+    from tempo_lab.ir.sdg import SDG, Edge
+
+    e = next(e for e in sdg.edges if e.index)
+    broken = SDG(sdg.dims, sdg.ops.values(),
+                 [Edge(e.dst, e.src, e.slot, e.index + e.index, e.cond, e.loc)]
+                 + [x for x in sdg.edges if x is not e], sdg.outputs, sdg.sinks)
+    with pytest.raises(tl.TempoLabError, match="after pass 'broken'"):
+        check_invariants(broken, "broken")
+
+
+def test_duplicate_elimination_keeps_distinct_reads_apart():
+    ctx = tl.Context(dims=("t",))
+    (t,), (T,) = ctx.dims, ctx.bounds
+    data = np.arange(5, dtype=np.float32)
+    with ctx:
+        x = tl.from_array(data, domain=(t,))
+        a = x[tl.max(0, t - 1)] * 2.0
+        b = x[t] * 2.0                   # same op on another point: not a duplicate
+        y = a + b
+    prog = ctx.compile(bounds={T: 5}, outputs={"y": y}, config=config())
+    assert kinds(prog.sdg).count("mul") == 2
+    want = data[np.maximum(0, np.arange(5) - 1)] * 2 + data * 2
+    np.testing.assert_allclose(prog.run()["y"], want)
+
+
+@pytest.mark.parametrize("combo", list(itertools.product([False, True], repeat=len(SWITCHES))),
+                         ids=lambda c: "".join("1" if x else "0" for x in c))
+def test_every_switch_combination_on_a_recurrence(combo):
+    ctx = tl.Context(dims=("b", "t"))
+    b, t = ctx.dims
+    B, T = ctx.bounds
+    with ctx:
+        x = tl.placeholder((3,), "float32", domain=(b, t))
+        x[b, 0] = tl.ones((3,)) * (tl.constant(np.float32(0.5)) * 2.0)
+        x[b, t] = tl.tanh(x[b, t - 1] * 1.0 + 0.0) + x[b, t - 1] * 0.5
+        y = x[b, 0:t + 1].sum(axis=0) + x[b, tl.max(0, t - 2):t + 1].mean(axis=0)
+    want = ctx.compile(bounds={B: 2, T: 6}, outputs={"y": y},
+                       config=config(**NO_PASSES)).run()["y"]
+    got = ctx.compile(bounds={B: 2, T: 6}, outputs={"y": y},
+                      config=config("interpreter", **dict(zip(SWITCHES, combo)))).run()["y"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(program_strategy())
+def test_random_programs_under_every_switch_combination(program):
+    want = numpy_eval(program)
+    for combo in itertools.product([False, True], repeat=len(SWITCHES)):
+        got = run_tempo(program, config=config(**dict(zip(SWITCHES, combo))))
+        assert_outputs_match(program, got, what=f"reference with passes {combo}")
+    got = run_tempo(program, config=config("interpreter"))
+    assert_outputs_match(program, got, what="interpreter with all passes")
+    assert want.keys() >= set(program.outputs)
