@@ -14,9 +14,9 @@ from .frontend.validate import validate
 from .ir.demand import demand
 from .ir.sdg import SDG
 from .memory import plan_memory
+from .passes import run_passes
 from .runtime.executor import Executor
 from .runtime.reference import Reference, run_reference
-from .passes import run_passes
 from .schedule import schedule_sdg
 from .schedule.build import param_context
 from .stage import Stage

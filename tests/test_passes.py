@@ -37,7 +37,8 @@ def redundant_program():
         a = x * two
         b = x * two                      # duplicate of a
         c = (a + b) * tl.ones(()) + tl.zeros(())   # * 1 and + 0 are no-ops
-        d = -(-c)                        # double negation
+        neg_c = -c
+        d = -neg_c                       # double negation
         _unused = tl.exp(x)              # nobody reads it
         y = d.astype("float32").reshape(2)
     want = (data * 2 + data * 2)
