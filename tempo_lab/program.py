@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import BoundsError, TempoLabError, user_location
+from .errors import BoundsError, ScheduleError, TempoLabError, user_location
 from .frontend.build import build_sdg
 from .frontend.tensor import RecurrentTensor
 from .frontend.validate import validate
@@ -17,7 +17,7 @@ from .memory import plan_memory
 from .passes import run_passes
 from .runtime.executor import Executor
 from .runtime.reference import Reference, run_reference
-from .schedule import schedule_sdg
+from .schedule import FALLBACK_OPTION_SETS, OPTION_SETS, IncompleteSchedule, schedule_sdg
 from .schedule.build import param_context
 from .stage import Stage
 from .symbolic import Bound, Dim
@@ -157,15 +157,38 @@ def compile_context(ctx, bounds, outputs, config: CompileConfig | None = None) -
     times["passes"] = time.perf_counter() - t0
     schedule = plan = executable = None
     if config.executor == "interpreter":
-        t0 = time.perf_counter()
-        schedule = schedule_sdg(sdg, *_parametric_demand(sdg))
-        times["schedule"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        plan = plan_memory(sdg, schedule, bounds, config.block_size)
-        times["memory"] = time.perf_counter() - t0
+        schedule, plan = _best_schedule(sdg, bounds, config, times)
         executable = Executor(sdg, schedule, plan, config.sync_profile)
     return Program(ctx.trace, sdg, bounds, outs, config, times, schedule, plan, executable,
                    {name: sdg.outputs[f"{UNTIL_PREFIX}{name}"] for name in dynamic}, passes)
+
+
+def _best_schedule(sdg: SDG, bounds, config, times):
+    """Schedule under each of the isl option sets and keep the one whose memory plan has the
+    lowest predicted peak (the first on ties)."""
+    demand_and_maps = _parametric_demand(sdg)
+    best = None
+    times["schedule"] = times["memory"] = 0.0
+    for options in OPTION_SETS + FALLBACK_OPTION_SETS:
+        if best is not None and options in FALLBACK_OPTION_SETS:
+            break
+        t0 = time.perf_counter()
+        try:
+            schedule = schedule_sdg(sdg, *demand_and_maps, options)
+        except IncompleteSchedule:
+            times["schedule"] += time.perf_counter() - t0
+            continue
+        t1 = time.perf_counter()
+        plan = plan_memory(sdg, schedule, bounds, config.block_size)
+        times["schedule"] += t1 - t0
+        times["memory"] += time.perf_counter() - t1
+        if best is None or plan.peak_bytes < best[1].peak_bytes:
+            best = (schedule, plan)
+    if best is None:
+        raise ScheduleError("isl returned no complete schedule for this program under any of "
+                            "the option sets tried; please report it with the program",
+                            sdg.ops[next(iter(sdg.outputs.values()))].loc)
+    return best
 
 
 def _parametric_demand(sdg: SDG):

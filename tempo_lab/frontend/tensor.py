@@ -65,8 +65,10 @@ class RecurrentTensor:
 
     # -- plumbing -----------------------------------------------------------------------------
     def _input(self) -> Input:
-        index = tuple(self.node.domain) if self.index is None else self.index
-        return Input(self.node, index, TRUE, self.loc)
+        """This tensor as an op input; a plain read is located at the reading op's line."""
+        if self.index is None:
+            return Input(self.node, tuple(self.node.domain), TRUE, None)
+        return Input(self.node, self.index, TRUE, self.loc)
 
     def materialize(self) -> RecurrentTensor:
         """An op holding this value (views get an identity op)."""

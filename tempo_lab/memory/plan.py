@@ -41,9 +41,12 @@ def pad(e, value: int) -> int:
     its constant cap if it has one, else the next power of two (at least MIN_PAD), so kernels
     compile once per size class, not once per step or per bound value."""
     cap = const_cap(e)
-    if cap is not None:
-        return cap
-    return max(MIN_PAD, 1 << max(0, int(value) - 1).bit_length())
+    return cap if cap is not None else size_class(value)
+
+
+def size_class(n: int) -> int:
+    """``n`` rounded up to a power of two, at least MIN_PAD."""
+    return max(MIN_PAD, 1 << max(0, int(n) - 1).bit_length())
 
 
 @dataclass(frozen=True)
@@ -119,27 +122,37 @@ class MemoryPlan(Stage):
 
 # -- choosing slots ---------------------------------------------------------------------------
 def _offset(x: Expr, d: Dim) -> int | None:
+    """How far ``x`` reads from ``d``: ``t - 2`` -> -2; a clamped ``max(0, t - 2)`` or
+    ``min(t + 1, T - 1)`` counts by its unclamped argument (the clamp only moves reads inward)."""
+    if isinstance(x, MinMax):
+        offs = [o for o in (_offset(a, d) for a in x.args) if o is not None]
+        return max(offs, key=abs) if offs else None
     diff = x - d
     return diff.value if isinstance(diff, Const) else None
 
 
 def _wanted_slots(sdg: SDG, op: Op, k: int) -> int | None:
-    """Ring size along the op's k-th dim that its readers' index patterns call for."""
+    """Ring size along the op's k-th dim that its readers' index patterns call for: the span
+    of offsets they read relative to the point being written (``t - 2`` needs 3 slots, a window
+    ``max(0, t - 3):t + 1`` needs 4), or None when a read is not within a constant distance."""
     d = op.domain[k]
-    want = 1
+    lo = hi = 0
     for e in sdg.out_edges(op.id):
         x = e.index[k]
         if isinstance(x, Slice):
-            cap = const_cap(x.length)
-            if cap is None:
+            cap, a, b = const_cap(x.length), _offset(x.start, d), _offset(x.stop, d)
+            if a is None and (b is None or cap is None):
                 return None
-            offs = [o for o in (_offset(x.start, d), _offset(x.stop, d) - 1
-                                if _offset(x.stop, d) is not None else None) if o is not None]
-            want = max(want, cap + max((abs(o) for o in offs), default=0))
+            first = a if a is not None else b - cap
+            last = b - 1 if b is not None else (a + cap - 1 if cap is not None else None)
+            if last is None:
+                return None
+            lo, hi = min(lo, first), max(hi, last)
         else:
             o = _offset(x, d)
-            want = max(want, 1 + abs(o) if o is not None else 1)
-    return want
+            if o is not None:
+                lo, hi = min(lo, o), max(hi, o)
+    return hi - lo + 1
 
 
 def _conflicts(op: Op, slots, dom: isl.Set, readers: isl.UnionMap, smap: isl.UnionMap) -> bool:
@@ -192,7 +205,12 @@ def plan_memory(sdg: SDG, schedule, bounds: dict[str, int], block: int = 64) -> 
                 slots = tuple(None if j == rings[-1] else s for j, s in enumerate(slots))
         spatial = tuple(x if isinstance(x, int) else pad(x, I.max_over(x, domains[i], op.domain, bounds))
                         for x in op.type.shape)
-        blocks = tuple(min(block, bounds[d.bound.name]) for d in op.domain)
+        # The innermost growing dim grows in blocks of ``block`` points whatever its bound, so
+        # buffer shapes (and so compiled kernels) do not depend on that bound; outer growing
+        # dims take their bound's size class, so a (b, t) store is not block x block.
+        growing = [k for k, w in enumerate(slots) if w is None]
+        blocks = tuple(block if growing and k == growing[-1] else
+                       size_class(bounds[d.bound.name]) for k, d in enumerate(op.domain))
         storages[i] = Storage(i, tuple(d.name for d in op.domain), slots, spatial,
                               op.type.dtype, blocks)
     timeline, lifetimes = simulate(schedule.ast, storages, bounds, walk, Exec, Free)

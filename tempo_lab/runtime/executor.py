@@ -149,14 +149,14 @@ class Executor(Stage):
                 lens.append(n)
         return (tuple(pattern), tuple(cut)), dyn, lens
 
-    def _kernel(self, op: Op, reads: tuple, out_shape: tuple, has_store: bool):
+    def _kernel(self, op: Op, reads: tuple, out_shape: tuple, has_store: bool, donate: bool):
         in_types = tuple(self.sdg.ops[src].type for src, _ in reads)
         key = (op.kind, _attrs_key(op), op.type, len(op.domain), in_types,
-               tuple(p for _, p in reads), out_shape, has_store)
+               tuple(p for _, p in reads), out_shape, has_store, donate)
         fn = _KERNELS.get(key)
         if fn is None:
             fn = _KERNELS[key] = _make_kernel(op, in_types, tuple(p for _, p in reads),
-                                              out_shape, has_store)
+                                              out_shape, has_store, donate)
         return fn
 
     # -- running ------------------------------------------------------------------------------
@@ -242,7 +242,10 @@ class Executor(Stage):
         ints.extend(point)
         if st is not None:
             ints.extend(st.slot(k, v) for k, v in enumerate(point))
-        fn = self._kernel(op, tuple(reads), out_shape, st is not None)
+        # a placeholder whose branch copies its own earlier point reads its own store: no
+        # donation then (the buffer would be both read and overwritten by the call)
+        donate = st is not None and all(b is not st.buf for b in bufs)
+        fn = self._kernel(op, tuple(reads), out_shape, st is not None, donate)
         y = fn(tuple(bufs), np.asarray(ints, np.int32), host_value, st.buf if st else None)
         if st is not None:
             st.buf = y
@@ -292,7 +295,8 @@ def _attrs_key(op: Op) -> tuple:
                  if k not in ("value", "array", "fn", "expr", "type", "weak"))
 
 
-def _make_kernel(op: Op, in_types: tuple, patterns: tuple, out_shape: tuple, has_store: bool):
+def _make_kernel(op: Op, in_types: tuple, patterns: tuple, out_shape: tuple, has_store: bool,
+                 donate: bool):
     """One jitted function: gather every input from its store, compute, write in place."""
     ndom = len(op.domain)
 
@@ -335,7 +339,7 @@ def _make_kernel(op: Op, in_types: tuple, patterns: tuple, out_shape: tuple, has
         upd = y.reshape((1,) * ndom + y.shape)
         return lax.dynamic_update_slice(out_buf, upd, tuple(slot) + (0,) * y.ndim)
 
-    return jax.jit(kernel, donate_argnums=(3,) if has_store else ())
+    return jax.jit(kernel, donate_argnums=(3,) if donate else ())
 
 
 def _call_source(op: Op, point) -> np.ndarray:

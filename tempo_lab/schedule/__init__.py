@@ -19,10 +19,12 @@ class Schedule(Stage):
     that order them, the isl schedule tree, and the loop AST executors walk."""
 
     def __init__(self, sdg: SDG, domains: Mapping[int, isl.Set], validity: isl.UnionMap,
-                 tree: isl.Schedule, ast: Node, order: isl.UnionMap):
+                 tree: isl.Schedule, ast: Node, order: isl.UnionMap,
+                 options: Mapping[str, int] | None = None):
         self.sdg, self.domains, self.validity, self.tree, self.ast = (sdg, dict(domains),
                                                                       validity, tree, ast)
         self.order = order  # statement instance -> time in the loop AST that runs
+        self.options = dict(options or {})  # isl scheduler options it was computed with
 
     @property
     def statements(self) -> list[int]:
@@ -59,14 +61,16 @@ class Schedule(Stage):
         for i in self.statements:
             doms.append(f"op{i}: {self.domains[i].reset_tuple_id()}  ({self.sdg.ops[i].label})")
         deps = sorted(str(m) for m in build.maps_of(self.validity))
+        opts = ", ".join(f"{k}={v}" for k, v in self.options.items()) or "isl defaults"
         return [("loops", self.code().splitlines()),
+                ("isl scheduler options", [opts]),
                 ("statements (demanded points)", doms),
                 ("validity = proximity (producer -> consumer)", deps),
                 ("isl schedule tree", str(self.tree.get_root()).splitlines()
                  if hasattr(self.tree, "get_root") else str(self.tree).splitlines())]
 
     def to_dict(self) -> dict:
-        return {"schema": SCHEMA, "code": self.code().splitlines(),
+        return {"schema": SCHEMA, "code": self.code().splitlines(), "options": self.options,
                 "domains": {str(i): str(self.domains[i]) for i in self.statements},
                 "validity": sorted(str(m) for m in build.maps_of(self.validity)),
                 "tree": str(self.tree)}
@@ -82,15 +86,44 @@ def _depth(node: Node) -> int:
     return 0
 
 
-def schedule_sdg(sdg: SDG, domains: Mapping[int, isl.Set], maps) -> Schedule:
-    """Schedule an SDG whose ops are demanded on ``domains`` (parametric isl sets)."""
+# isl scheduler option sets worth trying. The default (incremental clustering) gives the natural
+# nest for layer/step programs; clustering whole components keeps a window reader in its
+# producer's loop where the default splits it off (which turns a ring buffer into a growing
+# store). Program compilation keeps the candidate with the lowest predicted peak memory.
+OPTION_SETS: tuple[dict[str, int], ...] = ({}, {"whole_component": 1})
+# Tried only when every set above fails: isl has returned schedule trees that lose statements
+# on a few programs; serialising strongly connected components avoids that code path.
+FALLBACK_OPTION_SETS: tuple[dict[str, int], ...] = ({"serialize_sccs": 1},
+                                                    {"serialize_sccs": 1, "algorithm": 1})
+
+
+class IncompleteSchedule(Exception):
+    """isl returned a schedule that does not run every statement instance (an isl bug)."""
+
+
+def schedule_sdg(sdg: SDG, domains: Mapping[int, isl.Set], maps,
+                 options: Mapping[str, int] | None = None) -> Schedule:
+    """Schedule an SDG whose ops are demanded on ``domains`` (parametric isl sets), with the
+    isl scheduler ``options`` (names of isl's ``schedule_*`` options) set while it runs."""
+    options = dict(options or {})
     domains = build.statement_domains(domains)
     dom, validity = build.constraints(sdg, domains, maps)
-    tree = build.compute(sdg, dom, validity)
+    ctx = build.I.CTX
+    saved = {k: getattr(ctx, f"get_schedule_{k}")() for k in options}
+    try:
+        for k, v in options.items():
+            getattr(ctx, f"set_schedule_{k}")(v)
+        tree = build.compute(sdg, dom, validity)
+    finally:
+        for k, v in saved.items():
+            getattr(ctx, f"set_schedule_{k}")(v)
     ast = build.lower(build.ast(tree, build.param_context(sdg)), sdg)
     order = build.time_map(ast, sdg)
+    if not dom.is_subset(order.domain()):
+        raise IncompleteSchedule(f"isl's schedule under {options or 'default options'} "
+                                 "leaves out statement instances")
     ast = build.insert_frees(ast, build.last_reads(sdg, order, domains, maps), sdg)
-    return Schedule(sdg, domains, validity, tree, ast, order)
+    return Schedule(sdg, domains, validity, tree, ast, order, options)
 
 
 def walk(node: Node, env: dict[str, int],
@@ -125,4 +158,5 @@ def walk(node: Node, env: dict[str, int],
         env.pop(node.var, None)
 
 
-__all__ = ["Schedule", "schedule_sdg", "walk", "Exec", "For", "Free", "If", "Seq", "Node"]
+__all__ = ["Schedule", "schedule_sdg", "walk", "IncompleteSchedule", "OPTION_SETS",
+           "FALLBACK_OPTION_SETS", "Exec", "For", "Free", "If", "Seq", "Node"]
