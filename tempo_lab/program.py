@@ -11,14 +11,12 @@ from .errors import BoundsError, ScheduleError, TempoLabError, user_location
 from .frontend.build import build_sdg
 from .frontend.tensor import RecurrentTensor
 from .frontend.validate import validate
-from .ir.demand import demand
 from .ir.sdg import SDG
 from .memory import plan_memory
 from .passes import run_passes
 from .runtime.executor import Executor
 from .runtime.reference import Reference, run_reference
 from .schedule import FALLBACK_OPTION_SETS, OPTION_SETS, IncompleteSchedule, schedule_sdg
-from .schedule.build import param_context
 from .stage import Stage
 from .symbolic import Bound, Dim
 
@@ -166,7 +164,6 @@ def compile_context(ctx, bounds, outputs, config: CompileConfig | None = None) -
 def _best_schedule(sdg: SDG, bounds, config, times):
     """Schedule under each of the isl option sets and keep the one whose memory plan has the
     lowest predicted peak (the first on ties)."""
-    demand_and_maps = _parametric_demand(sdg)
     best = None
     times["schedule"] = times["memory"] = 0.0
     for options in OPTION_SETS + FALLBACK_OPTION_SETS:
@@ -174,7 +171,7 @@ def _best_schedule(sdg: SDG, bounds, config, times):
             break
         t0 = time.perf_counter()
         try:
-            schedule = schedule_sdg(sdg, *demand_and_maps, options)
+            schedule = schedule_sdg(sdg, options)
         except IncompleteSchedule:
             times["schedule"] += time.perf_counter() - t0
             continue
@@ -189,13 +186,6 @@ def _best_schedule(sdg: SDG, bounds, config, times):
                             "the option sets tried; please report it with the program",
                             sdg.ops[next(iter(sdg.outputs.values()))].loc)
     return best
-
-
-def _parametric_demand(sdg: SDG):
-    ctx = param_context(sdg)
-    boxes = {i: sdg.isl_domain(i).intersect_params(ctx) for i in sdg.ops}
-    maps = {e: sdg.isl_map(e) for e in sdg.edges}
-    return demand(sdg, boxes, maps), maps
 
 
 class Program(Stage):

@@ -5,6 +5,7 @@ from collections.abc import Callable, Iterator, Mapping
 
 import islpy as isl
 
+from ..ir.demand import demand
 from ..ir.sdg import SDG
 from ..stage import Stage
 from ..symbolic import TRUE
@@ -101,12 +102,14 @@ class IncompleteSchedule(Exception):
     """isl returned a schedule that does not run every statement instance (an isl bug)."""
 
 
-def schedule_sdg(sdg: SDG, domains: Mapping[int, isl.Set], maps,
-                 options: Mapping[str, int] | None = None) -> Schedule:
-    """Schedule an SDG whose ops are demanded on ``domains`` (parametric isl sets), with the
-    isl scheduler ``options`` (names of isl's ``schedule_*`` options) set while it runs."""
+def schedule_sdg(sdg: SDG, options: Mapping[str, int] | None = None) -> Schedule:
+    """Schedule an SDG with the isl scheduler ``options`` (names of isl's ``schedule_*``
+    options) set while it runs. Each op is a statement over the points someone reads."""
     options = dict(options or {})
-    domains = build.statement_domains(domains)
+    pctx = build.param_context(sdg)
+    boxes = {i: sdg.isl_domain(i).intersect_params(pctx) for i in sdg.ops}
+    maps = {e: sdg.isl_map(e) for e in sdg.edges}
+    domains = build.statement_domains(demand(sdg, boxes, maps))
     dom, validity = build.constraints(sdg, domains, maps)
     ctx = build.I.CTX
     saved = {k: getattr(ctx, f"get_schedule_{k}")() for k in options}
