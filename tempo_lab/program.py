@@ -39,11 +39,13 @@ class CompileConfig:
     block_size: int = 64
     sync_profile: bool = False
     # passes, run in this order when their switch is on (see tempo_lab/passes)
-    passes: tuple[str, ...] = ("simplify", "fold", "cse", "dce")
+    passes: tuple[str, ...] = ("simplify", "fold", "cse", "dce", "vectorise")
     simplify: bool = True
     fold_constants: bool = True
     cse: bool = True
     dce: bool = True
+    vectorise: bool = True
+    vectorise_budget_bytes: int = 256 * 2**20  # largest single value a vectorised op may make
     check_invariants: bool = False  # check the SDG after every pass (tests turn this on)
 
     def __post_init__(self):
@@ -151,7 +153,7 @@ def compile_context(ctx, bounds, outputs, config: CompileConfig | None = None) -
         validate(sdg, bounds)
         times["validate"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    sdg, passes = run_passes(sdg, config, check=config.check_invariants)
+    sdg, passes = run_passes(sdg, config, config.check_invariants, bounds, dynamic)
     times["passes"] = time.perf_counter() - t0
     schedule = plan = executable = None
     if config.executor == "interpreter":
@@ -237,8 +239,21 @@ class Program(Stage):
             until = {n: (i, self.bounds[n]) for n, i in self._until.items()}
             values, profile, reached = self.executable.run(self.bounds, until)
             bounds = {**self.bounds, **reached}
-        values = {k: v for k, v in values.items() if not k.startswith(UNTIL_PREFIX)}
+        values = {k: self._universe_order(k, v) for k, v in values.items()
+                  if not k.startswith(UNTIL_PREFIX)}
         return Run(self, values, time.perf_counter() - t0, profile, bounds)
+
+    def _universe_order(self, name: str, value: np.ndarray) -> np.ndarray:
+        """Move the axes of vectorised dims (leading spatial axes after the domain axes) back
+        among the domain axes, in universe order."""
+        op = self.sdg.ops[self.sdg.outputs[name]]
+        moved = tuple(op.attrs.get("vdims", ()))
+        if not moved:
+            return value
+        have = [d.name for d in op.domain] + list(moved)
+        want = [d.name for d in self.sdg.dims if d.name in have]
+        perm = [have.index(n) for n in want]
+        return np.transpose(value, perm + list(range(len(have), value.ndim)))
 
     def _reference_bounds(self) -> dict[str, int]:
         """Bound values with each data-dependent bound cut after its first ``done`` point."""

@@ -11,7 +11,9 @@ from dataclasses import dataclass, field
 
 from ..errors import TempoLabError
 from ..ir.ops import infer, norm_dim
+from ..ir.ops import TensorType
 from ..ir.sdg import SDG, Edge, Op
+from ..ir.vmap import base_op, in_axes, vdims
 from ..stage import Stage
 from ..symbolic import Slice
 
@@ -50,8 +52,9 @@ class Event:
 class Editor:
     """A mutable copy of an SDG that a pass edits; ``result()`` freezes it again."""
 
-    def __init__(self, sdg: SDG, pass_name: str):
+    def __init__(self, sdg: SDG, pass_name: str, config=None, bounds=None, dynamic=()):
         self.sdg0, self.pass_name = sdg, pass_name
+        self.config, self.bounds, self.dynamic = config, dict(bounds or {}), set(dynamic)
         self.dims = sdg.dims
         self.ops: dict[int, Op] = dict(sdg.ops)
         self.edges: list[Edge] = list(sdg.edges)
@@ -130,16 +133,20 @@ def check_invariants(sdg: SDG, after: str) -> None:
         if op.kind in ("merge", "const", "from_array", "source", "dimval"):
             continue
         types = [_read_type(sdg, e) for e in ins]
-        want = infer(op.kind, types, op.attrs)
-        if tuple(map(norm_dim, want.shape)) != tuple(map(norm_dim, op.type.shape)) \
+        have = op
+        if vdims(op):  # check the op for one element of its vectorised axes
+            for level in in_axes(sdg, op, ins):
+                types = [t if a is None else TensorType(t.shape[:a] + t.shape[a + 1:], t.dtype,
+                                                        t.weak) for t, a in zip(types, level)]
+            have = base_op(op)
+        want = infer(op.kind, types, have.attrs)
+        if tuple(map(norm_dim, want.shape)) != tuple(map(norm_dim, have.type.shape)) \
                 or want.dtype != op.type.dtype:
             bad(f"{op.label} ({op.kind}) has type {op.type} but its inputs give {want}")
     _check_acyclic(sdg, bad)
 
 
 def _read_type(sdg: SDG, e: Edge):
-    from ..ir.ops import TensorType
-
     p = sdg.ops[e.src]
     lengths = tuple(norm_dim(x.length) for x in e.index if isinstance(x, Slice))
     points = {d: x for d, x in zip(p.domain, e.index) if not isinstance(x, Slice)}
@@ -229,14 +236,16 @@ class PassTrace(Stage):
                             "after": r.after.to_dict()} for r in self.records]}
 
 
-def run_passes(sdg: SDG, config, check: bool = False) -> tuple[SDG, PassTrace]:
-    """Run every enabled pass in ``config.passes`` order, recording a PassTrace."""
+def run_passes(sdg: SDG, config, check: bool = False, bounds=None,
+               dynamic=()) -> tuple[SDG, PassTrace]:
+    """Run every enabled pass in ``config.passes`` order, recording a PassTrace. ``bounds`` are
+    the compiled bound values; ``dynamic`` names the data-dependent ones."""
     records = []
     for name in config.passes:
         p = REGISTRY[name]
         if not getattr(config, p.switch):
             continue
-        ed = Editor(sdg, name)
+        ed = Editor(sdg, name, config, bounds, dynamic)
         t0 = time.perf_counter()
         p.fn(ed)
         after = ed.result()

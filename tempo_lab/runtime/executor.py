@@ -20,6 +20,7 @@ from jax import lax
 
 from ..errors import DTypeError, ShapeError
 from ..ir.sdg import SDG, Edge, Op
+from ..ir.vmap import base_op, in_axes, vdims
 from ..memory.plan import MemoryPlan, Storage, pad
 from ..schedule import Exec, Free, Schedule, walk
 from ..stage import Stage
@@ -149,14 +150,15 @@ class Executor(Stage):
                 lens.append(n)
         return (tuple(pattern), tuple(cut)), dyn, lens
 
-    def _kernel(self, op: Op, reads: tuple, out_shape: tuple, has_store: bool, donate: bool):
+    def _kernel(self, op: Op, reads: tuple, out_shape: tuple, has_store: bool, donate: bool,
+                levels: tuple):
         in_types = tuple(self.sdg.ops[src].type for src, _ in reads)
         key = (op.kind, _attrs_key(op), op.type, len(op.domain), in_types,
-               tuple(p for _, p in reads), out_shape, has_store, donate)
+               tuple(p for _, p in reads), out_shape, has_store, donate, levels)
         fn = _KERNELS.get(key)
         if fn is None:
             fn = _KERNELS[key] = _make_kernel(op, in_types, tuple(p for _, p in reads),
-                                              out_shape, has_store, donate)
+                                              out_shape, has_store, donate, levels)
         return fn
 
     # -- running ------------------------------------------------------------------------------
@@ -245,7 +247,8 @@ class Executor(Stage):
         # a placeholder whose branch copies its own earlier point reads its own store: no
         # donation then (the buffer would be both read and overwritten by the call)
         donate = st is not None and all(b is not st.buf for b in bufs)
-        fn = self._kernel(op, tuple(reads), out_shape, st is not None, donate)
+        levels = tuple(map(tuple, in_axes(self.sdg, op, edges))) if vdims(op) else ()
+        fn = self._kernel(op, tuple(reads), out_shape, st is not None, donate, levels)
         y = fn(tuple(bufs), np.asarray(ints, np.int32), host_value, st.buf if st else None)
         if st is not None:
             st.buf = y
@@ -275,6 +278,22 @@ class Executor(Stage):
 _KERNELS: dict[tuple, object] = {}
 
 
+def _vmapped(op: Op, xs, lens, in_types, out_shape, levels):
+    """The op applied per element of its vectorised leading axes, with ``jax.vmap``."""
+    base = base_op(op)
+    inner = []
+    for i, ln in enumerate(lens):
+        k = sum(level[i] is not None for level in levels)
+        a = next((level[i] for level in levels if level[i] is not None), 0)
+        inner.append(tuple(ln[:a]) + tuple(ln[a + k:]))
+
+    def f(*args):
+        return jax_ops.compute(base, list(args), inner, list(in_types), out_shape[len(levels):])
+    for k in reversed(range(len(levels))):
+        f = jax.vmap(f, in_axes=tuple(levels[k]), axis_size=out_shape[k])
+    return f(*xs)
+
+
 def _check_nonempty(op: Op, lens: list, point: tuple):
     """max/min over an empty range has no value (the reference raises the same error)."""
     axis = op.attrs.get("axis")
@@ -296,8 +315,9 @@ def _attrs_key(op: Op) -> tuple:
 
 
 def _make_kernel(op: Op, in_types: tuple, patterns: tuple, out_shape: tuple, has_store: bool,
-                 donate: bool):
-    """One jitted function: gather every input from its store, compute, write in place."""
+                 donate: bool, levels: tuple):
+    """One jitted function: gather every input from its store, compute, write in place.
+    ``levels``: per vectorised dim of the op, the axis of each input to map over (or None)."""
     ndom = len(op.domain)
 
     def kernel(bufs, ints, host_value, out_buf):
@@ -331,6 +351,8 @@ def _make_kernel(op: Op, in_types: tuple, patterns: tuple, out_shape: tuple, has
                                   (1,) * ndom + rest).reshape(rest)
         elif op.kind in HOST_OPS:
             y = jnp.asarray(host_value)
+        elif levels:
+            y = _vmapped(op, xs, lens_struct, in_types, out_shape, levels)
         else:
             y = jax_ops.compute(op, xs, lens_struct, list(in_types), out_shape)
         y = jax_ops.fit(y.astype(op.type.dtype), out_shape)

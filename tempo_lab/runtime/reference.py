@@ -16,6 +16,7 @@ import numpy as np
 from ..errors import DTypeError, ScheduleError, ShapeError
 from ..ir.ops import promote
 from ..ir.sdg import SDG, Edge, Op
+from ..ir.vmap import base_op, in_axes, vdims
 from ..symbolic import Slice
 
 
@@ -119,6 +120,21 @@ def _call_source(op: Op, env) -> np.ndarray:
     return v
 
 
+def _vectorised(sdg: SDG, op: Op, edges, ins, types, env) -> np.ndarray:
+    """``_compute``, looping over the leading axes of vectorised dims (see ``ir.vmap``)."""
+    if not vdims(op) or op.kind in ("from_array", "const", "dimval", "source"):
+        return _compute(op, ins, types, env)
+    base, levels = base_op(op), in_axes(sdg, op, edges)
+
+    def at(level, xs):
+        if level == len(levels):
+            return np.asarray(_compute(base, xs, types, env))
+        return np.stack([at(level + 1, [x if a is None else np.take(x, k, axis=a)
+                                        for x, a in zip(xs, levels[level])])
+                         for k in range(op.type.shape[level])])
+    return at(0, ins)
+
+
 class Reference:
     """Demand-driven, memoised evaluation of one SDG for fixed bound values."""
 
@@ -185,7 +201,7 @@ class Reference:
                 continue
             ins = [self._gather(e, qs, shape) for e, (qs, shape) in zip(edges, reads)]
             types = [self.sdg.ops[e.src].type for e in edges]
-            out = np.asarray(_compute(op, ins, types, env))
+            out = np.asarray(_vectorised(self.sdg, op, edges, ins, types, env))
             if op.kind != "sink" and out.dtype != op.type.dtype:
                 out = out.astype(op.type.dtype)
             memo[oid][pt] = out

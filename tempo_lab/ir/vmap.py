@@ -1,0 +1,40 @@
+"""Ops applied per element of vectorised leading axes (see passes/vectorise.py).
+
+An op with ``attrs["vdims"]`` computes, for every element of its leading axes, what the op
+without those axes (``base_op``) computes from the matching elements of its inputs. An input
+carries a vectorised dim if its producer was vectorised over it too; its batch axis then sits
+right after the axes its read's slices prepend.
+"""
+from __future__ import annotations
+
+from .ops import TensorType
+from .sdg import SDG, Edge, Op
+from ..symbolic import Slice
+
+
+def vdims(op: Op) -> tuple[str, ...]:
+    return tuple(op.attrs.get("vdims", ()))
+
+
+def base_op(op: Op) -> Op:
+    """``op`` for one element of its vectorised axes."""
+    n = len(vdims(op))
+    attrs = {k: v for k, v in op.attrs.items() if k != "vdims"}
+    if op.kind == "merge":
+        t = attrs["type"]
+        attrs["type"] = TensorType(t.shape[n:], t.dtype, t.weak)
+    return Op(op.id, op.kind, op.domain, TensorType(op.type.shape[n:], op.type.dtype,
+                                                    op.type.weak), attrs, op.loc, op.name)
+
+
+def in_axes(sdg: SDG, op: Op, edges: list[Edge]) -> list[list[int | None]]:
+    """Per vectorised dim of ``op`` (outermost first), per input: the axis to map over, or
+    None if that input does not vary along the dim (after peeling the outer dims)."""
+    levels = []
+    for d in vdims(op):
+        row = []
+        for e in edges:
+            carried = d in vdims(sdg.ops[e.src])
+            row.append(sum(isinstance(x, Slice) for x in e.index) if carried else None)
+        levels.append(row)
+    return levels
