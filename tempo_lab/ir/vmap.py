@@ -7,9 +7,9 @@ right after the axes its read's slices prepend.
 """
 from __future__ import annotations
 
+from ..symbolic import Slice
 from .ops import TensorType
 from .sdg import SDG, Edge, Op
-from ..symbolic import Slice
 
 
 def vdims(op: Op) -> tuple[str, ...]:

@@ -10,8 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..errors import TempoLabError
-from ..ir.ops import infer, norm_dim
-from ..ir.ops import TensorType
+from ..ir.ops import TensorType, infer, norm_dim
 from ..ir.sdg import SDG, Edge, Op
 from ..ir.vmap import base_op, in_axes, vdims
 from ..stage import Stage
