@@ -39,12 +39,13 @@ class CompileConfig:
     block_size: int = 64
     sync_profile: bool = False
     # passes, run in this order when their switch is on (see tempo_lab/passes)
-    passes: tuple[str, ...] = ("simplify", "fold", "cse", "dce", "vectorise")
+    passes: tuple[str, ...] = ("simplify", "fold", "cse", "dce", "vectorise", "fuse")
     simplify: bool = True
     fold_constants: bool = True
     cse: bool = True
     dce: bool = True
     vectorise: bool = True
+    fuse: bool = True
     vectorise_budget_bytes: int = 256 * 2**20  # largest single value a vectorised op may make
     check_invariants: bool = False  # check the SDG after every pass (tests turn this on)
 

@@ -18,7 +18,7 @@ from tempo_lab.passes import REGISTRY, check_invariants
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/ is not a package
 from randprog import assert_outputs_match, numpy_eval, program_strategy, run_tempo  # noqa: E402
 
-SWITCHES = ("simplify", "fold_constants", "cse", "dce", "vectorise")
+SWITCHES = ("simplify", "fold_constants", "cse", "dce", "vectorise", "fuse")
 NO_PASSES = {s: False for s in SWITCHES}
 
 
@@ -58,7 +58,7 @@ def test_every_pass_is_registered_with_a_switch():
 @pytest.mark.parametrize("executor", ["reference", "interpreter"])
 def test_passes_shrink_the_graph_and_keep_the_result(executor):
     ctx, bounds, outs, want = redundant_program()
-    prog = ctx.compile(bounds=bounds, outputs=outs, config=config(executor))
+    prog = ctx.compile(bounds=bounds, outputs=outs, config=config(executor, fuse=False))
     np.testing.assert_allclose(prog.run()["y"], want)
     before, after = prog.passes.initial, prog.sdg
     assert len(after.ops) < len(before.ops)
@@ -117,10 +117,23 @@ def test_duplicate_elimination_keeps_distinct_reads_apart():
         a = x[tl.max(0, t - 1)] * 2.0
         b = x[t] * 2.0                   # same op on another point: not a duplicate
         y = a + b
-    prog = ctx.compile(bounds={T: 5}, outputs={"y": y}, config=config())
+    prog = ctx.compile(bounds={T: 5}, outputs={"y": y}, config=config(fuse=False))
     assert kinds(prog.sdg).count("mul") == 2
     want = data[np.maximum(0, np.arange(5) - 1)] * 2 + data * 2
     np.testing.assert_allclose(prog.run()["y"], want)
+
+
+@pytest.mark.parametrize("executor", ["reference", "interpreter"])
+def test_fusion_runs_a_chain_as_one_op(executor):
+    ctx, bounds, outs, want = redundant_program()
+    prog = ctx.compile(bounds=bounds, outputs=outs, config=config(executor))
+    np.testing.assert_allclose(prog.run()["y"], want)
+    fused = [op for op in prog.sdg.ops.values() if op.kind == "fused"]
+    assert len(fused) == 1
+    assert [m.kind for m, _ in fused[0].attrs["body"]] == ["mul", "add"]   # (a + b) after cse
+    assert kinds(prog.sdg) == ["const", "from_array", "fused"]
+    fuse = next(r for r in prog.passes.records if r.name == "fuse")
+    assert fuse.count("rewritten") == 1 and fuse.count("erased") == 1
 
 
 @pytest.mark.parametrize("combo", list(itertools.product([False, True], repeat=len(SWITCHES))),

@@ -402,3 +402,13 @@ def _matmul(ins, attrs):
     shape = batch + ((ash[-2],) if a.ndim > 1 else ()) + ((bsh[-1],) if b.ndim > 1 else ())
     dt, weak = promote([a, b])
     return TensorType(tuple(map(norm_dim, shape)), dt, weak)
+
+
+@_register("fused", "fused")
+def _fused(ins, attrs):
+    """A tree of ops run as one kernel: the type of its last (root) op."""
+    vals: list[TensorType] = []
+    for op, refs in attrs["body"]:
+        args = [ins[k] if where == "ext" else vals[k] for where, k in refs]
+        vals.append(infer(op.kind, args, op.attrs))
+    return vals[-1]

@@ -20,7 +20,7 @@ SCHEMA = "tempo_lab.sdg/1"
 # One colour per op category, fixed so that pictures are stable across runs.
 CATEGORY_COLOURS = {"source": "#cfe8cf", "elementwise": "#dbe9f6", "reduce": "#f9dcc4",
                     "layout": "#eeeeee", "linalg": "#f6d5e5", "control": "#fff2b3",
-                    "effect": "#e0d4f5"}
+                    "effect": "#e0d4f5", "fused": "#d5f0ec"}
 
 
 @dataclass(frozen=True, eq=False)
@@ -47,6 +47,8 @@ class Op:
 
 
 def _attr_str(v) -> str:
+    if isinstance(v, tuple) and v and isinstance(v[0], tuple) and isinstance(v[0][0], Op):
+        return "[" + ", ".join(op.kind for op, _ in v) + "]"  # a fused op's body
     if isinstance(v, np.ndarray):
         return str(v.item()) if v.ndim == 0 else f"array({TensorType(v.shape, v.dtype)})"
     if isinstance(v, np.dtype):

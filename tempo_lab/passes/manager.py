@@ -88,6 +88,12 @@ class Editor:
         self.edges = [e for e in self.edges if e.dst != i]
         self.events.append(Event("erased", i, None, note))
 
+    def rewrite(self, i: int, op: Op, inputs: list[Edge], note: str = ""):
+        """Put ``op`` (with id ``i``) in place of op ``i``, reading ``inputs``."""
+        self.ops[i] = op
+        self.edges = [e for e in self.edges if e.dst != i] + list(inputs)
+        self.events.append(Event("rewritten", i, None, note))
+
     def replace(self, old: int, new: int, note: str = ""):
         """Make every reader of ``old`` read ``new`` instead (same domain and type), then erase
         ``old``. Reads keep their index: ``new`` must have ``old``'s domain."""

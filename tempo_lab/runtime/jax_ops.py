@@ -58,6 +58,9 @@ def compute(op: Op, xs: list, lens: list[tuple], in_types, out_shape) -> jax.Arr
         return BINARY[k](xs[0].astype(cdt), xs[1].astype(cdt))
     if k in ("identity", "merge"):
         return xs[0]
+    if k == "fused":
+        return run_body(op, xs, lens, in_types,
+                        lambda o, a, ln, ts: compute(o, a, ln, ts, o.type.shape))
     if k == "cast":
         return xs[0].astype(dt)
     if k == "where":
@@ -107,6 +110,20 @@ def compute(op: Op, xs: list, lens: list[tuple], in_types, out_shape) -> jax.Arr
         cdt, _ = promote(in_types)
         return jnp.concatenate([x.astype(cdt) for x in xs], axis=a["axis"])
     raise NotImplementedError(f"no JAX rule for op kind {k!r}")
+
+
+def run_body(op: Op, xs: list, lens: list, in_types, compute_one):
+    """Evaluate a fused op's body: ``compute_one(op, inputs, lens, input types)`` per member.
+    Members have static shapes, so values made inside the body need no masks."""
+    vals, types = [], []
+    for member, refs in op.attrs["body"]:
+        args = [xs[k] if where == "ext" else vals[k] for where, k in refs]
+        ln = [lens[k] if where == "ext" else (None,) * len(types[k].shape)
+              for where, k in refs]
+        ts = [in_types[k] if where == "ext" else types[k] for where, k in refs]
+        vals.append(compute_one(member, args, ln, ts).astype(member.type.dtype))
+        types.append(member.type)
+    return vals[-1]
 
 
 def _dynamic_index(index, lens, ndim):

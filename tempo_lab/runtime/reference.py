@@ -18,6 +18,7 @@ from ..ir.ops import promote
 from ..ir.sdg import SDG, Edge, Op
 from ..ir.vmap import base_op, in_axes, vdims
 from ..symbolic import Slice
+from .jax_ops import run_body
 
 
 def _softmax(x, axis):
@@ -69,6 +70,9 @@ def _compute(op: Op, ins: list[np.ndarray], in_types, env: dict[str, int]) -> np
                              "or guard this point with a branch", op.loc) from None
     if k in ("identity", "merge"):
         return ins[0]
+    if k == "fused":
+        return run_body(op, ins, [None] * len(ins), in_types,
+                        lambda o, a, _ln, ts: np.asarray(_compute(o, a, ts, env)))
     if k == "const":
         return a["value"]
     if k == "dimval":

@@ -99,7 +99,8 @@ FALLBACK_OPTION_SETS: tuple[dict[str, int], ...] = ({"serialize_sccs": 1},
 
 
 class IncompleteSchedule(Exception):
-    """isl returned a schedule that does not run every statement instance (an isl bug)."""
+    """isl returned a schedule that does not run every statement instance, or crashed (isl
+    bugs): the caller tries other option sets."""
 
 
 def schedule_sdg(sdg: SDG, options: Mapping[str, int] | None = None) -> Schedule:
@@ -116,7 +117,10 @@ def schedule_sdg(sdg: SDG, options: Mapping[str, int] | None = None) -> Schedule
     try:
         for k, v in options.items():
             getattr(ctx, f"set_schedule_{k}")(v)
-        tree = build.compute(sdg, dom, validity)
+        try:
+            tree = build.compute(sdg, dom, validity)
+        except build.IslCrashed as e:
+            raise IncompleteSchedule(str(e)) from None
     finally:
         for k, v in saved.items():
             getattr(ctx, f"set_schedule_{k}")(v)

@@ -12,6 +12,10 @@ min/max bounds so loop bounds print as ``min(...)`` rather than as split loops.
 """
 from __future__ import annotations
 
+import faulthandler
+import os
+import warnings
+
 import islpy as isl
 
 from ..errors import ScheduleError
@@ -73,14 +77,58 @@ def constraints(sdg: SDG, domains: dict[int, isl.Set], maps) -> tuple:
 
 
 def compute(sdg: SDG, dom: isl.UnionSet, validity: isl.UnionMap) -> isl.Schedule:
+    text = _in_child(lambda: _schedule_text(dom, validity))
+    if text is None:
+        raise IslCrashed("isl's scheduler crashed on this program")
+    if text == "":
+        raise cycle_error(sdg, validity)
+    return isl.Schedule.read_from_str(I.CTX, text)
+
+
+class IslCrashed(Exception):
+    """isl died (an isl bug) while scheduling; another option set may avoid it."""
+
+
+def _schedule_text(dom, validity) -> str:
     sc = isl.ScheduleConstraints.on_domain(dom).set_validity(validity).set_proximity(validity)
     try:
         sched = sc.compute_schedule()
     except isl.Error:
-        sched = None
-    if sched is None or sched.get_map().is_empty() and not dom.is_empty():
-        raise cycle_error(sdg, validity)
-    return sched
+        return ""
+    if sched is None or (sched.get_map().is_empty() and not dom.is_empty()):
+        return ""
+    return str(sched)
+
+
+def _in_child(fn) -> str | None:
+    """Run ``fn() -> str`` in a forked child so that an isl crash (isl has segfaulted on a few
+    inputs) cannot take the user's kernel down; None if the child died. Where fork is not
+    available the function runs in this process."""
+    if not hasattr(os, "fork"):
+        return fn()
+    r, w = os.pipe()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # JAX warns about fork in a threaded process
+        pid = os.fork()
+    if pid == 0:  # the child: only isl runs here, then it leaves without cleanup
+        code = 1
+        faulthandler.disable()  # a crash here is handled by the parent: no dump on stderr
+        try:
+            data = fn().encode()
+            while data:
+                data = data[os.write(w, data):]
+            code = 0
+        finally:
+            os._exit(code)
+    os.close(w)
+    chunks = []
+    with os.fdopen(r, "rb") as f:
+        while chunk := f.read(1 << 16):
+            chunks.append(chunk)
+    _, status = os.waitpid(pid, 0)
+    if not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
+        return None
+    return b"".join(chunks).decode()
 
 
 def cycle_error(sdg: SDG, validity: isl.UnionMap) -> ScheduleError:
