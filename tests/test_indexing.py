@@ -6,56 +6,21 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from rt_helpers import (  # noqa: F401 (executor: the autouse parametrisation)
+    _STATE,
+    ATOL,
+    EXECUTORS,
+    RTOL,
+    close,
+    compile_,
+    ctx1,
+    ctx2,
+    executor,
+    rng,
+    run,
+)
 
 import tempo_lab as tl
-
-RTOL = 1e-5
-ATOL = 1e-5
-
-
-def close(actual, expected, rtol=RTOL, atol=ATOL):
-    actual = np.asarray(actual)
-    expected = np.asarray(expected)
-    assert actual.shape == expected.shape, (actual.shape, expected.shape)
-    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol)
-
-
-# Every test runs on each executor that ``prog.run()`` can use: the reference interpreter (the
-# ground truth) and, where it exists, the scheduled JAX interpreter. Expected values never come
-# from tempo_lab.
-EXECUTORS = [e for e in ("reference", "interpreter") if e in tl.program.EXECUTORS]
-_STATE = {"executor": "reference"}
-
-
-@pytest.fixture(autouse=True, params=EXECUTORS)
-def executor(request):
-    _STATE["executor"] = request.param
-    yield request.param
-    _STATE["executor"] = "reference"
-
-
-def compile_(ctx, bounds, outputs):
-    return ctx.compile(bounds=bounds, outputs=outputs,
-                       config=tl.CompileConfig(executor=_STATE["executor"]))
-
-
-def run(ctx, bounds, **outputs):
-    return compile_(ctx, bounds, outputs).run()
-
-
-def ctx1():
-    ctx = tl.Context(dims=("t",))
-    return ctx, ctx.dims[0], ctx.bounds[0]
-
-
-def ctx2(names=("b", "t")):
-    ctx = tl.Context(dims=names)
-    return (ctx, *ctx.dims, *ctx.bounds)
-
-
-def rng(seed=0):
-    return np.random.default_rng(seed)
-
 
 # ------------------------------------------------------------------------------------------------
 # temporal reads: causal, window, future window, suffix, constant slices and points
@@ -202,8 +167,6 @@ def test_recurrence_reading_its_own_prefix():
     for i in range(8):
         exp[i] = exp[:i].sum() + 1.0
     close(got, exp)
-
-
 
 
 def test_short_key_indexes_leading_dims():

@@ -11,30 +11,18 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from rt_helpers import (  # noqa: F401 (executor: the autouse parametrisation)
+    _STATE,
+    EXECUTORS,
+    RTOL,
+    compile_,
+    executor,
+)
 
 import tempo_lab as tl
 
 T_ = 3
-RTOL = 1e-5
 ATOL = 1e-6
-
-# Every test runs on each executor that ``prog.run()`` can use: the reference interpreter (the
-# ground truth) and, where it exists, the scheduled JAX interpreter. Expected values never come
-# from tempo_lab.
-EXECUTORS = [e for e in ("reference", "interpreter") if e in tl.program.EXECUTORS]
-_STATE = {"executor": "reference"}
-
-
-@pytest.fixture(autouse=True, params=EXECUTORS)
-def executor(request):
-    _STATE["executor"] = request.param
-    yield request.param
-    _STATE["executor"] = "reference"
-
-
-def compile_(ctx, bounds, outputs):
-    return ctx.compile(bounds=bounds, outputs=outputs,
-                       config=tl.CompileConfig(executor=_STATE["executor"]))
 
 
 def _data(shape, dtype, seed, kind="any"):

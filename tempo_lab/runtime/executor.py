@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ..errors import DTypeError, ShapeError
+from ..errors import ShapeError
 from ..ir.sdg import SDG, Edge, Op
 from ..ir.vmap import base_op, in_axes, vdims
 from ..memory.plan import MemoryPlan, Storage, pad
@@ -26,6 +26,7 @@ from ..schedule import Exec, Free, Schedule, walk
 from ..stage import Stage
 from ..symbolic import Slice
 from . import jax_ops
+from .reference import call_source
 
 HOST_OPS = ("const", "dimval", "source")
 
@@ -271,7 +272,7 @@ class Executor(Stage):
         if op.kind == "dimval":
             return np.asarray(op.attrs["expr"].evaluate(env), op.type.dtype)
         if op.kind == "source":
-            return _call_source(op, point)
+            return call_source(op, env)
         return None
 
 
@@ -362,18 +363,6 @@ def _make_kernel(op: Op, in_types: tuple, patterns: tuple, out_shape: tuple, has
         return lax.dynamic_update_slice(out_buf, upd, tuple(slot) + (0,) * y.ndim)
 
     return jax.jit(kernel, donate_argnums=(3,) if donate else ())
-
-
-def _call_source(op: Op, point) -> np.ndarray:
-    where = {d.name: v for d, v in zip(op.domain, point)}
-    v = np.asarray(op.attrs["fn"](where))
-    if v.shape != tuple(op.type.shape):
-        raise ShapeError(f"tl.source: fn returned shape {v.shape} at {where}, expected "
-                         f"{tuple(op.type.shape)}", op.loc)
-    if not np.can_cast(v.dtype, op.type.dtype, casting="same_kind"):
-        raise DTypeError(f"tl.source: fn returned {v.dtype} at {where}, expected "
-                         f"{op.type.dtype}", op.loc)
-    return v.astype(op.type.dtype)
 
 
 def _complete(arr: np.ndarray, want: tuple) -> np.ndarray:

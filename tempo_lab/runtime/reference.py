@@ -80,7 +80,7 @@ def _compute(op: Op, ins: list[np.ndarray], in_types, env: dict[str, int]) -> np
     if k == "from_array":
         return a["array"][tuple(env[d.name] for d in op.domain)]
     if k == "source":
-        return _call_source(op, env)
+        return call_source(op, env)
     if k == "cast":
         return ins[0].astype(a["dtype"])
     if k == "where":
@@ -112,7 +112,8 @@ def _compute(op: Op, ins: list[np.ndarray], in_types, env: dict[str, int]) -> np
     raise NotImplementedError(f"the reference interpreter has no rule for op kind {k!r}")
 
 
-def _call_source(op: Op, env) -> np.ndarray:
+def call_source(op: Op, env) -> np.ndarray:
+    """``tl.source``'s fn at one point (env has the dims), checked against its shape/dtype."""
     point = {d.name: env[d.name] for d in op.domain}
     v = np.asarray(op.attrs["fn"](point))
     if v.shape != tuple(op.type.shape):
@@ -121,7 +122,7 @@ def _call_source(op: Op, env) -> np.ndarray:
     if not np.can_cast(v.dtype, op.type.dtype, casting="same_kind"):
         raise DTypeError(f"tl.source: fn returned {v.dtype} at {point}, expected "
                          f"{op.type.dtype}", op.loc)
-    return v
+    return v.astype(op.type.dtype)
 
 
 def _vectorised(sdg: SDG, op: Op, edges, ins, types, env) -> np.ndarray:
