@@ -1,0 +1,744 @@
+"""Decoding benchmark: a GPT-2-style decoder written once in tempo_lab and twice in plain JAX.
+
+    python -m benchmarks.decode [--quick] [--layers 2] [--heads 4] [--embed 256] [--batch 4]
+        [--seq-len 256 1024] [--attention causal|window|both] [--window 64] [--runs 5]
+        [--tl-runs N] [--systems ...] [--kv-layout bhtd|bthd]
+        [--out benchmarks/results/decode.json] [--no-progress]
+
+Systems (same weights, same tokens, outputs checked against a NumPy decoder before timing):
+
+- ``tempo_lab``: the decoder with batch, layer and step as dims ``(b, n, t)``; attention reads
+  keys/values over ``0:t+1`` (causal) or ``max(0, t-W+1):t+1`` (window); output
+  ``h_out[b, N-1, t]``.
+- ``jax_scan``: one ``jax.jit`` of a ``lax.scan`` over t with a preallocated KV cache
+  ``(layers, batch, heads, T, dh)`` (``--kv-layout bthd``: ``(layers, batch, T, heads, dh)``);
+  attention over the whole cache under a causal (or causal+window) mask.
+- ``jax_step``: the same step jitted alone and called from a Python loop, the cache donated.
+
+Each (system, configuration) runs in a fresh subprocess (``--one SYSTEM``) so that the process
+peak RSS is that system's own; the subprocess prints one JSON record on stdout.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+# jax and tempo_lab are imported inside the functions that use them: the parent process only
+# spawns the runs and prints the table, and stays small, because a child process starts with
+# its parent's peak RSS as its own ru_maxrss (Linux keeps it across fork and exec).
+
+SYSTEMS = ("tempo_lab", "jax_scan", "jax_step")
+RESULT_PREFIX = "DECODE_RESULT "
+RTOL = ATOL = 1e-3
+DEFAULT_OUT = os.path.join("benchmarks", "results", "decode.json")
+QUICK_OUT = os.path.join("benchmarks", "results", "decode_quick.json")
+F32 = 4  # bytes
+
+
+@dataclass(frozen=True)
+class Config:
+    layers: int
+    heads: int
+    embed: int
+    batch: int
+    seq_len: int
+    attention: str          # "causal" | "window"
+    window: int | None      # W for "window", None for "causal"
+
+    @property
+    def hidden(self) -> int:
+        return 2 * self.embed
+
+    @property
+    def dh(self) -> int:
+        return self.embed // self.heads
+
+    def label(self) -> str:
+        att = "causal" if self.window is None else f"window {self.window}"
+        return f"{att}, T={self.seq_len}"
+
+
+# -- inputs and the NumPy check ---------------------------------------------------------------
+def make_inputs(cfg: Config) -> tuple[dict, np.ndarray]:
+    """The weights of ``tempo_lab.demo`` (hidden = 2 * embed) and tokens (b, t, embed)."""
+    from tempo_lab.demo import make_weights
+
+    weights = make_weights(cfg.layers, cfg.embed, cfg.hidden, seed=0)
+    tokens = np.random.default_rng(1).standard_normal(
+        (cfg.batch, cfg.seq_len, cfg.embed)).astype(np.float32)
+    return weights, tokens
+
+
+def numpy_reference(weights: dict, tokens: np.ndarray, heads: int,
+                    window: int | None = None) -> np.ndarray:
+    """``tempo_lab.demo.numpy_decoder`` over a batch, with an optional attention window."""
+    batch, steps, d = tokens.shape
+    dh = d // heads
+
+    def norm(x):
+        return x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-6)
+
+    i = np.arange(steps)
+    mask = i[None, :] <= i[:, None]
+    if window is not None:
+        mask &= i[None, :] > i[:, None] - window
+    h = tokens.astype(np.float32)
+    for layer in range(weights["wq"].shape[0]):
+        wt = {k: v[layer] for k, v in weights.items()}
+        x = norm(h)
+        q, k, v = ((x @ wt[m]).reshape(batch, steps, heads, dh).transpose(0, 2, 1, 3)
+                   for m in ("wq", "wk", "wv"))
+        s = q @ k.transpose(0, 1, 3, 2) / np.sqrt(dh)          # (b, heads, t, t')
+        s = np.where(mask, s, -np.inf)
+        p = np.exp(s - s.max(-1, keepdims=True))
+        p /= p.sum(-1, keepdims=True)
+        att = (p @ v).transpose(0, 2, 1, 3).reshape(batch, steps, d)
+        h_mid = h + att @ wt["wo"]
+        h = h_mid + np.maximum(norm(h_mid) @ wt["w1"], 0) @ wt["w2"]
+    return h.astype(np.float32)
+
+
+def check_output(system: str, cfg: Config, got: np.ndarray, want: np.ndarray) -> float:
+    """Abort (SystemExit 2) unless ``got`` matches the reference; returns max |got - want|."""
+    if got.shape != want.shape:
+        sys.exit(f"MISMATCH {system} ({cfg.label()}): output shape {got.shape}, "
+                 f"expected {want.shape}")
+    err = float(np.max(np.abs(got - want)))
+    if not np.allclose(got, want, rtol=RTOL, atol=ATOL):
+        sys.exit(f"MISMATCH {system} ({cfg.label()}): max |{system} - numpy| = {err:.3e} "
+                 f"(rtol={RTOL}, atol={ATOL}); not timing it")
+    return err
+
+
+# -- tempo_lab ---------------------------------------------------------------------------------
+def rms_norm(x):
+    import tempo_lab as tl
+
+    return x / tl.sqrt((x * x).mean(axis=-1, keepdims=True) + 1e-6)
+
+
+def tempo_lab_decoder(ctx, weights: dict, tokens: np.ndarray, heads: int,
+                      window: int | None = None):
+    """``tempo_lab.demo.decoder`` with batch as a dim: ``ctx`` has dims ``(b, n, t)``; tokens
+    over ``(b, t)``, weights over ``(n,)``. Returns the last layer's output ``h_out[b, N-1, t]``.
+    """
+    import tempo_lab as tl
+
+    b, n, t = ctx.dims
+    N = ctx.bounds[1]
+    d = tokens.shape[-1]
+    dh = d // heads
+    with ctx:
+        emb = tl.from_array(tokens, domain=(b, t), name="emb")
+        w = {k: tl.from_array(v, domain=(n,), name=k) for k, v in weights.items()}
+        h_in = tl.placeholder((d,), "float32", domain=(b, n, t), name="h_in")
+        h_out = tl.placeholder((d,), "float32", domain=(b, n, t), name="h_out")
+        h_in[b, 0, t] = emb
+        h_in[b, n, t] = h_out[b, n - 1, t]
+
+        x = rms_norm(h_in)
+        q = (x @ w["wq"]).reshape(heads, dh)
+        k = (x @ w["wk"]).reshape(heads, dh)
+        v = (x @ w["wv"]).reshape(heads, dh)
+        if window is None:
+            keys = k[b, n, 0:t + 1].transpose(1, 0, 2)        # (heads, t+1, dh)
+            values = v[b, n, 0:t + 1].transpose(1, 0, 2)
+        else:
+            keys = k[b, n, tl.max(0, t - window + 1):t + 1].transpose(1, 0, 2)
+            values = v[b, n, tl.max(0, t - window + 1):t + 1].transpose(1, 0, 2)
+        scores = (keys @ q.expand_dims(2)).squeeze(2) / float(np.sqrt(dh))   # (heads, len)
+        att = (tl.softmax(scores, axis=-1).expand_dims(1) @ values).squeeze(1)  # (heads, dh)
+        h_mid = h_in + att.reshape(d) @ w["wo"]
+        h_out[b, n, t] = h_mid + tl.relu(rms_norm(h_mid) @ w["w1"]) @ w["w2"]
+        y = h_out[b, N - 1, t]
+    return y
+
+
+class _CompileClock:
+    """Sums JAX's own compile-duration events (trace, lowering, XLA compile) while active."""
+
+    EVENTS = ("/jax/core/compile/jaxpr_trace_duration",
+              "/jax/core/compile/jaxpr_to_mlir_module_duration",
+              "/jax/core/compile/backend_compile_duration")
+
+    def __init__(self):
+        import jax.monitoring
+
+        self.seconds = 0.0
+        self.active = False
+        jax.monitoring.register_event_duration_secs_listener(self._on)
+
+    def _on(self, name, secs, **_):
+        if self.active and name in self.EVENTS:
+            self.seconds += secs
+
+
+def bench_tempo_lab(cfg: Config, weights, tokens, ref, warm_runs: int, progress: bool) -> dict:
+    import tempo_lab as tl
+
+    clock = _CompileClock()
+    ctx = tl.Context(dims=("b", "n", "t"))
+    B, N, T = ctx.bounds
+    y = tempo_lab_decoder(ctx, weights, tokens, cfg.heads, cfg.window)
+    prog = ctx.compile(bounds={B: cfg.batch, N: cfg.layers, T: cfg.seq_len}, outputs={"y": y})
+    stages = dict(prog.compile_times)
+
+    clock.active = True
+    first = prog.run()
+    clock.active = False
+    err = check_output("tempo_lab", cfg, first["y"], ref)
+    runs = [first]
+    bar = _bar(warm_runs, f"tempo_lab {cfg.label()}: warm runs", progress)
+    for _ in range(warm_runs):
+        runs.append(prog.run())
+        bar.update()
+    bar.close()
+    warm = [r.seconds for r in runs[1:]]
+    if warm:
+        kernels = max(0.0, first.seconds - statistics.median(warm))
+        method = ("sum(prog.compile_times) + (first run - median warm run): the first run "
+                  "jits the kernels")
+        timing = f"median of {len(warm)} warm runs"
+    else:
+        # --tl-runs 0: the one (cold) run is timed and the compile time JAX reports during it
+        # (its compile-duration events) is taken out.
+        kernels = clock.seconds
+        warm = [first.seconds - clock.seconds]
+        method = ("sum(prog.compile_times) + JAX compile events (trace, lowering, XLA compile) "
+                  "during the first run [no warm run]")
+        timing = "the first (cold) run minus JAX compile events [no warm run]"
+    stages["kernels"] = kernels
+    last = runs[-1]
+    return {
+        **_time_fields(warm, cfg.seq_len),
+        "warm_runs": len(runs) - 1,
+        "timing": timing,
+        "compile_s": sum(stages.values()),
+        "compile_s_by_stage": stages,
+        "compile_method": method,
+        "kernel_compile_s_events": clock.seconds,
+        "first_run_s": first.seconds,
+        "store_peak_bytes": int(last.profile.peak_bytes),
+        "predicted_store_peak_bytes": int(prog.memory.peak_bytes),
+        "kernel_calls": int(sum(last.profile.calls.values())),
+        "max_abs_err": err,
+        "_output": first["y"],
+    }
+
+
+# -- plain JAX baselines ------------------------------------------------------------------------
+KV_LAYOUTS = {
+    # the cache's axes after (layers, batch): heads before T keeps each head's keys contiguous,
+    # so the attention contractions read the cache in place; with T before heads XLA
+    # transposes the whole layer cache at every step (about 2x slower at T=1024 here)
+    "bhtd": "(layers, batch, heads, T, dh)",
+    "bthd": "(layers, batch, T, heads, dh)",
+}
+
+
+def _jax_layer(h, kc, vc, layer: int, t, w: dict, heads: int, window: int | None,
+               layout: str):
+    """One pre-norm block for one step at every batch entry. h: (B, D); kc, vc: the KV cache
+    (see KV_LAYOUTS), written at step t; attention masked over the whole cache."""
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+
+    batch, d = h.shape
+    dh = d // heads
+    steps = kc.shape[3 if layout == "bhtd" else 2]
+
+    def norm(x):
+        return x / jnp.sqrt((x * x).mean(-1, keepdims=True) + 1e-6)
+
+    x = norm(h)
+    q = (x @ w["wq"][layer]).reshape(batch, heads, dh)
+    k = (x @ w["wk"][layer]).reshape(batch, heads, dh)
+    v = (x @ w["wv"][layer]).reshape(batch, heads, dh)
+    if layout == "bhtd":
+        kc = lax.dynamic_update_slice(kc, k[None, :, :, None], (layer, 0, 0, t, 0))
+        vc = lax.dynamic_update_slice(vc, v[None, :, :, None], (layer, 0, 0, t, 0))
+        spec = "bhsd"
+    else:
+        kc = lax.dynamic_update_slice(kc, k[None, :, None], (layer, 0, t, 0, 0))
+        vc = lax.dynamic_update_slice(vc, v[None, :, None], (layer, 0, t, 0, 0))
+        spec = "bshd"
+    s = jnp.einsum(f"bhd,{spec}->bhs", q, kc[layer]) / float(np.sqrt(dh))   # (B, heads, T)
+    pos = jnp.arange(steps)
+    mask = pos <= t
+    if window is not None:
+        mask &= pos > t - window
+    p = jax.nn.softmax(jnp.where(mask, s, -jnp.inf), axis=-1)
+    att = jnp.einsum(f"bhs,{spec}->bhd", p, vc[layer]).reshape(batch, d)
+    h_mid = h + att @ w["wo"][layer]
+    return h_mid + jax.nn.relu(norm(h_mid) @ w["w1"][layer]) @ w["w2"][layer], kc, vc
+
+
+def _cache_shape(cfg: Config, layout: str) -> tuple[int, ...]:
+    if layout == "bhtd":
+        return (cfg.layers, cfg.batch, cfg.heads, cfg.seq_len, cfg.dh)
+    return (cfg.layers, cfg.batch, cfg.seq_len, cfg.heads, cfg.dh)
+
+
+def jax_store_bytes(cfg: Config) -> dict:
+    """What the JAX baselines allocate, from array sizes: the KV cache (keys and values), the
+    outputs (B, T, D) and one layer's activations of one step (x, q, k, v, attention, h_mid,
+    its norm, h: 8 x (B, D); hidden before/after relu: 2 x (B, 2D); scores and probabilities:
+    2 x (B, heads, T); the mask: T bools). Weights and tokens (inputs) are not counted."""
+    kv = 2 * cfg.layers * cfg.batch * cfg.seq_len * cfg.heads * cfg.dh * F32
+    out = cfg.batch * cfg.seq_len * cfg.embed * F32
+    act = (F32 * (8 * cfg.batch * cfg.embed + 2 * cfg.batch * cfg.hidden
+                  + 2 * cfg.batch * cfg.heads * cfg.seq_len) + cfg.seq_len)
+    return {"kv_cache_bytes": kv, "output_bytes": out, "activation_bytes": act,
+            "store_peak_bytes": kv + out + act}
+
+
+def _xla_memory(compiled) -> dict | None:
+    """XLA's own buffer sizes for the compiled program (for reference; not the table's)."""
+    try:
+        m = compiled.memory_analysis()
+    except Exception:  # noqa: BLE001 - not every backend reports it
+        return None
+    if m is None:
+        return None
+    return {k: int(getattr(m, k)) for k in ("argument_size_in_bytes", "output_size_in_bytes",
+                                             "alias_size_in_bytes", "temp_size_in_bytes")
+            if hasattr(m, k)}
+
+
+def _jax_record(cfg, kv_layout, compiled, compile_s, method, first_s, err, out, warm) -> dict:
+    return {**_time_fields(warm, cfg.seq_len), "warm_runs": len(warm),
+            "timing": f"median of {len(warm)} warm runs", "compile_s": compile_s,
+            "compile_method": method, "first_run_s": first_s, "kv_layout": KV_LAYOUTS[kv_layout],
+            **jax_store_bytes(cfg), "xla_memory": _xla_memory(compiled), "max_abs_err": err,
+            "_output": out}
+
+
+def bench_jax_scan(cfg: Config, weights, tokens, ref, warm_runs: int, progress: bool,
+                   kv_layout: str = "bhtd") -> dict:
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+
+    shape = _cache_shape(cfg, kv_layout)
+
+    def decode(tokens, w):
+        def body(carry, xs):
+            kc, vc = carry
+            h, t = xs
+            for layer in range(cfg.layers):
+                h, kc, vc = _jax_layer(h, kc, vc, layer, t, w, cfg.heads, cfg.window,
+                                       kv_layout)
+            return (kc, vc), h
+
+        cache = (jnp.zeros(shape, jnp.float32), jnp.zeros(shape, jnp.float32))
+        xs = (jnp.swapaxes(tokens, 0, 1), jnp.arange(cfg.seq_len, dtype=jnp.int32))
+        _, hs = lax.scan(body, cache, xs)                     # (T, B, D)
+        return jnp.swapaxes(hs, 0, 1)
+
+    w = {k: jnp.asarray(v) for k, v in weights.items()}
+    tok = jnp.asarray(tokens)
+    t0 = time.perf_counter()
+    compiled = jax.jit(decode).lower(tok, w).compile()
+    compile_s = time.perf_counter() - t0
+
+    def run():
+        t0 = time.perf_counter()
+        out = np.asarray(compiled(tok, w))
+        return out, time.perf_counter() - t0
+
+    out, first_s = run()
+    err = check_output("jax_scan", cfg, out, ref)
+    warm = _warm(run, warm_runs, f"jax_scan {cfg.label()}: warm runs", progress)
+    return _jax_record(cfg, kv_layout, compiled, compile_s, "jax.jit(...).lower(...).compile()",
+                       first_s, err, out, warm)
+
+
+def bench_jax_step(cfg: Config, weights, tokens, ref, warm_runs: int, progress: bool,
+                   kv_layout: str = "bhtd") -> dict:
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+
+    shape = _cache_shape(cfg, kv_layout)
+
+    def step(kc, vc, tokens, t, w):
+        h = lax.dynamic_index_in_dim(tokens, t, axis=1, keepdims=False)
+        for layer in range(cfg.layers):
+            h, kc, vc = _jax_layer(h, kc, vc, layer, t, w, cfg.heads, cfg.window, kv_layout)
+        return kc, vc, h
+
+    w = {k: jnp.asarray(v) for k, v in weights.items()}
+    tok = jnp.asarray(tokens)
+    cache = jax.ShapeDtypeStruct(shape, jnp.float32)
+    t0 = time.perf_counter()
+    compiled = jax.jit(step, donate_argnums=(0, 1)).lower(
+        cache, cache, tok, np.int32(0), w).compile()
+    compile_s = time.perf_counter() - t0
+
+    def run():
+        t0 = time.perf_counter()
+        kc = jnp.zeros(shape, jnp.float32)
+        vc = jnp.zeros(shape, jnp.float32)
+        hs = []
+        for t in range(cfg.seq_len):
+            kc, vc, h = compiled(kc, vc, tok, np.int32(t), w)   # kc, vc donated
+            hs.append(h)
+        out = np.asarray(jnp.stack(hs, axis=1))
+        return out, time.perf_counter() - t0
+
+    out, first_s = run()
+    err = check_output("jax_step", cfg, out, ref)
+    warm = _warm(run, warm_runs, f"jax_step {cfg.label()}: warm runs", progress)
+    return _jax_record(cfg, kv_layout, compiled, compile_s,
+                       "jax.jit(step, donate_argnums=(0, 1)).lower(...).compile()",
+                       first_s, err, out, warm)
+
+
+BENCH = {"tempo_lab": bench_tempo_lab, "jax_scan": bench_jax_scan, "jax_step": bench_jax_step}
+
+
+# -- helpers ------------------------------------------------------------------------------------
+def _bar(total: int, desc: str, progress: bool, position: int = 1):
+    if not progress or total == 0:
+        return _NoBar()
+    from tqdm.auto import tqdm
+
+    return tqdm(total=total, desc=desc, position=position, leave=False)
+
+
+class _NoBar:
+    def update(self, n: int = 1):
+        pass
+
+    def close(self):
+        pass
+
+    def set_description(self, desc: str):
+        pass
+
+
+def _warm(run, n: int, desc: str, progress: bool) -> list[float]:
+    bar = _bar(n, desc, progress)
+    secs = []
+    for _ in range(n):
+        secs.append(run()[1])
+        bar.update()
+    bar.close()
+    return secs
+
+
+def _time_fields(seconds: list[float], steps: int) -> dict:
+    ms = [1e3 * s / steps for s in seconds]
+    return {"ms_per_token": statistics.median(ms), "ms_per_token_min": min(ms),
+            "ms_per_token_max": max(ms)}
+
+
+def rss_peak_bytes() -> int:
+    """The process's peak resident set (ru_maxrss: KiB on Linux, bytes on macOS). Process-wide
+    and monotone; on Linux a child also starts from its parent's peak at fork."""
+    r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(r if sys.platform == "darwin" else r * 1024)
+
+
+def vm_hwm_bytes() -> int | None:
+    """The peak resident set of this process's own address space (Linux VmHWM; it starts
+    afresh at exec), as a cross-check of ru_maxrss."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def environment() -> dict:
+    import jax
+
+    root = Path(__file__).resolve().parent.parent
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, text=True,
+                                capture_output=True, check=True).stdout.strip()
+        dirty = bool(subprocess.run(["git", "status", "--porcelain", "--", "tempo_lab"],
+                                    cwd=root, text=True, capture_output=True).stdout.strip())
+        commit += "+dirty" if dirty else ""
+    except (OSError, subprocess.CalledProcessError):
+        commit = None
+    return {"date": datetime.date.today().isoformat(), "machine": platform.machine(),
+            "processor": platform.processor() or platform.machine(),
+            "cpu_count": os.cpu_count(), "python": platform.python_version(),
+            "jax": jax.__version__, "jax_device": str(jax.devices()[0].device_kind),
+            "tempo_lab_commit": commit}
+
+
+def configs(args) -> list[Config]:
+    atts = ("causal", "window") if args.attention == "both" else (args.attention,)
+    return [Config(args.layers, args.heads, args.embed, args.batch, T, a,
+                   args.window if a == "window" else None)
+            for T in args.seq_len for a in atts]
+
+
+# -- child processes -----------------------------------------------------------------------------
+def prepare(args) -> int:
+    """``--prepare FILE``: write the inputs and the NumPy reference of one configuration."""
+    (cfg,) = configs(args)
+    weights, tokens = make_inputs(cfg)
+    ref = numpy_reference(weights, tokens, cfg.heads, cfg.window)
+    np.savez(args.prepare, tokens=tokens, reference=ref,
+             **{f"w_{k}": v for k, v in weights.items()})
+    return 0
+
+
+def run_one(args) -> int:
+    """``--one SYSTEM``: check and time one system on one configuration in this process and
+    print its record (one JSON line after RESULT_PREFIX)."""
+    import tempo_lab as tl
+
+    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    if args.no_progress:
+        tl.config.progress = False
+    progress = tl.config.progress
+    (cfg,) = configs(args)
+    if args.inputs:
+        with np.load(args.inputs) as f:
+            weights = {k[2:]: f[k] for k in f.files if k.startswith("w_")}
+            tokens = f["tokens"]
+            ref = f["reference"]
+    else:    # standalone (a reproducer): the NumPy reference then counts in this RSS
+        weights, tokens = make_inputs(cfg)
+        ref = numpy_reference(weights, tokens, cfg.heads, cfg.window)
+    if args.one == "tempo_lab":
+        warm = args.runs if args.tl_runs is None else args.tl_runs
+        rec = bench_tempo_lab(cfg, weights, tokens, ref, warm, progress)
+    else:
+        rec = BENCH[args.one](cfg, weights, tokens, ref, args.runs, progress, args.kv_layout)
+    out = rec.pop("_output")
+    if args.save_output:
+        np.save(args.save_output, out)
+    rec = {"system": args.one, **asdict(cfg), "hidden": cfg.hidden, **rec,
+           "rss_peak_bytes": rss_peak_bytes(), "vm_hwm_bytes": vm_hwm_bytes(),
+           "loadavg_1m_at_start": load, **environment()}
+    print(RESULT_PREFIX + json.dumps(rec), flush=True)
+    return 0
+
+
+def _child_args(cfg: Config, args) -> list[str]:
+    return ["--layers", str(cfg.layers), "--heads", str(cfg.heads), "--embed", str(cfg.embed),
+            "--batch", str(cfg.batch), "--seq-len", str(cfg.seq_len),
+            "--attention", cfg.attention, "--window", str(args.window)]
+
+
+def _child_cmd(system: str, cfg: Config, args) -> list[str]:
+    """``python -m benchmarks.decode --one SYSTEM ...`` for one configuration (it builds its
+    own inputs and NumPy reference when not given ``--inputs``)."""
+    cmd = [sys.executable, "-m", "benchmarks.decode", "--one", system, *_child_args(cfg, args),
+           "--runs", str(args.runs), "--kv-layout", args.kv_layout]
+    if args.tl_runs is not None:
+        cmd += ["--tl-runs", str(args.tl_runs)]
+    if not args.progress:
+        cmd.append("--no-progress")
+    return cmd
+
+
+# -- the table ------------------------------------------------------------------------------
+def _mb(x) -> str:
+    return "-" if x is None else f"{x / 2**20:.1f}"
+
+
+def _ratio(a, b) -> str:
+    if a is None or b is None or not b:
+        return "-"
+    r = a / b
+    return f"{r:.0f}x" if r >= 100 else f"{r:.1f}x" if r >= 10 else f"{r:.2f}x"
+
+
+def table(records: list[dict]) -> str:
+    head = (f"{'attention':<10} {'T':>5}  {'system':<9}  {'ms/token median [min, max]':<30} "
+            f"{'compile s':>9}  {'store peak MiB':>14}  {'predicted':>9}  {'rss MiB':>7}  runs")
+    lines = [head, "-" * len(head)]
+    keyed = {}
+    for r in records:
+        keyed.setdefault((r["seq_len"], r["attention"], r["window"]), {})[r["system"]] = r
+    for (T, att, win), by in keyed.items():
+        name = att if win is None else f"window {win}"
+        for s in SYSTEMS:
+            r = by.get(s)
+            if r is None:
+                continue
+            ms = (f"{r['ms_per_token']:.3f} [{r['ms_per_token_min']:.3f}, "
+                  f"{r['ms_per_token_max']:.3f}]")
+            lines.append(f"{name:<10} {T:>5}  {s:<9}  {ms:<30} {r['compile_s']:>9.2f}  "
+                         f"{_mb(r['store_peak_bytes']):>14}  "
+                         f"{_mb(r.get('predicted_store_peak_bytes')):>9}  "
+                         f"{_mb(r['rss_peak_bytes']):>7}  {r['warm_runs']}")
+        a, b = by.get("tempo_lab"), by.get("jax_scan")
+        if a and b:
+            lines.append(
+                f"{'':<10} {'':>5}  {'ratio':<9}  tempo_lab / jax_scan: ms/token "
+                f"{_ratio(a['ms_per_token'], b['ms_per_token'])}, compile "
+                f"{_ratio(a['compile_s'], b['compile_s'])}, store peak "
+                f"{_ratio(a['store_peak_bytes'], b['store_peak_bytes'])}, rss "
+                f"{_ratio(a['rss_peak_bytes'], b['rss_peak_bytes'])}")
+    return "\n".join(lines)
+
+
+NOTES = """\
+ms/token: run wall time / T (median [min, max] over the warm runs; 'runs' = warm runs).
+compile s: tempo_lab = sum(prog.compile_times) (build, validate, passes, schedule, memory) +
+  kernel compilation, taken as the first run's time minus the median warm run (kernels are
+  jitted lazily on the first run; with no warm run: the compile time JAX reports during the
+  first run); JAX = jax.jit(...).lower(...).compile().
+store peak: tempo_lab = run.profile.peak_bytes (measured bytes of tensor stores), 'predicted' =
+  prog.memory.peak_bytes; JAX = KV cache + outputs + one layer's step activations, from array
+  sizes (weights and tokens not counted).
+rss: peak resident set of the subprocess that ran that system alone (ru_maxrss)."""
+
+
+# -- main ---------------------------------------------------------------------------------------
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.decode",
+                                 description=__doc__.splitlines()[0])
+    ap.add_argument("--layers", type=int, default=2)
+    ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--embed", type=int, default=256)
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--seq-len", type=int, nargs="+", default=[256, 1024])
+    ap.add_argument("--attention", choices=("causal", "window", "both"), default="both")
+    ap.add_argument("--window", type=int, default=64)
+    ap.add_argument("--runs", type=int, default=None,
+                    help="warm runs per system (default 5; --quick: 3)")
+    ap.add_argument("--tl-runs", type=int, default=None,
+                    help="warm runs for tempo_lab only (default: --runs; --quick: 1; 0 times "
+                         "the cold run minus JAX's compile events)")
+    ap.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
+    ap.add_argument("--kv-layout", choices=tuple(KV_LAYOUTS), default="bhtd",
+                    help="the JAX baselines' KV cache: bhtd = (layers, batch, heads, T, dh) "
+                         "(default), bthd = (layers, batch, T, heads, dh)")
+    ap.add_argument("--quick", action="store_true",
+                    help="2 layers, embed 256, 4 heads, batch 4, T=1024, causal and window 64 "
+                         "in under 3 minutes: 1 warm run for tempo_lab, 3 for JAX (see README)")
+    ap.add_argument("--out", default=None,
+                    help=f"JSON file (default {DEFAULT_OUT}, with --quick {QUICK_OUT})")
+    ap.add_argument("--no-progress", action="store_true", help="no progress bars")
+    ap.add_argument("--one", choices=SYSTEMS, help=argparse.SUPPRESS)
+    ap.add_argument("--inputs", help=argparse.SUPPRESS)
+    ap.add_argument("--save-output", help=argparse.SUPPRESS)
+    ap.add_argument("--prepare", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.layers, args.embed, args.heads, args.batch = 2, 256, 4, 4
+        args.seq_len, args.attention, args.window = [1024], "both", 64
+        if args.tl_runs is None:
+            args.tl_runs = 1
+        if args.runs is None:
+            args.runs = 3
+    if args.runs is None:
+        args.runs = 5
+    if args.embed % args.heads:
+        ap.error("--embed must be a multiple of --heads")
+    if (args.one or args.prepare) and len(configs(args)) != 1:
+        ap.error("--one/--prepare take one configuration: one --seq-len and --attention causal|window")
+    if min(args.runs, args.tl_runs if args.tl_runs is not None else args.runs) < 0:
+        ap.error("--runs/--tl-runs must be >= 0")
+    if args.runs < 1:
+        ap.error("--runs must be >= 1")
+    return args
+
+
+def _run_notes(args) -> list[str]:
+    notes = []
+    tl_runs = args.runs if args.tl_runs is None else args.tl_runs
+    if "tempo_lab" in args.systems and tl_runs < 5:
+        notes.append(f"tempo_lab ran {tl_runs} warm run(s), not 5"
+                     + (" (--quick)" if args.quick else "")
+                     + (": its time per token is its one (cold) run minus the compile time "
+                        "JAX reports (trace, lowering, XLA compile events), and that compile "
+                        "time is its kernel compile time" if tl_runs == 0 else ""))
+    if args.runs < 5:
+        notes.append(f"the JAX baselines ran {args.runs} warm runs, not 5"
+                     + (" (--quick)" if args.quick else ""))
+    return notes
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.one:
+        return run_one(args)
+    if args.prepare:
+        return prepare(args)
+    tl = sys.modules.get("tempo_lab")      # honour tl.config.progress without importing it
+    args.progress = (tl.config.progress if tl else True) and not args.no_progress
+    out_path = args.out or (QUICK_OUT if args.quick else DEFAULT_OUT)
+    root = Path(__file__).resolve().parent.parent
+    wall0 = time.perf_counter()
+    records = []
+    jobs = [(cfg, s) for cfg in configs(args) for s in args.systems]
+    for note in _run_notes(args):
+        print(f"note: {note}", file=sys.stderr)
+    bar = _bar(len(jobs), "decode benchmark", args.progress, position=0)
+    with tempfile.TemporaryDirectory(prefix="tempo_lab_decode_") as tmp:
+        inputs: dict[Config, str] = {}
+        outputs: dict[Config, dict[str, str]] = {}
+        for cfg, system in jobs:
+            bar.set_description(f"{system} {cfg.label()}")
+            if cfg not in inputs:       # in a subprocess too: it needs ~0.7 GB at T=1024
+                inputs[cfg] = os.path.join(tmp, f"inputs_{len(inputs)}.npz")
+                subprocess.run([sys.executable, "-m", "benchmarks.decode", "--prepare",
+                                inputs[cfg], *_child_args(cfg, args)], cwd=root, check=True)
+            save = os.path.join(tmp, f"out_{len(inputs)}_{system}.npy")
+            cmd = _child_cmd(system, cfg, args)
+            proc = subprocess.run(cmd + ["--inputs", inputs[cfg], "--save-output", save],
+                                  cwd=root, stdout=subprocess.PIPE, text=True)
+            if proc.returncode != 0:
+                bar.close()
+                print(f"ABORT: {system} ({cfg.label()}) failed with exit code "
+                      f"{proc.returncode}; reproduce with\n  python {' '.join(cmd[1:])}",
+                      file=sys.stderr)
+                return proc.returncode or 1
+            line = next(x for x in reversed(proc.stdout.splitlines())
+                        if x.startswith(RESULT_PREFIX))
+            records.append(json.loads(line[len(RESULT_PREFIX):]))
+            outputs.setdefault(cfg, {})[system] = save
+            bar.update()
+        bar.close()
+        for cfg, saved in outputs.items():         # the systems against each other
+            got = {s: np.load(p) for s, p in saved.items()}
+            first = next(iter(got))
+            for s, y in got.items():
+                if not np.allclose(y, got[first], rtol=RTOL, atol=ATOL):
+                    print(f"ABORT: {s} and {first} disagree ({cfg.label()}): max diff "
+                          f"{np.max(np.abs(y - got[first])):.3e}", file=sys.stderr)
+                    return 2
+    wall = time.perf_counter() - wall0
+    print(table(records))
+    print()
+    print(NOTES)
+    for note in _run_notes(args):
+        print(f"NOTE: {note}")
+    env = records[0] if records else environment()
+    print(f"\n{env['date']}, {env['processor']}, {env['cpu_count']} CPUs, jax {env['jax']} "
+          f"({env['jax_device']}); total wall time {wall:.0f} s")
+    os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
+    with open(out_path, "w") as f:
+        json.dump(records, f, indent=1)
+    print(f"wrote {out_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
