@@ -106,6 +106,7 @@ class Executor(Stage):
     def __init__(self, sdg: SDG, schedule: Schedule, plan: MemoryPlan, sync: bool = False):
         self.sdg, self.schedule, self.plan, self.sync = sdg, schedule, plan, sync
         self._arrays: dict[int, jax.Array] = {}  # constants and from_array arrays on device
+        self._local: dict[tuple, object] = {}   # (op id, read pattern, ...) -> kernel
 
     def __repr__(self) -> str:
         n = sum(1 for node in self.schedule.ast.walk() if isinstance(node, Exec))
@@ -153,6 +154,18 @@ class Executor(Stage):
 
     def _kernel(self, op: Op, reads: tuple, out_shape: tuple, has_store: bool, donate: bool,
                 levels: tuple):
+        local = (op.id, reads, out_shape, has_store, donate, levels)
+        fn = self._local.get(local)
+        if fn is None:
+            fn = self._local[local] = self._shared_kernel(op, reads, out_shape, has_store,
+                                                          donate, levels)
+        return fn
+
+    def _shared_kernel(self, op: Op, reads: tuple, out_shape: tuple, has_store: bool,
+                       donate: bool, levels: tuple):
+        """The process-wide kernel for this op's structure (so equal ops in other programs and
+        other bound values reuse it); keyed by value, which is slow to hash: called once per
+        distinct (op, read pattern) of this executable."""
         in_types = tuple(self.sdg.ops[src].type for src, _ in reads)
         key = (op.kind, _attrs_key(op), op.type, len(op.domain), in_types,
                tuple(p for _, p in reads), out_shape, has_store, donate, levels)
@@ -191,13 +204,14 @@ class Executor(Stage):
             return False
 
         t_start = time.perf_counter()
+        total = 0  # bytes held by live stores, measured from their buffers
         for node, point in walk(self.schedule.ast, env, stop):
             if isinstance(node, Free):
                 for o in node.ops:
-                    live.pop(o, None)
+                    total -= live.pop(o, 0)
                     if o in stores:
                         stores[o].buf = None
-                prof.timeline.append(sum(live.values()))
+                prof.timeline.append(total)
                 continue
             op = sdg.ops[node.op]
             t0 = time.perf_counter()
@@ -207,8 +221,10 @@ class Executor(Stage):
             prof.seconds[op.id] = prof.seconds.get(op.id, 0.0) + time.perf_counter() - t0
             prof.calls[op.id] = prof.calls.get(op.id, 0) + 1
             if op.id in stores:
-                live[op.id] = stores[op.id].nbytes
-            prof.timeline.append(sum(live.values()))
+                nbytes = stores[op.id].nbytes
+                total += nbytes - live.get(op.id, 0)
+                live[op.id] = nbytes
+            prof.timeline.append(total)
         reached = {name: env[name] for name in until}
         outs = {}
         for name, i in sdg.outputs.items():
