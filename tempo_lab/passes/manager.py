@@ -33,7 +33,8 @@ REGISTRY: dict[str, Pass] = {}
 def register(name: str, switch: str):
     """Register ``fn(editor)`` as pass ``name``, enabled by ``CompileConfig.<switch>``."""
     def deco(fn):
-        REGISTRY[name] = Pass(name, fn, switch, (fn.__doc__ or "").strip().splitlines()[0])
+        summary = " ".join((fn.__doc__ or "").strip().split("\n\n")[0].split())
+        REGISTRY[name] = Pass(name, fn, switch, summary)
         return fn
     return deco
 
