@@ -84,31 +84,10 @@ def make_inputs(cfg: Config) -> tuple[dict, np.ndarray]:
 
 def numpy_reference(weights: dict, tokens: np.ndarray, heads: int,
                     window: int | None = None) -> np.ndarray:
-    """``tempo_lab.demo.numpy_decoder`` over a batch, with an optional attention window."""
-    batch, steps, d = tokens.shape
-    dh = d // heads
+    """``tempo_lab.demo.numpy_decoder`` (batched, optional window)."""
+    from tempo_lab.demo import numpy_decoder
 
-    def norm(x):
-        return x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-6)
-
-    i = np.arange(steps)
-    mask = i[None, :] <= i[:, None]
-    if window is not None:
-        mask &= i[None, :] > i[:, None] - window
-    h = tokens.astype(np.float32)
-    for layer in range(weights["wq"].shape[0]):
-        wt = {k: v[layer] for k, v in weights.items()}
-        x = norm(h)
-        q, k, v = ((x @ wt[m]).reshape(batch, steps, heads, dh).transpose(0, 2, 1, 3)
-                   for m in ("wq", "wk", "wv"))
-        s = q @ k.transpose(0, 1, 3, 2) / np.sqrt(dh)          # (b, heads, t, t')
-        s = np.where(mask, s, -np.inf)
-        p = np.exp(s - s.max(-1, keepdims=True))
-        p /= p.sum(-1, keepdims=True)
-        att = (p @ v).transpose(0, 2, 1, 3).reshape(batch, steps, d)
-        h_mid = h + att @ wt["wo"]
-        h = h_mid + np.maximum(norm(h_mid) @ wt["w1"], 0) @ wt["w2"]
-    return h.astype(np.float32)
+    return numpy_decoder(weights, tokens, heads, window)
 
 
 def check_output(system: str, cfg: Config, got: np.ndarray, want: np.ndarray) -> float:
@@ -124,47 +103,18 @@ def check_output(system: str, cfg: Config, got: np.ndarray, want: np.ndarray) ->
 
 
 # -- tempo_lab ---------------------------------------------------------------------------------
-def rms_norm(x):
-    import tempo_lab as tl
-
-    return x / tl.sqrt((x * x).mean(axis=-1, keepdims=True) + 1e-6)
-
-
 def tempo_lab_decoder(ctx, weights: dict, tokens: np.ndarray, heads: int,
                       window: int | None = None):
     """``tempo_lab.demo.decoder`` with batch as a dim: ``ctx`` has dims ``(b, n, t)``; tokens
     over ``(b, t)``, weights over ``(n,)``. Returns the last layer's output ``h_out[b, N-1, t]``.
     """
-    import tempo_lab as tl
+    from tempo_lab.demo import decoder
 
     b, n, t = ctx.dims
     N = ctx.bounds[1]
-    d = tokens.shape[-1]
-    dh = d // heads
+    h_out = decoder(ctx, weights, tokens, heads, window)
     with ctx:
-        emb = tl.from_array(tokens, domain=(b, t), name="emb")
-        w = {k: tl.from_array(v, domain=(n,), name=k) for k, v in weights.items()}
-        h_in = tl.placeholder((d,), "float32", domain=(b, n, t), name="h_in")
-        h_out = tl.placeholder((d,), "float32", domain=(b, n, t), name="h_out")
-        h_in[b, 0, t] = emb
-        h_in[b, n, t] = h_out[b, n - 1, t]
-
-        x = rms_norm(h_in)
-        q = (x @ w["wq"]).reshape(heads, dh)
-        k = (x @ w["wk"]).reshape(heads, dh)
-        v = (x @ w["wv"]).reshape(heads, dh)
-        if window is None:
-            keys = k[b, n, 0:t + 1].transpose(1, 0, 2)        # (heads, t+1, dh)
-            values = v[b, n, 0:t + 1].transpose(1, 0, 2)
-        else:
-            keys = k[b, n, tl.max(0, t - window + 1):t + 1].transpose(1, 0, 2)
-            values = v[b, n, tl.max(0, t - window + 1):t + 1].transpose(1, 0, 2)
-        scores = (keys @ q.expand_dims(2)).squeeze(2) / float(np.sqrt(dh))   # (heads, len)
-        att = (tl.softmax(scores, axis=-1).expand_dims(1) @ values).squeeze(1)  # (heads, dh)
-        h_mid = h_in + att.reshape(d) @ w["wo"]
-        h_out[b, n, t] = h_mid + tl.relu(rms_norm(h_mid) @ w["w1"]) @ w["w2"]
-        y = h_out[b, N - 1, t]
-    return y
+        return h_out[b, N - 1, t]
 
 
 class _CompileClock:

@@ -19,29 +19,36 @@ import numpy as np
 import tempo_lab as tl
 
 
-def decoder(ctx: tl.Context, weights: dict, tokens: np.ndarray, heads: int):
-    """Residual pre-norm transformer blocks; layer n reads layer n-1's output at the same t."""
-    n, t = ctx.dims
+def decoder(ctx: tl.Context, weights: dict, tokens: np.ndarray, heads: int,
+            window: int | None = None):
+    """Residual pre-norm transformer blocks; layer n reads layer n-1's output at the same t.
+
+    ``ctx`` has dims ``(n, t)``, or ``(b, n, t)`` with tokens over ``(b, t)`` for a batch.
+    Attention reads keys and values over ``0:t+1``, or the last ``window`` steps. Returns the
+    placeholder ``h_out`` (every layer's output).
+    """
+    *lead, n, t = ctx.dims
     d = tokens.shape[-1]
     dh = d // heads
+    start = 0 if window is None else tl.max(0, t - window + 1)
     with ctx:
-        emb = tl.from_array(tokens, domain=(t,), name="emb")
+        emb = tl.from_array(tokens, domain=(*lead, t), name="emb")
         w = {k: tl.from_array(v, domain=(n,), name=k) for k, v in weights.items()}
-        h_in = tl.placeholder((d,), "float32", domain=(n, t), name="h_in")
-        h_out = tl.placeholder((d,), "float32", domain=(n, t), name="h_out")
-        h_in[0, t] = emb
-        h_in[n, t] = h_out[n - 1, t]
+        h_in = tl.placeholder((d,), "float32", domain=ctx.dims, name="h_in")
+        h_out = tl.placeholder((d,), "float32", domain=ctx.dims, name="h_out")
+        h_in[(*lead, 0, t)] = emb
+        h_in[(*lead, n, t)] = h_out[(*lead, n - 1, t)]
 
         x = rms_norm(h_in)
         q = (x @ w["wq"]).reshape(heads, dh)
         k = (x @ w["wk"]).reshape(heads, dh)
         v = (x @ w["wv"]).reshape(heads, dh)
-        keys = k[n, 0:t + 1].transpose(1, 0, 2)      # (heads, t+1, dh): every step so far
-        values = v[n, 0:t + 1].transpose(1, 0, 2)
-        scores = (keys @ q.expand_dims(2)).squeeze(2) / float(np.sqrt(dh))   # (heads, t+1)
+        keys = k[(*lead, n, slice(start, t + 1))].transpose(1, 0, 2)   # (heads, steps, dh)
+        values = v[(*lead, n, slice(start, t + 1))].transpose(1, 0, 2)
+        scores = (keys @ q.expand_dims(2)).squeeze(2) / float(np.sqrt(dh))   # (heads, steps)
         att = (tl.softmax(scores, axis=-1).expand_dims(1) @ values).squeeze(1)  # (heads, dh)
         h_mid = h_in + att.reshape(d) @ w["wo"]
-        h_out[n, t] = h_mid + tl.relu(rms_norm(h_mid) @ w["w1"]) @ w["w2"]
+        h_out[(*lead, n, t)] = h_mid + tl.relu(rms_norm(h_mid) @ w["w1"]) @ w["w2"]
     return h_out
 
 
@@ -49,29 +56,35 @@ def rms_norm(x):
     return x / tl.sqrt((x * x).mean(axis=-1, keepdims=True) + 1e-6)
 
 
-def numpy_decoder(weights: dict, tokens: np.ndarray, heads: int) -> np.ndarray:
-    """The same decoder written directly in NumPy over whole arrays, as the check."""
+def numpy_decoder(weights: dict, tokens: np.ndarray, heads: int,
+                  window: int | None = None) -> np.ndarray:
+    """The same decoder directly in NumPy over whole arrays, as the check; tokens are
+    ``(steps, d)`` or ``(batch, steps, d)``."""
+    if tokens.ndim == 3:
+        return np.stack([numpy_decoder(weights, x, heads, window) for x in tokens])
     steps, d = tokens.shape
     dh = d // heads
 
     def norm(x):
         return x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-6)
 
+    i = np.arange(steps)
+    mask = i[None, :] <= i[:, None]
+    if window is not None:
+        mask &= i[None, :] > i[:, None] - window
     h = tokens.astype(np.float32)
-    mask = np.tril(np.ones((steps, steps), bool))
     for layer in range(weights["wq"].shape[0]):
         wt = {k: v[layer] for k, v in weights.items()}
         x = norm(h)
         q, k, v = ((x @ wt[m]).reshape(steps, heads, dh).transpose(1, 0, 2)
                    for m in ("wq", "wk", "wv"))
-        s = q @ k.transpose(0, 2, 1) / np.sqrt(dh)
-        s = np.where(mask, s, -np.inf)
+        s = np.where(mask, q @ k.transpose(0, 2, 1) / np.sqrt(dh), -np.inf)
         p = np.exp(s - s.max(-1, keepdims=True))
         p /= p.sum(-1, keepdims=True)
         att = (p @ v).transpose(1, 0, 2).reshape(steps, d)
         h_mid = h + att @ wt["wo"]
         h = h_mid + np.maximum(norm(h_mid) @ wt["w1"], 0) @ wt["w2"]
-    return h
+    return h.astype(np.float32)
 
 
 def make_weights(layers: int, d: int, hidden: int, seed: int = 0) -> dict:

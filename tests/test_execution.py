@@ -21,7 +21,7 @@ import pytest
 from hypothesis import Phase, given, settings
 
 import tempo_lab as tl
-from tempo_lab.demo import decoder, make_weights, numpy_decoder, rms_norm
+from tempo_lab.demo import decoder, make_weights, numpy_decoder
 from tempo_lab.memory.plan import pad
 from tempo_lab.runtime import executor as executor_mod
 
@@ -265,59 +265,6 @@ def test_only_the_demanded_point_is_computed():
 LAYERS, EMBED, HEADS, STEPS, BATCH, WINDOW = 2, 16, 2, 12, 2, 4
 
 
-def window_decoder(ctx: tl.Context, weights: dict, tokens: np.ndarray, heads: int, window: int):
-    """demo.decoder with a batch dim ``b`` (dims ``(b, n, t)``) and attention over the last
-    ``window`` steps (``tl.max(0, t - window + 1):t + 1``) instead of ``0:t + 1``."""
-    b, n, t = ctx.dims
-    d = tokens.shape[-1]
-    dh = d // heads
-    with ctx:
-        emb = tl.from_array(tokens, domain=(b, t), name="emb")
-        w = {k: tl.from_array(v, domain=(n,), name=k) for k, v in weights.items()}
-        h_in = tl.placeholder((d,), "float32", domain=(b, n, t), name="h_in")
-        h_out = tl.placeholder((d,), "float32", domain=(b, n, t), name="h_out")
-        h_in[b, 0, t] = emb
-        h_in[b, n, t] = h_out[b, n - 1, t]
-
-        x = rms_norm(h_in)
-        q = (x @ w["wq"]).reshape(heads, dh)
-        k = (x @ w["wk"]).reshape(heads, dh)
-        v = (x @ w["wv"]).reshape(heads, dh)
-        lo = tl.max(0, t - (window - 1))
-        keys = k[b, n, lo:t + 1].transpose(1, 0, 2)      # (heads, <= window, dh)
-        values = v[b, n, lo:t + 1].transpose(1, 0, 2)
-        scores = (keys @ q.expand_dims(2)).squeeze(2) / float(np.sqrt(dh))
-        att = (tl.softmax(scores, axis=-1).expand_dims(1) @ values).squeeze(1)
-        h_mid = h_in + att.reshape(d) @ w["wo"]
-        h_out[b, n, t] = h_mid + tl.relu(rms_norm(h_mid) @ w["w1"]) @ w["w2"]
-    return h_out
-
-
-def numpy_window_decoder(weights: dict, tokens: np.ndarray, heads: int, window: int):
-    """numpy_decoder with the attention mask limited to the last ``window`` steps."""
-    steps, d = tokens.shape
-    dh = d // heads
-
-    def norm(x):
-        return x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-6)
-
-    i = np.arange(steps)
-    mask = (i[None, :] <= i[:, None]) & (i[None, :] > i[:, None] - window)
-    h = tokens.astype(np.float32)
-    for layer in range(weights["wq"].shape[0]):
-        wt = {k: v[layer] for k, v in weights.items()}
-        x = norm(h)
-        q, k, v = ((x @ wt[m]).reshape(steps, heads, dh).transpose(1, 0, 2)
-                   for m in ("wq", "wk", "wv"))
-        s = np.where(mask, q @ k.transpose(0, 2, 1) / np.sqrt(dh), -np.inf)
-        p = np.exp(s - s.max(-1, keepdims=True))
-        p /= p.sum(-1, keepdims=True)
-        att = (p @ v).transpose(1, 0, 2).reshape(steps, d)
-        h_mid = h + att @ wt["wo"]
-        h = h_mid + np.maximum(norm(h_mid) @ wt["w1"], 0) @ wt["w2"]
-    return h
-
-
 @pytest.fixture(scope="module")
 def weights():
     return make_weights(LAYERS, EMBED, 2 * EMBED)
@@ -344,7 +291,7 @@ def batched_window_decoder(weights):
     ctx = tl.Context(dims=("b", "n", "t"))
     b, n, t = ctx.dims
     B, N, T = ctx.bounds
-    h_out = window_decoder(ctx, weights, tokens, HEADS, WINDOW)
+    h_out = decoder(ctx, weights, tokens, HEADS, WINDOW)
     with ctx:
         y = h_out[b, N - 1, t]
     bounds = {B: BATCH, N: LAYERS, T: STEPS}
@@ -366,7 +313,7 @@ def test_causal_decoder_matches_numpy_on_both_executors(weights, causal_decoder)
 
 def test_batched_window_decoder_matches_numpy_on_both_executors(weights, batched_window_decoder):
     tokens, prog, run, ref = batched_window_decoder
-    want = np.stack([numpy_window_decoder(weights, tokens[i], HEADS, WINDOW)
+    want = np.stack([numpy_decoder(weights, tokens[i], HEADS, WINDOW)
                      for i in range(BATCH)])
     # the window matters: the causal decoder differs from it (so the mask is really applied)
     causal = np.stack([numpy_decoder(weights, tokens[i], HEADS) for i in range(BATCH)])
