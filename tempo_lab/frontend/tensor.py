@@ -282,13 +282,15 @@ class RecurrentTensor:
                                  f"{value.dtype.name}; convert it with .astype('{self.dtype.name}')",
                                  loc)
             value = apply("cast", [value], {"dtype": self.dtype})
-        if tuple(map(norm_dim, value.shape)) != tuple(map(norm_dim, self.shape)):
+        want = tuple(map(norm_dim, self.shape))
+        if tuple(map(norm_dim, value.shape)) != want:
             try:
-                if broadcast_shapes(value.shape, self.shape) != tuple(map(norm_dim, self.shape)):
-                    raise ShapeError("")
+                fits = broadcast_shapes(value.shape, self.shape) == want
             except ShapeError:
+                fits = False
+            if not fits:
                 raise ShapeError(f"{self.name} has shape {self.shape} but the assigned value has "
-                                 f"shape {value.shape}; reshape it to match", loc) from None
+                                 f"shape {value.shape}; reshape it to match", loc)
             value = apply("broadcast_to", [value], {"shape": self.shape})
         return value
 

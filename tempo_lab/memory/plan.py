@@ -15,6 +15,7 @@ import islpy as isl
 import numpy as np
 
 from ..ir.sdg import SDG, Op
+from ..schedule import Exec, Free, walk
 from ..stage import Stage
 from ..symbolic import Const, Dim, Expr, Slice
 from ..symbolic import isl as I
@@ -179,8 +180,6 @@ def _conflicts(op: Op, slots, dom: isl.Set, readers: isl.UnionMap, smap: isl.Uni
 
 
 def plan_memory(sdg: SDG, schedule, bounds: dict[str, int], block: int = 64) -> MemoryPlan:
-    from ..schedule import Exec, Free, walk
-
     smap = I.fix(schedule.order, bounds)
     domains = {i: I.fix(d, bounds) for i, d in schedule.domains.items()}
     storages: dict[int, Storage] = {}
@@ -213,11 +212,11 @@ def plan_memory(sdg: SDG, schedule, bounds: dict[str, int], block: int = 64) -> 
                        size_class(bounds[d.bound.name]) for k, d in enumerate(op.domain))
         storages[i] = Storage(i, tuple(d.name for d in op.domain), slots, spatial,
                               op.type.dtype, blocks)
-    timeline, lifetimes = simulate(schedule.ast, storages, bounds, walk, Exec, Free)
+    timeline, lifetimes = simulate(schedule.ast, storages, bounds)
     return MemoryPlan(sdg, storages, timeline, lifetimes)
 
 
-def simulate(ast, storages: dict[int, Storage], bounds, walk, Exec, Free):
+def simulate(ast, storages: dict[int, Storage], bounds):
     """Predicted bytes live after every executed statement, and each store's live steps."""
     extents: dict[int, list[int]] = {}
     live: dict[int, int] = {}

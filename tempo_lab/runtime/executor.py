@@ -198,7 +198,7 @@ class Executor(Stage):
             v = env[loop.var]
             if written.get(done, -1) < v:
                 return False
-            if bool(np.asarray(stores[done].buf)[v]):
+            if bool(stores[done].buf[v]):  # one element to the host, not the store
                 env[name] = v + 1
                 return True
             return False
