@@ -397,6 +397,15 @@ def _time_fields(seconds: list[float], steps: int) -> dict:
             "ms_per_token_max": max(ms)}
 
 
+def loadavg() -> list[float] | None:
+    """The machine's 1-, 5- and 15-minute load averages: the machine is shared, so a record
+    says how busy it was while the record was timed."""
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except (AttributeError, OSError):
+        return None
+
+
 def rss_peak_bytes() -> int:
     """The process's peak resident set (ru_maxrss: KiB on Linux, bytes on macOS). Process-wide
     and monotone; on Linux a child also starts from its parent's peak at fork."""
@@ -459,7 +468,7 @@ def run_one(args) -> int:
     print its record (one JSON line after RESULT_PREFIX)."""
     import tempo_lab as tl
 
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+    load_start = loadavg()
     if args.no_progress:
         tl.config.progress = False
     progress = tl.config.progress
@@ -482,7 +491,8 @@ def run_one(args) -> int:
         np.save(args.save_output, out)
     rec = {"system": args.one, **asdict(cfg), "hidden": cfg.hidden, **rec,
            "rss_peak_bytes": rss_peak_bytes(), "vm_hwm_bytes": vm_hwm_bytes(),
-           "loadavg_1m_at_start": load, **environment()}
+           "loadavg_1m_at_start": load_start and load_start[0], "loadavg_at_start": load_start,
+           "loadavg_at_end": loadavg(), **environment()}
     print(RESULT_PREFIX + json.dumps(rec), flush=True)
     return 0
 
@@ -517,9 +527,16 @@ def _ratio(a, b) -> str:
     return f"{r:.0f}x" if r >= 100 else f"{r:.1f}x" if r >= 10 else f"{r:.2f}x"
 
 
+def _load(r: dict) -> str:
+    """The 1-minute load average when the record's subprocess started and ended."""
+    a, b = r.get("loadavg_at_start"), r.get("loadavg_at_end")
+    return "-" if not a or not b else f"{a[0]:.1f}-{b[0]:.1f}"
+
+
 def table(records: list[dict]) -> str:
     head = (f"{'attention':<10} {'T':>5}  {'system':<9}  {'ms/token median [min, max]':<30} "
-            f"{'compile s':>9}  {'store peak MiB':>14}  {'predicted':>9}  {'rss MiB':>7}  runs")
+            f"{'compile s':>9}  {'store peak MiB':>14}  {'predicted':>9}  {'rss MiB':>7}  runs"
+            f"  load 1m")
     lines = [head, "-" * len(head)]
     keyed = {}
     for r in records:
@@ -535,7 +552,7 @@ def table(records: list[dict]) -> str:
             lines.append(f"{name:<10} {T:>5}  {s:<9}  {ms:<30} {r['compile_s']:>9.2f}  "
                          f"{_mb(r['store_peak_bytes']):>14}  "
                          f"{_mb(r.get('predicted_store_peak_bytes')):>9}  "
-                         f"{_mb(r['rss_peak_bytes']):>7}  {r['warm_runs']}")
+                         f"{_mb(r['rss_peak_bytes']):>7}  {r['warm_runs']:>4}  {_load(r)}")
         a, b = by.get("tempo_lab"), by.get("jax_scan")
         if a and b:
             lines.append(
@@ -556,7 +573,9 @@ compile s: tempo_lab = sum(prog.compile_times) (build, validate, passes, schedul
 store peak: tempo_lab = run.profile.peak_bytes (measured bytes of tensor stores), 'predicted' =
   prog.memory.peak_bytes; JAX = KV cache + outputs + one layer's step activations, from array
   sizes (weights and tokens not counted).
-rss: peak resident set of the subprocess that ran that system alone (ru_maxrss)."""
+rss: peak resident set of the subprocess that ran that system alone (ru_maxrss).
+load 1m: the machine's 1-minute load average when that subprocess started and ended (the
+  machine is shared: a load above the CPU count means the times are inflated)."""
 
 
 # -- main ---------------------------------------------------------------------------------------
