@@ -5,6 +5,7 @@ from .errors import (
                      DefinitionError,
                      DTypeError,
                      ExprError,
+                     GradientError,
                      ScheduleError,
                      ShapeError,
                      TempoLabError,
@@ -46,6 +47,7 @@ from .frontend.api import (
                      zeros,
 )
 from .frontend.api import constant_ as constant
+from .frontend.autodiff import grad
 from .frontend.context import Context
 from .frontend.tensor import RecurrentTensor
 from .frontend.trace import Trace
@@ -59,9 +61,9 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BoundsError", "Bound", "CompileConfig", "Context", "DTypeError", "DefinitionError", "Dim",
-    "ExprError", "Program", "RecurrentTensor", "Run", "SDG", "ScheduleError", "ShapeError",
+    "ExprError", "GradientError", "Program", "RecurrentTensor", "Run", "SDG", "ScheduleError", "ShapeError",
     "Slice", "TempoLabError", "Trace", "abs", "arange", "concatenate", "config", "constant",
-    "cos", "eq", "exp", "expand_dims", "from_array", "full", "log", "matmul", "max", "maximum",
+    "cos", "eq", "exp", "expand_dims", "from_array", "full", "grad", "log", "matmul", "max", "maximum",
     "mean", "min", "minimum", "ne", "ones", "placeholder", "relu", "reshape", "sigmoid", "sin",
     "sink", "softmax", "source", "sqrt", "squeeze", "stack", "sum", "tanh", "transpose", "until",
     "where", "zeros",

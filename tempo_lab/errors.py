@@ -73,3 +73,7 @@ class BoundsError(TempoLabError):
 
 class ScheduleError(TempoLabError):
     """No legal execution order: a value depends on itself at the same point."""
+
+
+class GradientError(TempoLabError):
+    """A gradient that tl.grad cannot build (an unsupported read or op, or a second order)."""

@@ -185,7 +185,7 @@ class RecurrentTensor:
             out = apply("getitem", [out], {"index": index})
         return out
 
-    def _view(self, entries, loc) -> RecurrentTensor:
+    def _view(self, entries, loc, record: bool = True) -> RecurrentTensor:
         base = self.materialize()
         for e in entries:
             self.ctx.check_expr(e, f"the index {e}")
@@ -208,7 +208,8 @@ class RecurrentTensor:
             shape.append(s)
         vtype = TensorType(lengths + tuple(shape), base.dtype, base.type.weak)
         view = RecurrentTensor(self.ctx, base.node, entries, self.ctx.order(dims), vtype, loc)
-        self.ctx.record("read", f"{view._ref()}", None, loc)
+        if record:
+            self.ctx.record("read", f"{view._ref()}", None, loc)
         return view
 
     # -- definitions --------------------------------------------------------------------------

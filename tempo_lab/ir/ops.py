@@ -404,6 +404,36 @@ def _matmul(ins, attrs):
     return TensorType(tuple(map(norm_dim, shape)), dt, weak)
 
 
+@_register("take", "layout")
+def _take(ins, attrs):
+    """``x`` at one position of ``axis``, given by an integer scalar (a dim's value): how a
+    gradient picks a producer point out of a frame (see frontend/autodiff.py)."""
+    x, i = ins
+    (axis,) = norm_axes(attrs["axis"], x.ndim, "take")
+    if i.shape or i.dtype.kind not in "iu":
+        raise DTypeError(f"take needs an integer scalar index, got {i}")
+    return TensorType(x.shape[:axis] + x.shape[axis + 1:], x.dtype, x.weak)
+
+
+@_register("embed", "layout")
+def _embed(ins, attrs):
+    """``x`` placed at an integer offset along ``axis`` of zeros of length ``size``: a range
+    read's cotangent put back in the producer's absolute positions."""
+    x, off = ins
+    (axis,) = norm_axes(attrs["axis"], x.ndim, "embed")
+    if off.shape or off.dtype.kind not in "iu":
+        raise DTypeError(f"embed needs an integer scalar offset, got {off}")
+    shape = list(x.shape)
+    shape[axis] = norm_dim(attrs["size"])
+    return TensorType(tuple(shape), x.dtype, x.weak)
+
+
+@_register("unindex", "layout")
+def _unindex(ins, attrs):
+    """Zeros of ``shape`` with ``x`` at a basic index: the transpose of spatial indexing."""
+    return TensorType(tuple(attrs["shape"]), ins[0].dtype, ins[0].weak)
+
+
 @_register("fused", "fused")
 def _fused(ins, attrs):
     """A tree of ops run as one kernel: the type of its last (root) op."""

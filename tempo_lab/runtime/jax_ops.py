@@ -106,6 +106,18 @@ def compute(op: Op, xs: list, lens: list[tuple], in_types, out_shape) -> jax.Arr
         return jnp.broadcast_to(xs[0], out_shape)
     if k == "getitem":
         return xs[0][_dynamic_index(a["index"], lens[0], xs[0].ndim)]
+    if k == "take":
+        return lax.dynamic_index_in_dim(xs[0], xs[1], a["axis"] % xs[0].ndim, keepdims=False)
+    if k == "unindex":
+        return jnp.zeros(out_shape, xs[0].dtype).at[a["index"]].set(xs[0])
+    if k == "embed":
+        x, ax = xs[0], a["axis"] % xs[0].ndim
+        if lens[0][ax] is not None:  # padding must not land inside the frame
+            x = _mask(x, ax, lens[0][ax], 0)
+        frame = list(x.shape)
+        frame[ax] = out_shape[ax] + x.shape[ax]
+        out = lax.dynamic_update_slice_in_dim(jnp.zeros(frame, x.dtype), x, xs[1], ax)
+        return lax.slice_in_dim(out, 0, out_shape[ax], axis=ax)
     if k == "concatenate":
         cdt, _ = promote(in_types)
         return jnp.concatenate([x.astype(cdt) for x in xs], axis=a["axis"])

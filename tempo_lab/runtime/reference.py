@@ -107,6 +107,19 @@ def _compute(op: Op, ins: list[np.ndarray], in_types, env: dict[str, int]) -> np
     if k == "concatenate":
         dt, _ = promote(in_types)
         return np.concatenate([x.astype(dt) for x in ins], axis=a["axis"])
+    if k == "take":
+        return np.take(ins[0], int(ins[1]), axis=a["axis"])
+    if k == "unindex":
+        out = np.zeros(op.type.shape, op.type.dtype)
+        out[a["index"]] = ins[0]
+        return out
+    if k == "embed":
+        x, off, ax = ins[0], int(ins[1]), a["axis"] % ins[0].ndim
+        shape = list(x.shape)
+        shape[ax] = int(a["size"]) if isinstance(a["size"], int) else a["size"].evaluate(env)
+        out = np.zeros(shape, x.dtype)
+        out[(slice(None),) * ax + (slice(off, off + x.shape[ax]),)] = x
+        return out
     if k == "sink":
         return np.asarray(True)
     raise NotImplementedError(f"the reference interpreter has no rule for op kind {k!r}")

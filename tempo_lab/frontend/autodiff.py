@@ -1,0 +1,291 @@
+"""Reverse mode on the traced graph: ``tl.grad(loss, [x, ...])``.
+
+The gradient is more recurrent-tensor code in the same context, so it is compiled, scheduled and
+checked like any other program. Every op ``n`` between the targets and the loss gets an adjoint
+(an RT over ``n``'s domain with ``n``'s shape): the sum of what its consumers send back. A
+consumer's contribution is its op's VJP (``vjp.py``) followed by the *reversal of its read*:
+
+* a point read shifted by ``c`` (``x[t - 1]``) becomes a read of the cotangent at ``t + c``,
+  guarded at the domain edge, so nothing leaks across it;
+* a range read (``0:t+1``, a window, ``t:T``, ``0:T``) puts the cotangent back at absolute
+  positions (``embed`` into a frame as long as the producer's bound), sums it over the consumer
+  dims, and each producer point ``take``s its own position;
+* consumer dims the read does not keep (broadcasts, ranges) are summed over; a constant point
+  (``x[0]``) only reaches that point.
+
+Recursive definitions need no special case: a placeholder's adjoint is itself a placeholder,
+defined after everything that reads it has contributed, so back-propagation through time is a
+recursive definition running the other way (``t + 1`` instead of ``t - 1``). A consumer's VJP is
+computed only where the forward program reads that consumer (its *demand*, from isl), so no
+backward op reads outside a domain even where the forward op is only valid on part of it.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from types import SimpleNamespace
+
+import numpy as np
+
+from ..errors import GradientError, user_location
+from ..ir.demand import demand
+from ..ir.ops import TensorType, norm_dim
+from ..symbolic import TRUE, Const, Cond, Slice, and_, eq, not_, or_
+from ..symbolic import isl as I
+from .build import build_sdg
+from .context import Node
+from .tensor import RecurrentTensor, apply, as_tensor, constant
+from .vjp import BACKWARD_ONLY, NO_GRADIENT, VJPS
+
+RT = RecurrentTensor
+
+
+def grad(loss: RT, wrt):
+    """The gradient of ``loss`` summed over all its domain points (and elements), with respect
+    to each tensor in ``wrt`` (one tensor or a list): RTs with their domains and shapes."""
+    loc = user_location()
+    single = isinstance(wrt, RT)
+    targets = [wrt] if single else list(wrt)
+    if not isinstance(loss, RT):
+        raise GradientError("tl.grad needs a recurrent tensor as the loss", loc)
+    if loss.dtype.kind != "f":
+        raise GradientError(f"the loss is {loss.dtype.name}; tl.grad needs a floating loss", loc)
+    for x in targets:
+        if not isinstance(x, RT) or x.ctx is not loss.ctx:
+            raise GradientError("tl.grad differentiates with respect to tensors of the loss's "
+                                "context; pass a list of recurrent tensors", loc)
+        if x.index is not None:
+            raise GradientError(f"{x._ref()} is a read of {x.name}, not a tensor; differentiate "
+                                f"with respect to {x.name} itself", loc)
+        if x.dtype.kind != "f":
+            raise GradientError(f"{x.name} is {x.dtype.name}; only floating tensors have "
+                                "gradients", loc)
+    ctx = loss.ctx
+    with ctx:
+        loss = loss.materialize()
+        ctx.record("grad", f"grad({loss._ref()}, [{', '.join(x.name for x in targets)}])",
+                   None, loc)
+        grads = _Backward(ctx, loss, targets, loc).run()
+    return grads[0] if single else grads
+
+
+class _Backward:
+    def __init__(self, ctx, loss: RT, targets: list[RT], loc):
+        self.ctx, self.loss, self.targets, self.loc = ctx, loss, targets, loc
+        self.graph = _reachable(loss.node)
+        self.consumers: dict[int, list[tuple[Node, int]]] = defaultdict(list)
+        for n in self.graph.values():
+            for k, inp in enumerate(n.inputs):
+                self.consumers[inp.node.id].append((n, k))
+        self.relevant = self._relevant()
+        for i in self.relevant:
+            n = self.graph[i]
+            if n.kind in BACKWARD_ONLY:
+                raise GradientError("the loss depends on a gradient: second-order gradients "
+                                    "(tl.grad of tl.grad) are not supported", self.loc)
+        self.demand = _demand_conds(ctx, loss, self.graph) if self.relevant else {}
+
+    def _relevant(self) -> set[int]:
+        """Ops on a path from a target to the loss that carry a floating value."""
+        seen, stack = set(), [x.node.id for x in self.targets if x.node.id in self.graph]
+        while stack:
+            i = stack.pop()
+            if i in seen or self.graph[i].type.dtype.kind != "f":
+                continue
+            if self.graph[i].kind in NO_GRADIENT and i not in {x.node.id for x in self.targets}:
+                continue
+            seen.add(i)
+            stack.extend(c.id for c, _ in self.consumers[i])
+        return seen
+
+    def run(self) -> list[RT]:
+        adj: dict[int, RT] = {}
+        contribs: dict[int, list[RT]] = defaultdict(list)
+        merges = sorted(i for i in self.relevant if self.graph[i].kind == "merge")
+        for i in merges:  # placeholders first: every recurrence goes through one
+            n = self.graph[i]
+            adj[i] = _placeholder(self.ctx, n.domain, TensorType(n.type.shape, n.type.dtype),
+                                  f"grad_{n.name or i}")
+        if self.loss.node.id in self.relevant:
+            contribs[self.loss.node.id].append(_full(1, self.loss.type))
+        for i in merges:
+            self._send_from_merge(self.graph[i], adj[i], contribs)
+        for i in sorted(self.relevant, reverse=True):
+            n = self.graph[i]
+            total = _sum(contribs.pop(i, []), n.type)
+            if n.kind == "merge":
+                ph = adj[i]
+                ph[tuple(ph.domain)] = total
+            else:
+                adj[i] = total
+                self._send(n, total, contribs)
+        out = []
+        for x in self.targets:
+            g = adj.get(x.node.id)
+            g = _full(0, x.type) if g is None else g
+            out.append(_over(self.ctx, g.astype(x.dtype) if g.dtype != x.dtype else g,
+                             x.domain))
+        return out
+
+    # -- contributions ------------------------------------------------------------------------
+    def _send_from_merge(self, m: Node, g: RT, contribs):
+        others = [inp.cond for inp in m.inputs if not inp.default]
+        for inp in m.inputs:
+            if inp.node.id not in self.relevant:
+                continue
+            cond = not_(or_(*others)) if inp.default else inp.cond
+            ct = g if cond == TRUE else _guard(self.ctx, g, cond, m.domain)
+            contribs[inp.node.id].append(self._reverse(ct, inp, m, None))
+
+    def _send(self, n: Node, g: RT, contribs):
+        wanted = [k for k, inp in enumerate(n.inputs) if inp.node.id in self.relevant]
+        if not wanted:
+            return
+        if self.demand.get(n.id) is False:  # never read by the loss: nothing flows back
+            return
+        rule = VJPS.get(n.kind)
+        if rule is None:
+            raise GradientError(f"no gradient rule for {n.kind} (at {n.loc}); differentiate "
+                                "through other ops, or stop the gradient before it", self.loc)
+        xs = [_view_of(self.ctx, inp) for inp in n.inputs]
+        cts = rule(n, g, xs, RT(self.ctx, n))
+        for k in wanted:
+            if cts[k] is not None:
+                ct = _cast(cts[k], xs[k].dtype)
+                contribs[n.inputs[k].node.id].append(
+                    self._reverse(ct, n.inputs[k], n, self.demand.get(n.id)))
+
+    def _reverse(self, ct: RT, inp, consumer: Node, guard: Cond | None) -> RT:
+        """``ct`` (a cotangent of the read ``inp`` at every consumer point) as a contribution
+        to the producer's adjoint: the transpose of the read."""
+        ctx, prod = self.ctx, inp.node
+        mapped, conds, frames = {}, [], []
+        for d, e in zip(prod.domain, inp.index):
+            if isinstance(e, Slice):
+                frames.append((len(frames), d, e))
+            elif not e.dims():
+                conds.append(eq(d, e))
+            else:
+                (u,) = e.dims() if len(e.dims()) == 1 else (None,)
+                shift = None if u is None else e - u
+                if not isinstance(shift, Const) or u in mapped:
+                    raise GradientError(
+                        f"cannot differentiate the read {prod.name or '%' + str(prod.id)}"
+                        f"[{', '.join(map(str, inp.index))}]: a point index must be a dim plus a "
+                        "constant (t, t - 1, t + 2) or a constant; rewrite the read with a slice "
+                        "or a branch", inp.loc or consumer.loc)
+                mapped[u] = (d, shift.value)
+        f = ct
+        for j, d, s in frames:
+            if not (s.start == Const(0) and s.stop == d.bound):
+                f = apply("embed", [f, as_tensor(s.start, ctx)], {"axis": j, "size": d.bound})
+        if guard is not None:
+            f = _guard(ctx, f, guard, consumer.domain)
+        summed = [u for u in consumer.domain if u not in mapped]
+        present = [u for u in summed if u in f.domain]
+        if present:
+            entries = tuple(Slice(Const(0), u.bound) if u in present else u for u in f.domain)
+            f = f._view(entries, self.loc, record=False).sum(axis=tuple(range(len(present))))
+        for u in summed:
+            if u not in present:  # constant along u: summing is scaling by u's bound
+                f = f * as_tensor(u.bound, ctx)
+        entries = []
+        for u in f.domain:
+            d, c = mapped[u]
+            entries.append(d - c)
+            if c != 0 or d.bound != u.bound:
+                conds += [d - c >= 0, d - c < u.bound]
+        if tuple(entries) != tuple(f.domain):
+            f = f.materialize()._view(tuple(entries), self.loc, record=False)
+        for j, d, _ in reversed(frames):
+            f = apply("take", [f, as_tensor(d, ctx)], {"axis": j})
+        cond = and_(*conds)
+        return f if cond == TRUE else _guard(ctx, f, cond, prod.domain)
+
+
+# -- helpers --------------------------------------------------------------------------------------
+def _reachable(root: Node) -> dict[int, Node]:
+    seen, stack = {}, [root]
+    while stack:
+        n = stack.pop()
+        if n.id not in seen:
+            seen[n.id] = n
+            stack.extend(i.node for i in n.inputs)
+    return seen
+
+
+def _demand_conds(ctx, loss: RT, graph: dict[int, Node]) -> dict[int, Cond | bool | None]:
+    """Per op, where the loss reads it: None (everywhere), False (nowhere) or a condition."""
+    sdg = build_sdg(SimpleNamespace(dims=ctx.dims, _sinks=[]), {"loss": loss})
+    ids = sorted(graph)
+    boxes = {k: sdg.isl_domain(k) for k in sdg.ops}
+    dem = demand(sdg, boxes, {e: sdg.isl_map(e) for e in sdg.edges})
+    out: dict[int, Cond | bool | None] = {}
+    for k, nid in enumerate(ids):
+        d = dem[k].coalesce()
+        if boxes[k].is_subset(d):
+            out[nid] = None
+        elif d.is_empty():
+            out[nid] = False
+        else:
+            named = I.named(d.gist(boxes[k]), graph[nid].domain).reset_tuple_id()
+            out[nid] = I.cond_from_set(named)
+    return out
+
+
+def _view_of(ctx, inp) -> RT:
+    """The value an op input reads, as the op saw it (no trace entry)."""
+    base = RT(ctx, inp.node)
+    if tuple(inp.index) == tuple(inp.node.domain):
+        return base
+    return base._view(tuple(inp.index), inp.loc, record=False)
+
+
+def _placeholder(ctx, domain, type_: TensorType, name: str | None = None) -> RT:
+    """A placeholder of any type (symbolic shapes included), for adjoints and guards."""
+    return RT(ctx, ctx.add_node("merge", [], {"type": type_}, domain, type_, name=name))
+
+
+def _full(value, type_: TensorType) -> RT:
+    """``value`` everywhere, of ``type_``'s shape (which may be symbolic) and dtype."""
+    if type_.is_static:
+        return constant(np.full(type_.shape, value, type_.dtype), _ctx())
+    return apply("broadcast_to", [constant(np.asarray(value, type_.dtype), _ctx())],
+                 {"shape": tuple(type_.shape)})
+
+
+def _ctx():
+    from .context import current_context
+    return current_context()
+
+
+def _guard(ctx, x: RT, cond: Cond, domain) -> RT:
+    """``x`` where ``cond`` holds and zeros elsewhere on ``domain``; ``x`` is only demanded
+    where ``cond`` holds."""
+    ph = _placeholder(ctx, domain, TensorType(x.type.shape, x.type.dtype))
+    ph[cond] = x
+    ph[tuple(domain)] = _full(0, ph.type)
+    return ph
+
+
+def _over(ctx, x: RT, domain) -> RT:
+    """``x`` with exactly ``domain`` (broadcast over the dims it lacks)."""
+    if tuple(x.domain) == tuple(domain):
+        return x
+    ph = _placeholder(ctx, domain, TensorType(x.type.shape, x.type.dtype))
+    ph[tuple(domain)] = x
+    return ph
+
+
+def _cast(x: RT, dtype) -> RT:
+    return x if x.dtype == dtype else x.astype(dtype)
+
+
+def _sum(xs: list[RT], type_: TensorType) -> RT:
+    if not xs:
+        return _full(0, type_)
+    total = _cast(xs[0], type_.dtype)
+    for x in xs[1:]:
+        total = total + _cast(x, type_.dtype)
+    if tuple(map(norm_dim, total.shape)) != tuple(map(norm_dim, type_.shape)):
+        total = apply("broadcast_to", [total], {"shape": tuple(type_.shape)})
+    return total

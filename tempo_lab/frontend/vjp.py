@@ -1,0 +1,210 @@
+"""Vector-Jacobian products of the primitive ops, written with the ops themselves.
+
+``VJPS[kind](node, g, xs, y)`` gets the op's node, the cotangent ``g`` of its value, its inputs
+``xs`` as the op read them and its value ``y``; it returns one cotangent per input, shaped like
+that input (``None``: no gradient). Ties and kinks follow ``jax.grad``: ``maximum``/``minimum``
+split a tie evenly, ``max``/``min`` reductions share it among the equal elements, ``abs`` and
+``relu`` have slope 0 at 0.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import GradientError
+from ..ir.ops import norm_axes, norm_dim
+from .tensor import apply, as_tensor
+
+# Ops with no gradient (integer or boolean results, or piecewise constant), and ops that only
+# gradients create (differentiating them again would be a second order).
+NO_GRADIENT = frozenset({"lt", "le", "gt", "ge", "eq", "ne", "and", "or", "not", "floordiv",
+                         "dimval", "const", "from_array", "source", "sink"})
+BACKWARD_ONLY = frozenset({"take", "embed", "unindex"})
+
+
+def unbroadcast(g, shape):
+    """Sum ``g`` down to ``shape``: the transpose of broadcasting."""
+    extra = g.ndim - len(shape)
+    if extra > 0:
+        g = g.sum(axis=tuple(range(extra)))
+    axes = tuple(i for i, (a, b) in enumerate(zip(g.shape, shape))
+                 if norm_dim(b) == 1 and norm_dim(a) != 1)
+    return g.sum(axis=axes, keepdims=True) if axes else g
+
+
+def _where(c, a, b):
+    return apply("where", [c, a, b])
+
+
+def _zero_like_scalar(g):
+    return as_tensor(np.zeros((), g.dtype), g.ctx)
+
+
+def _swap(x):
+    perm = tuple(range(x.ndim - 2)) + (x.ndim - 1, x.ndim - 2)
+    return x.transpose(perm)
+
+
+def _reduced(node, x, g):
+    axes = norm_axes(node.attrs.get("axis"), x.ndim, node.kind)
+    if not node.attrs.get("keepdims", False):
+        g = g.expand_dims(tuple(sorted(axes)))
+    return axes, g
+
+
+def _count(x, axes):
+    n = 1
+    sym = []
+    for a in axes:
+        s = norm_dim(x.shape[a])
+        if isinstance(s, int):
+            n *= s
+        else:
+            sym.append(s)
+    out = as_tensor(np.asarray(n, np.float32), x.ctx)
+    for s in sym:
+        out = out * as_tensor(s, x.ctx)
+    return out
+
+
+def _sum(node, g, xs, y):
+    (x,) = xs
+    _, g = _reduced(node, x, g)
+    return [apply("broadcast_to", [g], {"shape": tuple(x.shape)})]
+
+
+def _mean(node, g, xs, y):
+    (x,) = xs
+    axes, g = _reduced(node, x, g)
+    return [apply("broadcast_to", [g / _count(x, axes)], {"shape": tuple(x.shape)})]
+
+
+def _maxmin(node, g, xs, y):
+    (x,) = xs
+    _, g = _reduced(node, x, g)
+    _, ye = _reduced(node, x, y)
+    hit = (x == ye).astype(g.dtype)
+    share = hit / hit.sum(axis=node.attrs.get("axis"), keepdims=True)
+    return [g * share]
+
+
+def _softmax(node, g, xs, y):
+    return [y * (g - (g * y).sum(axis=node.attrs["axis"], keepdims=True))]
+
+
+def _matmul(node, g, xs, y):
+    a, b = xs
+    if a.ndim == 1 and b.ndim == 1:
+        return [g * b, g * a]
+    if a.ndim == 1:
+        ga = (g.expand_dims(-2) @ _swap(b)).squeeze(-2)
+        gb = a.expand_dims(-1) * g.expand_dims(-2)
+    elif b.ndim == 1:
+        ga = g.expand_dims(-1) * b
+        gb = (_swap(a) @ g.expand_dims(-1)).squeeze(-1)
+    else:
+        ga, gb = g @ _swap(b), _swap(a) @ g
+    return [unbroadcast(ga, a.shape), unbroadcast(gb, b.shape)]
+
+
+def _getitem(node, g, xs, y):
+    (x,) = xs
+    if not x.type.is_static:
+        raise GradientError(f"no gradient for spatial indexing of a value with the symbolic "
+                            f"shape {x.shape} (at {node.loc}); reduce or read a constant-size "
+                            "window first")
+    index = node.attrs["index"]
+    n_real = sum(1 for e in index if e is not None and e is not Ellipsis)
+    if Ellipsis in index:
+        i = index.index(Ellipsis)
+        index = index[:i] + (slice(None),) * (x.ndim - n_real) + index[i + 1:]
+    new_axes, pos = [], 0
+    for e in index:  # positions of the axes that None inserted into the result
+        if e is None:
+            new_axes.append(pos)
+        if not isinstance(e, int):
+            pos += 1
+    if new_axes:
+        g = g.squeeze(tuple(new_axes))
+    index = tuple(e for e in index if e is not None)
+    return [apply("unindex", [g], {"index": index, "shape": tuple(x.shape)})]
+
+
+def _concatenate(node, g, xs, y):
+    axis = node.attrs["axis"] % y.ndim
+    out, start = [], 0
+    for x in xs:
+        size = norm_dim(x.shape[axis])
+        if not isinstance(size, int) or not isinstance(start, int):
+            raise GradientError(f"no gradient for concatenating along a symbolic axis (at "
+                                f"{node.loc}); concatenate along a static axis")
+        index = (slice(None),) * axis + (slice(start, start + size),)
+        out.append(apply("getitem", [g], {"index": index}))
+        start += size
+    return out
+
+
+def _pow(node, g, xs, y):
+    a, b = xs
+    ga = g * b * a ** (b - 1)
+    safe = _where(a == 0, as_tensor(np.ones((), a.dtype), a.ctx), a)
+    gb = g * _where(a == 0, _zero_like_scalar(g), apply("log", [safe])) * y
+    return [unbroadcast(ga, a.shape), unbroadcast(gb, b.shape)]
+
+
+def _tie(g, a, b, wins):
+    """``g`` where ``a`` strictly wins, half of it at a tie, else 0 (jax.grad's split)."""
+    half = as_tensor(np.asarray(0.5, g.dtype), g.ctx)
+    return g * _where(a == b, half, wins.astype(g.dtype))
+
+
+def _elementwise(fn):
+    def rule(node, g, xs, y):
+        return [None if c is None else unbroadcast(c, x.shape)
+                for c, x in zip(fn(g, *xs, y), xs)]
+    return rule
+
+
+def _sign(x):
+    one = as_tensor(np.ones((), x.dtype), x.ctx)
+    zero = as_tensor(np.zeros((), x.dtype), x.ctx)
+    return _where(x > 0, one, _where(x < 0, -one, zero))
+
+
+E = _elementwise
+VJPS = {
+    "identity": lambda node, g, xs, y: [g],
+    "add": E(lambda g, a, b, y: [g, g]),
+    "sub": E(lambda g, a, b, y: [g, -g]),
+    "mul": E(lambda g, a, b, y: [g * b, g * a]),
+    "div": E(lambda g, a, b, y: [g / b, -g * y / b]),
+    "pow": _pow,
+    "maximum": E(lambda g, a, b, y: [_tie(g, a, b, a > b), _tie(g, b, a, b > a)]),
+    "minimum": E(lambda g, a, b, y: [_tie(g, a, b, a < b), _tie(g, b, a, b < a)]),
+    "mod": E(lambda g, a, b, y: [g, -g * apply("floordiv", [a, b])]),
+    "neg": E(lambda g, a, y: [-g]),
+    "abs": E(lambda g, a, y: [g * _sign(a)]),
+    "exp": E(lambda g, a, y: [g * y]),
+    "log": E(lambda g, a, y: [g / a]),
+    "sqrt": E(lambda g, a, y: [g * 0.5 / y]),
+    "tanh": E(lambda g, a, y: [g * (1 - y * y)]),
+    "sigmoid": E(lambda g, a, y: [g * y * (1 - y)]),
+    "relu": E(lambda g, a, y: [_where(a > 0, g, _zero_like_scalar(g))]),
+    "sin": E(lambda g, a, y: [g * apply("cos", [a])]),
+    "cos": E(lambda g, a, y: [-g * apply("sin", [a])]),
+    "cast": lambda node, g, xs, y: [g if xs[0].dtype.kind == "f" else None],
+    "where": E(lambda g, c, a, b, y: [None, _where(c, g, _zero_like_scalar(g)),
+                                      _where(c, _zero_like_scalar(g), g)]),
+    "sum": _sum,
+    "mean": _mean,
+    "max": _maxmin,
+    "min": _maxmin,
+    "softmax": _softmax,
+    "matmul": _matmul,
+    "reshape": lambda node, g, xs, y: [g.reshape(tuple(xs[0].shape))],
+    "transpose": lambda node, g, xs, y: [g.transpose(tuple(int(i) for i in np.argsort(node.attrs["perm"])))],
+    "squeeze": lambda node, g, xs, y: [g.expand_dims(tuple(sorted(node.attrs["axis"])))],
+    "expand_dims": lambda node, g, xs, y: [g.squeeze(tuple(node.attrs["axis"]))],
+    "broadcast_to": lambda node, g, xs, y: [unbroadcast(g, xs[0].shape)],
+    "getitem": _getitem,
+    "concatenate": _concatenate,
+}
