@@ -30,8 +30,9 @@ class Stage:
         parts.append("</div>")
         return "".join(parts)
 
-    def explore(self):
-        """The interactive view of this stage (needs the ``viz`` extra)."""
+    def explore(self, **options):
+        """The interactive view of this stage (needs the ``viz`` extra); ``options`` go to
+        the stage's view (e.g. ``run=`` for a Program's dashboard)."""
         from widgets import explore
 
-        return explore(self)
+        return explore(self, **options)

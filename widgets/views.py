@@ -1,35 +1,51 @@
-"""One ``explore`` entry point: a graph picture for graph stages, the stage's own sectioned
-HTML for every stage. Without graphviz's ``dot`` program the picture is left out, not an error."""
+"""One ``explore`` entry point that picks the view for a stage object. Every view is a VBox
+that also carries the stage's static HTML, for renderers without a live kernel."""
 from __future__ import annotations
 
-import html
+from .base import stage_view, static_html
+from .graph import svg_of
 
 
-def svg_of(dot_source: str) -> str | None:
-    """Render DOT to an SVG string, or None when the ``dot`` program is not installed."""
-    import graphviz
+def explore(stage, **options):
+    """The interactive view of ``stage`` (an ipywidgets VBox)."""
+    from tempo_lab.ir.sdg import SDG
+    from tempo_lab.memory.plan import MemoryPlan
+    from tempo_lab.passes.manager import PassTrace
+    from tempo_lab.program import Program, Run
+    from tempo_lab.runtime.executor import Profile
+    from tempo_lab.schedule import Schedule
 
-    try:
-        svg = graphviz.Source(dot_source).pipe(format="svg", encoding="utf-8")
-    except graphviz.ExecutableNotFound:
-        return None
-    return svg[svg.find("<svg"):]
+    from . import dashboard, memory_view, pass_view, profile_view, schedule_view, sdg_view
+
+    if isinstance(stage, Program):
+        return dashboard.explore_program(stage, **options)
+    if isinstance(stage, SDG):
+        return sdg_view.explore_sdg(stage, **options)
+    if isinstance(stage, PassTrace):
+        return pass_view.explore_passes(stage)
+    if isinstance(stage, Schedule):
+        return schedule_view.explore_schedule(stage, **options)
+    if isinstance(stage, MemoryPlan):
+        return memory_view.explore_memory(stage, **options)
+    if isinstance(stage, Run):
+        return profile_view.explore_run(stage, **options)
+    if isinstance(stage, Profile):
+        return profile_view.explore_profile(stage)
+    return _generic(stage)
 
 
-def explore(stage):
-    """An ipywidgets view of ``stage``: for graphs the picture above the sections."""
+def _generic(stage):
+    """Stages without a view of their own (Trace, Executable): their sections, plus a graph
+    picture when they can draw one."""
     import ipywidgets as W
 
-    parts = []
+    from .graph import svg_html
+
+    parts, svg = [], None
     if hasattr(stage, "to_dot"):
         svg = svg_of(stage.to_dot())
-        note = ("<p><i>graphviz's <code>dot</code> program is not installed: no picture "
-                "(Debian: apt-get install graphviz)</i></p>")
-        parts.append(W.HTML(f'<div style="overflow:auto;max-height:600px">{svg}</div>'
-                            if svg else note))
+        parts.append(W.HTML(svg_html(svg) if svg else
+                            "<p><i>graphviz's <code>dot</code> program is not installed: no "
+                            "picture (Debian: apt-get install graphviz)</i></p>"))
     parts.append(W.HTML(stage._repr_html_()))
-    box = W.VBox(parts)
-    box.add_class("tempo-lab-explore")
-    box.layout.border = "1px solid #ddd"
-    box.tooltip = html.escape(repr(stage))
-    return box
+    return stage_view(parts, static_html(stage, svg), "tempo-lab-stage-view")

@@ -1,0 +1,59 @@
+"""The facts about one op that the node inspector shows: where the user wrote it, its domain,
+shape, dtype, reads and readers, its storage and, after a run, its kernel time and bytes."""
+from __future__ import annotations
+
+import html
+import linecache
+
+from tempo_lab.symbolic import TRUE
+
+from .palette import region_of
+
+
+def op_facts(sdg, op_id: int, plan=None, profile=None, bounds=None) -> dict[str, str]:
+    """Label -> text, in display order; pure, so tests and the tutorial can print it."""
+    op = sdg.ops[op_id]
+    src = linecache.getline(op.loc.file, op.loc.line).strip()
+    facts = {"op": f"{op.label} ({op.kind}, {op.category})",
+             "source": f"{op.loc}" + (f": {src}" if src else ""),
+             "domain": region_of(op),
+             "shape": str(tuple(str(s) for s in op.type.shape)).replace("'", ""),
+             "dtype": op.type.dtype.name}
+    attrs = op.attrs_str()
+    if attrs:
+        facts["attrs"] = attrs
+    reads = []
+    for e in sdg.in_edges(op_id):
+        ref = sdg.ops[e.src].label
+        if e.index and not e.is_identity(sdg.ops[e.src]):
+            ref += f"[{e.index_str()}]"
+        if e.cond != TRUE:
+            ref += f" if {e.cond}"
+        reads.append(ref)
+    facts["reads"] = ", ".join(reads) or "-"
+    facts["read by"] = ", ".join(sorted({sdg.ops[e.dst].label for e in sdg.out_edges(op_id)})) \
+        or "-"
+    outs = [n for n, i in sdg.outputs.items() if i == op_id]
+    if outs:
+        facts["output"] = ", ".join(outs)
+    if plan is not None:
+        s = plan.storages.get(op_id)
+        if s is None:
+            facts["storage"] = "none (not read after it is computed, or folded away)"
+        else:
+            a, b = plan.lifetimes.get(op_id, (0, 0))
+            facts["storage"] = f"{s.describe()}, live steps {a}..{b}"
+            if bounds:
+                ext = tuple(bounds.get(d.bound.name, 1) for d in op.domain)
+                facts["bytes"] = f"{s.bytes_for(ext)} B at the run's bounds"
+    if profile is not None and op_id in profile.calls:
+        n, sec = profile.calls[op_id], profile.seconds.get(op_id, 0.0)
+        facts["time"] = f"{n} calls, {sec * 1e3:.3f} ms in all, {sec / n * 1e6:.1f} µs per call"
+    return facts
+
+
+def facts_html(facts: dict[str, str]) -> str:
+    rows = "".join(f'<tr><th style="text-align:left;padding-right:1em;vertical-align:top">'
+                   f'{html.escape(k)}</th><td><code>{html.escape(v)}</code></td></tr>'
+                   for k, v in facts.items())
+    return f'<table class="tempo-lab-inspector" style="font-size:90%">{rows}</table>'

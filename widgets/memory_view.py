@@ -1,0 +1,139 @@
+"""The memory view: a Gantt chart of buffer lifetimes over schedule steps, and predicted vs
+measured bytes over the same steps with the peaks marked. ``compare_memory`` puts several
+plans (say window vs causal attention) side by side in one figure."""
+from __future__ import annotations
+
+from .base import FigureSlot, stage_view
+from .palette import HIGHLIGHT, STORE_COLOURS, TEMPLATE
+
+
+def lifetime_rows(plan) -> list[dict]:
+    """One row per store, in order of first use: op, label, kind, first and last step, bytes
+    at the plan's peak extent."""
+    rows = []
+    for i, s in plan.storages.items():
+        a, b = plan.lifetimes.get(i, (0, 0))
+        rows.append({"op": i, "label": plan.sdg.ops[i].label, "kind": s.kind, "start": a,
+                     "end": b, "describe": s.describe()})
+    return sorted(rows, key=lambda r: (r["start"], r["op"]))
+
+
+def peak(timeline: list[int]) -> tuple[int, int]:
+    """(step, bytes) of the first maximum."""
+    if not timeline:
+        return 0, 0
+    m = max(timeline)
+    return timeline.index(m), m
+
+
+def _add_plan(fig, plan, profile, row: int, col: int, highlight, legend: bool, name: str = ""):
+    import plotly.graph_objects as go
+
+    rows = lifetime_rows(plan)
+    for kind, colour in STORE_COLOURS.items():
+        rs = [r for r in rows if r["kind"] == kind]
+        if not rs:
+            continue
+        fig.add_trace(go.Bar(
+            orientation="h", y=[r["label"] for r in rs], base=[r["start"] for r in rs],
+            x=[r["end"] - r["start"] + 1 for r in rs], name=f"{kind} store",
+            legendgroup=kind, showlegend=legend, customdata=[r["op"] for r in rs],
+            hovertext=[f"{r['label']}: {r['describe']}<br>steps {r['start']}..{r['end']}"
+                       for r in rs], hoverinfo="text",
+            marker=dict(color=colour,
+                        line=dict(color=[HIGHLIGHT if r["op"] == highlight else colour
+                                         for r in rs],
+                                  width=[3 if r["op"] == highlight else 0 for r in rs]),
+                        opacity=[1.0 if highlight in (None, r["op"]) else 0.45 for r in rs])),
+            row=row, col=col)
+    steps = list(range(len(plan.timeline)))
+    fig.add_trace(go.Scatter(x=steps, y=plan.timeline, mode="lines", name="predicted bytes",
+                             line=dict(color="#1f77b4", shape="hv"), legendgroup="pred",
+                             showlegend=legend), row=row + 1, col=col)
+    s, b = peak(plan.timeline)
+    fig.add_trace(go.Scatter(x=[s], y=[b], mode="markers+text", text=[f"peak {b} B"],
+                             textposition="top right", marker=dict(color="#1f77b4", size=10,
+                                                                   symbol="star"),
+                             name="predicted peak", legendgroup="pred", showlegend=False),
+                  row=row + 1, col=col)
+    if profile is not None and profile.timeline:
+        fig.add_trace(go.Scatter(x=list(range(len(profile.timeline))), y=profile.timeline,
+                                 mode="lines", name="measured bytes", legendgroup="meas",
+                                 line=dict(color="#d62728", dash="dot", shape="hv"),
+                                 showlegend=legend), row=row + 1, col=col)
+        s, b = peak(profile.timeline)
+        fig.add_trace(go.Scatter(x=[s], y=[b], mode="markers+text", text=[f"measured {b} B"],
+                                 textposition="bottom right", name="measured peak",
+                                 marker=dict(color="#d62728", size=10, symbol="x"),
+                                 legendgroup="meas", showlegend=False), row=row + 1, col=col)
+    if highlight is not None and highlight in plan.lifetimes:
+        a, e = plan.lifetimes[highlight]
+        fig.add_vrect(x0=a, x1=e + 1, fillcolor=HIGHLIGHT, opacity=0.08, line_width=0,
+                      row=row + 1, col=col)
+
+
+def memory_figure(plan, profile=None, highlight: int | None = None):
+    """Buffer lifetimes (top) and bytes per schedule step (bottom), predicted and, with a
+    profile, measured, peaks marked; a ``go.Figure``."""
+    from plotly.subplots import make_subplots
+
+    n = len(plan.storages)
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.06,
+                        row_heights=[0.62, 0.38],
+                        subplot_titles=("buffer lifetimes", "live store bytes"))
+    _add_plan(fig, plan, profile, 1, 1, highlight, True)
+    fig.update_yaxes(autorange="reversed", row=1, col=1)
+    fig.update_yaxes(title_text="bytes", row=2, col=1)
+    fig.update_xaxes(title_text="schedule step", row=2, col=1)
+    fig.update_layout(template=TEMPLATE, barmode="overlay", height=min(300 + 16 * n, 900),
+                      margin=dict(l=60, r=10, t=40, b=40), legend=dict(orientation="h"))
+    return fig
+
+
+def compare_memory(plans: dict, profiles: dict | None = None):
+    """Several memory plans side by side (``{"window": p1.memory, "causal": p2.memory}``),
+    one column each, byte axes shared so the peaks compare at a glance; a ``go.Figure``."""
+    from plotly.subplots import make_subplots
+
+    profiles = profiles or {}
+    names = list(plans)
+    titles = [f"{n}: lifetimes" for n in names] + [
+        f"{n}: peak {plans[n].peak_bytes} B" for n in names]
+    fig = make_subplots(rows=2, cols=len(names), shared_yaxes="rows", vertical_spacing=0.08,
+                        row_heights=[0.6, 0.4], subplot_titles=titles)
+    for k, name in enumerate(names):
+        _add_plan(fig, plans[name], profiles.get(name), 1, k + 1, None, k == 0, name)
+        fig.update_yaxes(autorange="reversed", row=1, col=k + 1)
+        fig.update_xaxes(title_text="schedule step", row=2, col=k + 1)
+    n = max(len(p.storages) for p in plans.values())
+    fig.update_layout(template=TEMPLATE, barmode="overlay", height=min(320 + 16 * n, 900),
+                      margin=dict(l=60, r=10, t=40, b=40), legend=dict(orientation="h"))
+    return fig
+
+
+class MemoryView:
+    """Memory figure in a FigureWidget; ``select(op_id)`` highlights that op's buffer."""
+
+    def __init__(self, plan, profile=None):
+        import ipywidgets as W
+
+        self.plan, self.profile = plan, profile
+        self.plot = FigureSlot(memory_figure(plan, profile), "tempo-lab-memory-plot")
+        s, b = peak(plan.timeline)
+        line = f"predicted peak {b} B at step {s} of {len(plan.timeline)}"
+        if profile is not None:
+            ms, mb = peak(profile.timeline)
+            line += f"; measured peak {mb} B at step {ms}"
+        self.widget = W.VBox([W.HTML(f"<code>{plan!r}</code><br>{line}"), self.plot.widget])
+        self.widget.add_class("tempo-lab-memory")
+
+    def select(self, op_id: int | None):
+        op_id = None if op_id is None or op_id < 0 else op_id
+        self.plot.show(memory_figure(self.plan, self.profile, op_id))
+
+
+def explore_memory(plan, profile=None):
+    mv = MemoryView(plan, profile)
+    view = stage_view([mv.widget], plan._repr_html_(), "tempo-lab-memory-view")
+    view.memory_view = mv
+    return view

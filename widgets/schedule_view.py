@@ -1,0 +1,259 @@
+"""The schedule view: isl's schedule tree as nested collapsible HTML, the generated loop code,
+and an iteration-space plot (statement instances for small bound values, dependence arrows,
+colour by execution order) with a slider per bound."""
+from __future__ import annotations
+
+import html
+import math
+import re
+
+from tempo_lab.schedule import Exec, walk
+from tempo_lab.symbolic import Slice
+
+from .base import FigureSlot, stage_view
+from .palette import HIGHLIGHT, TEMPLATE
+
+MAX_INSTANCES = 4000
+MAX_ARROWS = 600
+_STMT = re.compile(r"\bop(\d+)\[")
+_BAND = re.compile(r"\bop(\d+)\[[^\]]*\] -> \[\((.*?)\)\]")
+
+
+# -- schedule tree ------------------------------------------------------------------------------
+def _labels(sdg, text: str) -> list[str]:
+    ids = sorted({int(m) for m in _STMT.findall(text)})
+    return [sdg.ops[i].label if i in sdg.ops else f"op{i}" for i in ids]
+
+
+def tree_node_html(sdg, node, depth: int = 0) -> str:
+    """One isl schedule-tree node (and its children) as ``<details>``; statements are named by
+    their op labels, band members grouped by the expression they schedule with."""
+    import islpy as isl
+
+    kind = node.get_type()
+    T = isl.schedule_node_type
+    name = str(kind).split(".")[-1]
+    if kind == T.domain:
+        head = f"domain: {len(_labels(sdg, str(node.domain_get_domain())))} statements"
+    elif kind == T.band:
+        n = node.band_n_member()
+        coin = [int(node.band_member_get_coincident(i)) for i in range(n)]
+        head = (f"band: {n} member{'s' * (n != 1)}"
+                f"{', permutable' if node.band_get_permutable() else ''}, coincident {coin}")
+    elif kind == T.filter:
+        labels = _labels(sdg, str(node.filter_get_filter()))
+        head = "filter: " + ", ".join(labels[:8]) + (f" … (+{len(labels) - 8})"
+                                                     if len(labels) > 8 else "")
+    else:
+        head = name
+    body = []
+    if kind == T.band:
+        mupa = node.band_get_partial_schedule()
+        for i in range(node.band_n_member()):
+            groups: dict[str, list[str]] = {}
+            for op, expr in _BAND.findall(str(mupa.get_union_pw_aff(i))):
+                groups.setdefault(expr, []).append(int(op))
+            items = "; ".join(f"<code>{html.escape(e)}</code> ← "
+                              + html.escape(", ".join(sdg.ops[o].label if o in sdg.ops
+                                                      else f"op{o}" for o in sorted(ids)))
+                              for e, ids in sorted(groups.items()))
+            body.append(f"<div>member {i}: {items}</div>")
+    for i in range(node.n_children()):
+        child = node.child(i)
+        if child.get_type() == T.leaf:
+            continue
+        body.append(tree_node_html(sdg, child, depth + 1))
+    opened = " open" if depth < 4 else ""
+    return (f'<details{opened} class="tempo-lab-tree-node" style="margin-left:{min(depth, 1)}em">'
+            f"<summary><code>{html.escape(head)}</code></summary>{''.join(body)}</details>")
+
+
+def tree_html(schedule) -> str:
+    tree = schedule.tree
+    if not hasattr(tree, "get_root"):
+        return f"<pre>{html.escape(str(tree))}</pre>"
+    return f'<div class="tempo-lab-tree">{tree_node_html(schedule.sdg, tree.get_root())}</div>'
+
+
+def code_html(schedule, highlight: int | None = None) -> str:
+    """The loop code; lines that run or free the highlighted op are marked."""
+    lines = schedule.code().splitlines()
+    pat = None
+    if highlight is not None and highlight in schedule.sdg.ops:
+        label = re.escape(schedule.sdg.ops[highlight].label)
+        pat = re.compile(rf"(?:^\s*{label}[\[ ])|(?:^\s*free .*(?<![\w%]){label}(?![\w\[]))")
+    out = []
+    for line in lines:
+        text = html.escape(line)
+        if pat is not None and pat.search(line):
+            text = f'<mark style="background:#ffd8d8">{text}</mark>'
+        out.append(text)
+    return ('<pre class="tempo-lab-code" style="max-height:420px;overflow:auto;font-size:85%">'
+            + "\n".join(out) + "</pre>")
+
+
+# -- iteration space ---------------------------------------------------------------------------
+def instances(schedule, bounds: dict[str, int], limit: int = MAX_INSTANCES):
+    """``(order, op id, point)`` for every statement instance the loop AST runs under
+    ``bounds``, in execution order (at most ``limit``)."""
+    out = []
+    for node, point in walk(schedule.ast, dict(bounds)):
+        if isinstance(node, Exec):
+            out.append((len(out), node.op, point))
+            if len(out) >= limit:
+                break
+    return out
+
+
+def _read_points(e, env) -> list[tuple]:
+    """The producer points a read at ``env`` touches (ranges expanded)."""
+    axes = []
+    for x in e.index:
+        if isinstance(x, Slice):
+            axes.append(range(x.start.evaluate(env), x.stop.evaluate(env)))
+        else:
+            axes.append([x.evaluate(env)])
+    pts = [()]
+    for ax in axes:
+        pts = [p + (v,) for p in pts for v in ax]
+    return pts
+
+
+def iteration_space(schedule, bounds: dict[str, int], highlight: int | None = None):
+    """Positions, orders and dependence segments of the plot, as plain data: x is the
+    innermost dim, y the other dims flattened; each statement has a fixed offset in a cell."""
+    sdg = schedule.sdg
+    dims = [d for d in sdg.dims]
+    inner, outer = (dims[-1], dims[:-1]) if dims else (None, [])
+    stmts = sorted({op for _, op, _ in instances(schedule, bounds)})
+    per_row = max(1, math.ceil(math.sqrt(len(stmts) or 1)))
+    slot = {op: k for k, op in enumerate(stmts)}
+
+    def place(op_id, point):
+        vals = {d.name: v for d, v in zip(sdg.ops[op_id].domain, point)}
+        x = vals.get(inner.name, 0) if inner is not None else 0
+        y = 0
+        for d in outer:
+            y = y * max(1, bounds.get(d.bound.name, 1)) + vals.get(d.name, 0)
+        k = slot.get(op_id, 0)
+        dx = ((k % per_row) + 0.5) / per_row * 0.8 - 0.4
+        dy = ((k // per_row) + 0.5) / per_row * 0.8 - 0.4
+        return x + dx, y + dy
+
+    runs = instances(schedule, bounds)
+    where = {(op, pt): place(op, pt) for _, op, pt in runs}
+    pts = [{"order": k, "op": op, "point": pt, "xy": where[(op, pt)]} for k, op, pt in runs]
+    arrows = []
+    for _, op, pt in runs:
+        env = dict(bounds)
+        env.update((d.name, v) for d, v in zip(sdg.ops[op].domain, pt))
+        for e in sdg.in_edges(op):
+            if highlight is not None and highlight not in (e.src, e.dst):
+                continue
+            try:
+                if not e.cond.evaluate(env):
+                    continue
+                reads = _read_points(e, env)
+            except Exception:  # noqa: BLE001 - an index the plot cannot evaluate is skipped
+                continue
+            for rp in reads:
+                src = where.get((e.src, rp))
+                if src is None:
+                    continue
+                dst = where[(op, pt)]
+                loop_carried = round(src[0]) != round(dst[0]) or round(src[1]) != round(dst[1])
+                if highlight is not None or loop_carried:
+                    arrows.append((src, dst))
+            if len(arrows) >= MAX_ARROWS:
+                break
+    axis_names = (inner.name if inner is not None else "", ", ".join(d.name for d in outer))
+    return pts, arrows[:MAX_ARROWS], axis_names
+
+
+def iteration_figure(schedule, bounds: dict[str, int], highlight: int | None = None):
+    """Statement instances coloured by execution order with dependence arrows (loop-carried
+    ones, or every read of the highlighted op); a ``go.Figure``."""
+    import plotly.graph_objects as go
+
+    sdg = schedule.sdg
+    pts, arrows, (xname, yname) = iteration_space(schedule, bounds, highlight)
+    fig = go.Figure()
+    ax, ay = [], []
+    for (x0, y0), (x1, y1) in arrows:
+        ax += [x0, x1, None]
+        ay += [y0, y1, None]
+    fig.add_trace(go.Scatter(x=ax, y=ay, mode="lines", name="dependences",
+                             line=dict(color="rgba(120,120,120,0.45)", width=1),
+                             hoverinfo="skip"))
+    fig.update_layout(annotations=[  # one layout update: add_annotation per arrow is slow
+        dict(x=x1, y=y1, ax=x0, ay=y0, xref="x", yref="y", axref="x", ayref="y", text="",
+             showarrow=True, arrowhead=2, arrowsize=1, arrowwidth=1,
+             arrowcolor="rgba(120,120,120,0.6)") for (x0, y0), (x1, y1) in arrows[:150]])
+
+    def text(p):
+        op = sdg.ops[p["op"]]
+        at = ", ".join(f"{d}={v}" for d, v in zip(op.domain, p["point"]))
+        return f"{op.label} ({op.kind}) [{at}]<br>order {p['order']}"
+
+    fig.add_trace(go.Scatter(
+        x=[p["xy"][0] for p in pts], y=[p["xy"][1] for p in pts], mode="markers",
+        name="instances", hovertext=[text(p) for p in pts], hoverinfo="text",
+        customdata=[p["op"] for p in pts],
+        marker=dict(size=[11 if p["op"] == highlight else 7 for p in pts],
+                    color=[p["order"] for p in pts], colorscale="Viridis",
+                    colorbar=dict(title="execution order"),
+                    line=dict(color=[HIGHLIGHT if p["op"] == highlight else "rgba(0,0,0,0)"
+                                     for p in pts], width=2))))
+    b = ", ".join(f"{k}={v}" for k, v in bounds.items())
+    fig.update_layout(template=TEMPLATE, height=460, showlegend=False,
+                      title=f"iteration space ({len(pts)} statement instances, {b})",
+                      xaxis=dict(title=xname, dtick=1),
+                      yaxis=dict(title=yname, dtick=1, autorange="reversed"),
+                      margin=dict(l=50, r=10, t=50, b=40))
+    return fig
+
+
+def small_bounds(bounds: dict[str, int], cap: int = 6) -> dict[str, int]:
+    """Bound values small enough to draw every instance."""
+    return {k: max(1, min(int(v), cap)) for k, v in bounds.items()}
+
+
+class ScheduleView:
+    """Tree, code and iteration space; ``select(op_id)`` marks the op in code and plot."""
+
+    def __init__(self, schedule, bounds: dict[str, int] | None = None):
+        import ipywidgets as W
+
+        self.schedule, self.selected = schedule, None
+        bounds = bounds or {d.bound.name: 4 for d in schedule.sdg.dims}
+        self.bounds = small_bounds(bounds)
+        self.sliders = {k: W.IntSlider(value=v, min=1, max=max(12, v), description=k,
+                                       continuous_update=False) for k, v in self.bounds.items()}
+        for s in self.sliders.values():
+            s.observe(lambda _: self._bounds_changed(), "value")
+        self.code = W.HTML(code_html(schedule))
+        self.tree = W.HTML(tree_html(schedule))
+        self.plot = FigureSlot(iteration_figure(schedule, self.bounds), "tempo-lab-iteration")
+        inner = W.Tab(children=[W.VBox([self.code]), W.VBox([self.tree]),
+                                W.VBox([W.HBox(list(self.sliders.values())),
+                                        self.plot.widget])])
+        for k, t in enumerate(("loop code", "isl schedule tree", "iteration space")):
+            inner.set_title(k, t)
+        self.widget = W.VBox([W.HTML(f"<code>{html.escape(repr(schedule))}</code>"), inner])
+        self.widget.add_class("tempo-lab-schedule")
+
+    def _bounds_changed(self):
+        self.bounds = {k: s.value for k, s in self.sliders.items()}
+        self.plot.show(iteration_figure(self.schedule, self.bounds, self.selected))
+
+    def select(self, op_id: int | None):
+        self.selected = None if op_id is None or op_id < 0 else op_id
+        self.code.value = code_html(self.schedule, self.selected)
+        self.plot.show(iteration_figure(self.schedule, self.bounds, self.selected))
+
+
+def explore_schedule(schedule, bounds=None):
+    sv = ScheduleView(schedule, bounds)
+    view = stage_view([sv.widget], schedule._repr_html_(), "tempo-lab-schedule-view")
+    view.schedule_view = sv
+    return view
