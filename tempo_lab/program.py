@@ -14,13 +14,13 @@ from .frontend.validate import validate
 from .ir.sdg import SDG
 from .memory import plan_memory
 from .passes import run_passes
-from .runtime.executor import Executor
 from .runtime.reference import Reference, run_reference
+from .runtime.select import make_executable
 from .schedule import FALLBACK_OPTION_SETS, OPTION_SETS, IncompleteSchedule, schedule_sdg
 from .stage import Stage
 from .symbolic import Bound, Dim
 
-EXECUTORS = ("interpreter", "reference")
+EXECUTORS = ("auto", "xla", "codegen", "interpreter", "reference")
 UNTIL_PREFIX = "__until_"
 
 
@@ -28,13 +28,17 @@ UNTIL_PREFIX = "__until_"
 class CompileConfig:
     """Compiler switches.
 
-    executor: "interpreter" walks the isl schedule's loop AST running jitted JAX kernels on
-        tensor stores (the default); "reference" is the point-by-point NumPy interpreter.
+    executor: "auto" (the default) picks "xla" when every loop nest can run inside one XLA
+        program, else "codegen" (``prog.executable`` says which and why); "xla" runs the loop
+        AST as one jitted program of ``lax`` loops over statically sized stores; "codegen" runs
+        a Python function generated from the loop AST, one jitted kernel per statement
+        instance; "interpreter" walks the loop AST with the same kernels; "reference" is the
+        point-by-point NumPy interpreter.
     block_size: points per block of a growing (block) store.
     sync_profile: wait for every kernel to finish so ``run.profile`` times are device times.
     """
 
-    executor: str = "interpreter"
+    executor: str = "auto"
     validate: bool = True
     block_size: int = 64
     sync_profile: bool = False
@@ -157,9 +161,13 @@ def compile_context(ctx, bounds, outputs, config: CompileConfig | None = None) -
     sdg, passes = run_passes(sdg, config, config.check_invariants, bounds, dynamic)
     times["passes"] = time.perf_counter() - t0
     schedule = plan = executable = None
-    if config.executor == "interpreter":
+    if config.executor != "reference":
         schedule, plan = _best_schedule(sdg, bounds, config, times)
-        executable = Executor(sdg, schedule, plan, config.sync_profile)
+        t0 = time.perf_counter()
+        until_ops = {name: sdg.outputs[f"{UNTIL_PREFIX}{name}"] for name in dynamic}
+        executable = make_executable(config.executor, sdg, schedule, plan, bounds, until_ops,
+                                     config.sync_profile)
+        times["lower"] = time.perf_counter() - t0
     return Program(ctx.trace, sdg, bounds, outs, config, times, schedule, plan, executable,
                    {name: sdg.outputs[f"{UNTIL_PREFIX}{name}"] for name in dynamic}, passes)
 
@@ -207,7 +215,12 @@ class Program(Stage):
     def __repr__(self) -> str:
         b = ", ".join(f"{k}={v}" for k, v in self.bounds.items())
         return (f"Program(outputs=({', '.join(self._outputs)}), bounds=({b}), "
-                f"executor={self.config.executor})")
+                f"executor={self.executor})")
+
+    @property
+    def executor(self) -> str:
+        """The executor that runs this program (auto's choice, see ``executable.pretty()``)."""
+        return self.executable.name if self.executable is not None else "reference"
 
     def _sections(self):
         outs = []
@@ -221,7 +234,7 @@ class Program(Stage):
 
     def to_dict(self) -> dict:
         return {"schema": "tempo_lab.program/1", "bounds": self.bounds,
-                "executor": self.config.executor, "outputs": list(self._outputs),
+                "executor": self.executor, "outputs": list(self._outputs),
                 "trace": self.trace.to_dict(), "sdg": self.sdg.to_dict()}
 
     def name_of(self, rt: RecurrentTensor) -> str:
@@ -233,7 +246,7 @@ class Program(Stage):
 
     def run(self) -> Run:
         t0 = time.perf_counter()
-        if self.config.executor == "reference":
+        if self.executable is None:
             bounds = self._reference_bounds()
             values, profile = run_reference(self.sdg, bounds), None
         else:
@@ -288,7 +301,7 @@ class Run(Stage):
 
     def __repr__(self) -> str:
         outs = ", ".join(f"{k}: {v.dtype.name}{list(v.shape)}" for k, v in self._values.items())
-        return f"Run(outputs=({outs}), executor={self.program.config.executor})"
+        return f"Run(outputs=({outs}), executor={self.program.executor})"
 
     def _sections(self):
         return [("outputs", [f"{k}: {v.dtype.name}{list(v.shape)} min={v.min():.4g} "
@@ -297,6 +310,6 @@ class Run(Stage):
                              for k, v in self._values.items()])]
 
     def to_dict(self) -> dict:
-        return {"schema": "tempo_lab.run/1", "executor": self.program.config.executor,
+        return {"schema": "tempo_lab.run/1", "executor": self.program.executor,
                 "outputs": {k: {"shape": list(v.shape), "dtype": v.dtype.name}
                             for k, v in self._values.items()}}

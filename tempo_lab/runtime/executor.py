@@ -108,6 +108,13 @@ class Executor(Stage):
         self._arrays: dict[int, jax.Array] = {}  # constants and from_array arrays on device
         self._local: dict[tuple, object] = {}   # (op id, read pattern, ...) -> kernel
 
+    name = "interpreter"
+
+    @property
+    def predicted_peak_bytes(self) -> int:
+        """The peak of store bytes this executor should measure: the memory plan's."""
+        return self.plan.peak_bytes
+
     def __repr__(self) -> str:
         n = sum(1 for node in self.schedule.ast.walk() if isinstance(node, Exec))
         return (f"Executable(executor=interpreter, statements={n}, "
@@ -166,14 +173,7 @@ class Executor(Stage):
         """The process-wide kernel for this op's structure (so equal ops in other programs and
         other bound values reuse it); keyed by value, which is slow to hash: called once per
         distinct (op, read pattern) of this executable."""
-        in_types = tuple(self.sdg.ops[src].type for src, _ in reads)
-        key = (op.kind, _attrs_key(op), op.type, len(op.domain), in_types,
-               tuple(p for _, p in reads), out_shape, has_store, donate, levels)
-        fn = _KERNELS.get(key)
-        if fn is None:
-            fn = _KERNELS[key] = _make_kernel(op, in_types, tuple(p for _, p in reads),
-                                              out_shape, has_store, donate, levels)
-        return fn
+        return shared_kernel(self.sdg, op, reads, out_shape, has_store, donate, levels)
 
     # -- running ------------------------------------------------------------------------------
     def run(self, bounds: Mapping[str, int], until: Mapping[str, tuple[int, int]] | None = None
@@ -226,13 +226,7 @@ class Executor(Stage):
                 live[op.id] = nbytes
             prof.timeline.append(total)
         reached = {name: env[name] for name in until}
-        outs = {}
-        for name, i in sdg.outputs.items():
-            op = sdg.ops[i]
-            want = tuple(env[d.bound.name] for d in op.domain) + tuple(
-                x if isinstance(x, int) else x.evaluate(env) for x in op.type.shape)
-            out = np.asarray(stores[i].buf)[tuple(slice(0, n) for n in want)]
-            outs[name] = out if out.shape == want else _complete(out, want)
+        outs = collect_outputs(sdg, env, {i: s.buf for i, s in stores.items()})
         prof.wall_s = time.perf_counter() - t_start
         return outs, prof, reached
 
@@ -295,6 +289,20 @@ class Executor(Stage):
 _KERNELS: dict[tuple, object] = {}
 
 
+def shared_kernel(sdg: SDG, op: Op, reads: tuple, out_shape: tuple, has_store: bool,
+                  donate: bool, levels: tuple):
+    """The process-wide jitted kernel for an op's structure and static read pattern
+    (``reads``: (source op id, pattern) per input)."""
+    in_types = tuple(sdg.ops[src].type for src, _ in reads)
+    key = (op.kind, _attrs_key(op), op.type, len(op.domain), in_types,
+           tuple(p for _, p in reads), out_shape, has_store, donate, levels)
+    fn = _KERNELS.get(key)
+    if fn is None:
+        fn = _KERNELS[key] = _make_kernel(op, in_types, tuple(p for _, p in reads),
+                                          out_shape, has_store, donate, levels)
+    return fn
+
+
 def _vmapped(op: Op, xs, lens, in_types, out_shape, levels):
     """The op applied per element of its vectorised leading axes, with ``jax.vmap``."""
     base = base_op(op)
@@ -333,8 +341,16 @@ def _attrs_key(op: Op) -> tuple:
 
 def _make_kernel(op: Op, in_types: tuple, patterns: tuple, out_shape: tuple, has_store: bool,
                  donate: bool, levels: tuple):
-    """One jitted function: gather every input from its store, compute, write in place.
-    ``levels``: per vectorised dim of the op, the axis of each input to map over (or None)."""
+    """One jitted function: gather every input from its store, compute, write in place."""
+    kernel = kernel_body(op, in_types, patterns, out_shape, has_store, levels)
+    return jax.jit(kernel, donate_argnums=(3,) if donate else ())
+
+
+def kernel_body(op: Op, in_types: tuple, patterns: tuple, out_shape: tuple, has_store: bool,
+                levels: tuple):
+    """The traceable body of a kernel (``kernel(bufs, ints, host_value, out_buf)``), shared by
+    the jitted per-statement kernels and by the XLA-loop executor, which traces it inside a
+    loop. ``levels``: per vectorised dim of the op, the axis of each input to map over."""
     ndom = len(op.domain)
 
     def kernel(bufs, ints, host_value, out_buf):
@@ -378,7 +394,19 @@ def _make_kernel(op: Op, in_types: tuple, patterns: tuple, out_shape: tuple, has
         upd = y.reshape((1,) * ndom + y.shape)
         return lax.dynamic_update_slice(out_buf, upd, tuple(slot) + (0,) * y.ndim)
 
-    return jax.jit(kernel, donate_argnums=(3,) if donate else ())
+    return kernel
+
+
+def collect_outputs(sdg: SDG, env: dict, bufs: Mapping[int, object]) -> dict[str, np.ndarray]:
+    """Each output's valid region (bounds as reached) from its store buffer, as NumPy."""
+    outs = {}
+    for name, i in sdg.outputs.items():
+        op = sdg.ops[i]
+        want = tuple(env[d.bound.name] for d in op.domain) + tuple(
+            x if isinstance(x, int) else x.evaluate(env) for x in op.type.shape)
+        out = np.asarray(bufs[i])[tuple(slice(0, n) for n in want)]
+        outs[name] = out if out.shape == want else _complete(out, want)
+    return outs
 
 
 def _complete(arr: np.ndarray, want: tuple) -> np.ndarray:
