@@ -136,14 +136,25 @@ class _CompileClock:
             self.seconds += secs
 
 
-def bench_tempo_lab(cfg: Config, weights, tokens, ref, warm_runs: int, progress: bool) -> dict:
+def compile_tempo_lab(cfg: Config, weights: dict, tokens: np.ndarray,
+                      block_size: int | None = None):
+    """The decoder compiled for ``cfg`` (output ``"y"``): a ``Program`` whose stages
+    (``prog.memory.timeline``, ...) a notebook can look at; ``block_size`` sets
+    ``CompileConfig.block_size`` (None: the default)."""
     import tempo_lab as tl
 
-    clock = _CompileClock()
     ctx = tl.Context(dims=("b", "n", "t"))
     B, N, T = ctx.bounds
     y = tempo_lab_decoder(ctx, weights, tokens, cfg.heads, cfg.window)
-    prog = ctx.compile(bounds={B: cfg.batch, N: cfg.layers, T: cfg.seq_len}, outputs={"y": y})
+    config = tl.CompileConfig() if block_size is None else tl.CompileConfig(block_size=block_size)
+    return ctx.compile(bounds={B: cfg.batch, N: cfg.layers, T: cfg.seq_len}, outputs={"y": y},
+                       config=config)
+
+
+def bench_tempo_lab(cfg: Config, weights, tokens, ref, warm_runs: int, progress: bool,
+                    block_size: int | None = None) -> dict:
+    clock = _CompileClock()
+    prog = compile_tempo_lab(cfg, weights, tokens, block_size)
     stages = dict(prog.compile_times)
 
     clock.active = True
@@ -181,6 +192,7 @@ def bench_tempo_lab(cfg: Config, weights, tokens, ref, warm_runs: int, progress:
         "compile_method": method,
         "kernel_compile_s_events": clock.seconds,
         "first_run_s": first.seconds,
+        "block_size": prog.config.block_size,
         "store_peak_bytes": int(last.profile.peak_bytes),
         "predicted_store_peak_bytes": int(prog.memory.peak_bytes),
         "kernel_calls": int(sum(last.profile.calls.values())),
@@ -483,7 +495,7 @@ def run_one(args) -> int:
         ref = numpy_reference(weights, tokens, cfg.heads, cfg.window)
     if args.one == "tempo_lab":
         warm = args.runs if args.tl_runs is None else args.tl_runs
-        rec = bench_tempo_lab(cfg, weights, tokens, ref, warm, progress)
+        rec = bench_tempo_lab(cfg, weights, tokens, ref, warm, progress, args.block_size)
     else:
         rec = BENCH[args.one](cfg, weights, tokens, ref, args.runs, progress, args.kv_layout)
     out = rec.pop("_output")
@@ -510,6 +522,8 @@ def _child_cmd(system: str, cfg: Config, args) -> list[str]:
            "--runs", str(args.runs), "--kv-layout", args.kv_layout]
     if args.tl_runs is not None:
         cmd += ["--tl-runs", str(args.tl_runs)]
+    if args.block_size is not None:
+        cmd += ["--block-size", str(args.block_size)]
     if not args.progress:
         cmd.append("--no-progress")
     return cmd
@@ -595,6 +609,9 @@ def parse_args(argv=None):
                     help="warm runs for tempo_lab only (default: --runs; --quick: 1; 0 times "
                          "the cold run minus JAX's compile events)")
     ap.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
+    ap.add_argument("--block-size", type=int, default=None,
+                    help="tempo_lab's CompileConfig.block_size (points per block of a growing "
+                         "store; default: CompileConfig's)")
     ap.add_argument("--kv-layout", choices=tuple(KV_LAYOUTS), default="bhtd",
                     help="the JAX baselines' KV cache: bhtd = (layers, batch, heads, T, dh) "
                          "(default), bthd = (layers, batch, T, heads, dh)")
@@ -644,21 +661,29 @@ def _run_notes(args) -> list[str]:
     return notes
 
 
-def main(argv=None) -> int:
-    args = parse_args(argv)
-    if args.one:
-        return run_one(args)
-    if args.prepare:
-        return prepare(args)
-    tl = sys.modules.get("tempo_lab")      # honour tl.config.progress without importing it
-    args.progress = (tl.config.progress if tl else True) and not args.no_progress
-    out_path = args.out or (QUICK_OUT if args.quick else DEFAULT_OUT)
+class BenchmarkError(RuntimeError):
+    """A system failed or the systems' outputs disagree; the message says how to reproduce."""
+
+
+def measure(cfgs: list[Config], systems=SYSTEMS, runs: int = 3, tl_runs: int | None = None,
+            block_size: int | None = None, kv_layout: str = "bhtd",
+            progress: bool = False) -> list[dict]:
+    """Time every system on every configuration, each in a fresh subprocess, and return their
+    records (what ``main`` prints and writes). For notebooks: this process imports neither
+    JAX nor tempo_lab for it, and each record's RSS is its system's own."""
+    windows = {c.window for c in cfgs if c.window is not None}
+    args = argparse.Namespace(runs=runs, tl_runs=tl_runs, block_size=block_size,
+                              kv_layout=kv_layout, progress=progress,
+                              window=windows.pop() if windows else 64)
+    if windows:
+        raise ValueError("measure() takes one window size per call")
+    return _measure(cfgs, list(systems), args)
+
+
+def _measure(cfgs: list[Config], systems: list[str], args) -> list[dict]:
     root = Path(__file__).resolve().parent.parent
-    wall0 = time.perf_counter()
     records = []
-    jobs = [(cfg, s) for cfg in configs(args) for s in args.systems]
-    for note in _run_notes(args):
-        print(f"note: {note}", file=sys.stderr)
+    jobs = [(cfg, s) for cfg in cfgs for s in systems]
     bar = _bar(len(jobs), "decode benchmark", args.progress, position=0)
     with tempfile.TemporaryDirectory(prefix="tempo_lab_decode_") as tmp:
         inputs: dict[Config, str] = {}
@@ -675,24 +700,46 @@ def main(argv=None) -> int:
                                   cwd=root, stdout=subprocess.PIPE, text=True)
             if proc.returncode != 0:
                 bar.close()
-                print(f"ABORT: {system} ({cfg.label()}) failed with exit code "
-                      f"{proc.returncode}; reproduce with\n  python {' '.join(cmd[1:])}",
-                      file=sys.stderr)
-                return proc.returncode or 1
+                raise BenchmarkError(f"{system} ({cfg.label()}) failed with exit code "
+                                     f"{proc.returncode}; reproduce with\n  python "
+                                     f"{' '.join(cmd[1:])}")
             line = next(x for x in reversed(proc.stdout.splitlines())
                         if x.startswith(RESULT_PREFIX))
             records.append(json.loads(line[len(RESULT_PREFIX):]))
             outputs.setdefault(cfg, {})[system] = save
             bar.update()
         bar.close()
-        for cfg, saved in outputs.items():         # the systems against each other
-            got = {s: np.load(p) for s, p in saved.items()}
-            first = next(iter(got))
-            for s, y in got.items():
-                if not np.allclose(y, got[first], rtol=RTOL, atol=ATOL):
-                    print(f"ABORT: {s} and {first} disagree ({cfg.label()}): max diff "
-                          f"{np.max(np.abs(y - got[first])):.3e}", file=sys.stderr)
-                    return 2
+        for cfg, saved in outputs.items():
+            _check_agreement(cfg, {s: np.load(p) for s, p in saved.items()})
+    return records
+
+
+def _check_agreement(cfg: Config, got: dict[str, np.ndarray]) -> None:
+    """The systems' outputs against each other (each was checked against NumPy already)."""
+    first = next(iter(got))
+    for s, y in got.items():
+        if not np.allclose(y, got[first], rtol=RTOL, atol=ATOL):
+            raise BenchmarkError(f"{s} and {first} disagree ({cfg.label()}): max diff "
+                                 f"{np.max(np.abs(y - got[first])):.3e}")
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.one:
+        return run_one(args)
+    if args.prepare:
+        return prepare(args)
+    tl = sys.modules.get("tempo_lab")      # honour tl.config.progress without importing it
+    args.progress = (tl.config.progress if tl else True) and not args.no_progress
+    out_path = args.out or (QUICK_OUT if args.quick else DEFAULT_OUT)
+    wall0 = time.perf_counter()
+    for note in _run_notes(args):
+        print(f"note: {note}", file=sys.stderr)
+    try:
+        records = _measure(configs(args), args.systems, args)
+    except BenchmarkError as e:
+        print(f"ABORT: {e}", file=sys.stderr)
+        return 2
     wall = time.perf_counter() - wall0
     print(table(records))
     print()
