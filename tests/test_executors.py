@@ -24,7 +24,7 @@ from test_execution import (  # noqa: E402
     recurrence_then_read,
 )
 
-XLA_READY = False  # the XLA-loop executor lands in the next commit
+XLA_READY = True
 EXECUTORS = ("interpreter", "codegen", "xla") if XLA_READY else ("interpreter", "codegen")
 REFERENCE = tl.CompileConfig(executor="reference")
 

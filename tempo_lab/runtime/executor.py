@@ -140,7 +140,7 @@ class Executor(Stage):
         for k, (d, x) in enumerate(zip(src.domain, e.index)):
             if isinstance(x, Slice):
                 s, n = x.start.evaluate(env), x.stop.evaluate(env) - x.start.evaluate(env)
-                pattern.append(("s", pad(x.length, n), st.plan.slots[k]))
+                pattern.append(("s", pad(x.length, n), st.plan.slots[k], x.start == 0))
                 dyn.append(s)
                 lens.append(n)
             else:
@@ -363,9 +363,12 @@ def kernel_body(op: Op, in_types: tuple, patterns: tuple, out_shape: tuple, has_
                 if p[0] == "p":
                     x = lax.dynamic_index_in_dim(x, d[j], axis=ax, keepdims=False)
                     continue
-                idx = d[j] + jnp.arange(p[1], dtype=jnp.int32)
-                idx = idx % p[2] if p[2] is not None else jnp.clip(idx, 0, x.shape[ax] - 1)
-                x = jnp.take(x, idx, axis=ax)
+                if p[2] is None and p[3]:  # 0:n on a growing axis: a plain slice, no gather
+                    x = _prefix(x, ax, p[1])
+                else:
+                    idx = d[j] + jnp.arange(p[1], dtype=jnp.int32)
+                    idx = idx % p[2] if p[2] is not None else jnp.clip(idx, 0, x.shape[ax] - 1)
+                    x = jnp.take(x, idx, axis=ax)
                 ax += 1
                 ln.append(ints[pos])
                 pos += 1
@@ -395,6 +398,17 @@ def kernel_body(op: Op, in_types: tuple, patterns: tuple, out_shape: tuple, has_
         return lax.dynamic_update_slice(out_buf, upd, tuple(slot) + (0,) * y.ndim)
 
     return kernel
+
+
+def _prefix(x, axis: int, n: int):
+    """The first ``n`` entries of ``axis`` (zeros past the buffer's end)."""
+    have = min(n, x.shape[axis])
+    x = lax.slice_in_dim(x, 0, have, axis=axis)
+    if have < n:
+        pads = [(0, 0)] * x.ndim
+        pads[axis] = (0, n - have)
+        x = jnp.pad(x, pads)
+    return x
 
 
 def collect_outputs(sdg: SDG, env: dict, bufs: Mapping[int, object]) -> dict[str, np.ndarray]:

@@ -110,7 +110,8 @@ def _compute(op: Op, ins: list[np.ndarray], in_types, env: dict[str, int]) -> np
     if k == "take":
         return np.take(ins[0], int(ins[1]), axis=a["axis"])
     if k == "unindex":
-        out = np.zeros(op.type.shape, op.type.dtype)
+        shape = [s if isinstance(s, int) else s.evaluate(env) for s in op.type.shape]
+        out = np.zeros(shape, op.type.dtype)
         out[a["index"]] = ins[0]
         return out
     if k == "embed":

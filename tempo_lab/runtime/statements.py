@@ -24,6 +24,7 @@ class Padded:
 
     length: Expr
     cap: int | None
+    orig: Expr | None = None  # the length over the op's own dims (for its maximum, with isl)
 
     def pad(self, n: int) -> int:
         return self.cap if self.cap is not None else size_class(n)
@@ -48,7 +49,8 @@ class Read:
     def pattern(self, pads) -> tuple:
         """The kernel's static read pattern, given the padded sizes (in ``padded()`` order)."""
         it = iter(pads)
-        entries = tuple(("s", next(it), e[3]) if e[0] == "s" else ("p",) for e in self.entries)
+        entries = tuple(("s", next(it), e[3], e[1] == 0) if e[0] == "s" else ("p",)
+                        for e in self.entries)
         cut = tuple(None if c is None else next(it) for c in self.cut)
         return entries, cut
 
@@ -116,7 +118,7 @@ def resolve(sdg: SDG, plan: MemoryPlan, node: Exec) -> list[Stmt]:
             continue  # reads a value nobody stores: a branch no demanded point takes
         reads = tuple(_read(sdg, plan, e, at) for e in group)
         slots = None if st is None else tuple(_slot(a, w) for a, w in zip(node.args, st.slots))
-        shape = tuple(x if isinstance(x, int) else Padded(x.substitute(at), const_cap(x))
+        shape = tuple(x if isinstance(x, int) else Padded(x.substitute(at), const_cap(x), x)
                       for x in op.type.shape)
         levels = tuple(map(tuple, in_axes(sdg, op, list(group)))) if vdims(op) else ()
         donate = st is not None and all(e.src != op.id for e in group)
@@ -129,16 +131,19 @@ def resolve(sdg: SDG, plan: MemoryPlan, node: Exec) -> list[Stmt]:
 def _read(sdg: SDG, plan: MemoryPlan, e: Edge, at: dict) -> Read:
     src = sdg.ops[e.src]
     slots = plan.storages[e.src].slots
-    entries, pmap = [], {}
+    entries, pmap, omap = [], {}, {}
     for k, (d, x) in enumerate(zip(src.domain, e.index)):
         if isinstance(x, Slice):
             start = x.start.substitute(at)
             n = x.stop.substitute(at) - start
-            entries.append(("s", start, Padded(n, const_cap(x.length)), slots[k]))
+            entries.append(("s", start, Padded(n, const_cap(x.length), x.stop - x.start),
+                            slots[k]))
         else:
             v = x.substitute(at)
             pmap[Dim(d.name)] = v
+            omap[Dim(d.name)] = x
             entries.append(("p", _slot(v, slots[k])))
-    cut = tuple(None if isinstance(x, int) else Padded(x.substitute(pmap), const_cap(x))
+    cut = tuple(None if isinstance(x, int) else Padded(x.substitute(pmap), const_cap(x),
+                                                       x.substitute(omap))
                 for x in src.type.shape)
     return Read(e.src, tuple(entries), cut)

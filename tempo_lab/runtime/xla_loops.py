@@ -1,11 +1,479 @@
-"""Lowering of loop nests to lax loops inside one XLA program (in progress)."""
+"""The XLA-loop executor: the whole loop AST as one jitted JAX program.
+
+Every store gets a static shape for the run's bounds (point and ring stores already have one; a
+growing store is allocated at its padded size class at once), so the loop nest can be traced
+into ``lax`` loops: a ``For`` becomes ``lax.fori_loop`` (``lax.while_loop`` when a ``tl.until``
+bound can end it early), an ``If`` becomes ``lax.cond``, an ``Exec`` the same kernel body the
+other executors jit per statement, traced inline with its index arithmetic as traced integers.
+A read of a dynamic range (``0:t+1``) reads the range's size class (the largest it gets in this
+run) and masks the rest, as the other executors do. ``Free`` is a no-op: XLA holds every store
+for the whole run (its own buffer assignment reuses what it can inside).
+
+Point stores written and read within one loop iteration are not stores at all here: the value
+stays a traced value, so XLA fuses producer and consumer.
+
+What recompiles: the program is compiled once per *static layout* (store shapes and padded read
+sizes), keyed process-wide by the program's structure, so another bound value within the same
+size classes (powers of two, or a growing store's 64-point blocks) reuses the compiled
+program; bounds are run-time arguments. Host callbacks (``tl.sink``, ``tl.source``) and a
+``max``/``min`` over a range that can be empty (an error at run time elsewhere) keep a program
+off this executor: ``executor="auto"`` then picks generated code and says why.
+"""
 from __future__ import annotations
 
+import time
+from collections.abc import Mapping
 
-def disqualifiers(sdg, schedule, plan, bounds) -> list[str]:
-    return ["the XLA-loop executor is not available yet"]
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax import lax
+
+from ..errors import TempoLabError
+from ..ir.sdg import SDG
+from ..memory.plan import MemoryPlan, size_class
+from ..schedule import Exec, For, Free, If, Schedule, Seq
+from ..stage import Stage
+from ..symbolic import Dim
+from ..symbolic import isl as I
+from . import index_code as ic
+from .executor import Profile, _attrs_key, collect_outputs, kernel_body
+from .statements import Padded, Stmt, resolve
+
+_PROGRAMS: dict[tuple, object] = {}  # structural key -> jitted program (process-wide)
 
 
-class XlaExecutor:  # pragma: no cover - placeholder until the lowering lands
-    def __init__(self, *a, **k):
-        raise NotImplementedError("executor='xla' is not available yet")
+def disqualifiers(sdg: SDG, schedule: Schedule, plan: MemoryPlan, bounds) -> list[str]:
+    """Why this program cannot run as one XLA program (empty: it can)."""
+    out = []
+    ran = {n.op for n in schedule.ast.walk() if isinstance(n, Exec)}
+    for i in sorted(ran):
+        op = sdg.ops[i]
+        if op.kind == "sink":
+            out.append(f"{op.label} is a tl.sink at {op.loc}: it calls Python at every point")
+        elif op.kind == "source":
+            out.append(f"{op.label} is a tl.source at {op.loc}: it calls Python at every point")
+        elif op.kind in ("max", "min"):
+            for e in sdg.in_edges(i)[:1]:
+                if _may_be_empty(sdg, schedule, op, e, bounds):
+                    out.append(f"{op.label} ({op.kind} at {op.loc}) reduces a range that can be "
+                               "empty: an error the XLA program could not raise")
+    return out
+
+
+def _may_be_empty(sdg, schedule, op, e, bounds) -> bool:
+    dom = schedule.domains[op.id]
+    if dom.is_empty():
+        return False
+    lengths = [x.stop - x.start for x in e.index if hasattr(x, "stop")]
+    for n in lengths:
+        if -I.max_over(-n, dom, op.domain, bounds) <= 0:
+            return True
+    return False
+
+
+class XlaExecutor(Stage):
+    """``executor="xla"``: the loop AST as one jitted program of ``lax`` loops."""
+
+    name = "xla"
+
+    def __init__(self, sdg: SDG, schedule: Schedule, plan: MemoryPlan, bounds: Mapping,
+                 until_ops: Mapping[str, int] | None = None, sync: bool = False,
+                 forced: bool = False, reasons: list[str] | None = None):
+        if reasons:
+            op = sdg.ops[next(iter(sdg.outputs.values()))]
+            raise TempoLabError("executor='xla' cannot run this program: " + "; ".join(reasons)
+                                + " (use executor='auto' or 'codegen')", op.loc)
+        self.sdg, self.schedule, self.plan, self.sync = sdg, schedule, plan, sync
+        self.bounds = {k: int(v) for k, v in bounds.items()}
+        self.until_ops = dict(until_ops or {})
+        self.choice = ["CompileConfig(executor='xla')"] if forced else []
+        self._nodes = [n for n in schedule.ast.walk() if isinstance(n, Exec)]
+        self.stmts: dict[int, list[Stmt]] = {id(n): resolve(sdg, plan, n) for n in self._nodes}
+        self.local = _local_values(sdg, plan, schedule.ast, set(self.until_ops.values()))
+        self.shapes = self._store_shapes()
+        self.pads = {id(st): self._static_pads(st) for n in self._nodes
+                     for st in self.stmts[id(n)]}
+        self._ops = sorted({n.op for n in self._nodes})
+        self._slot = {i: k for k, i in enumerate(self._ops)}
+        self._host = [i for i in self._ops if sdg.ops[i].kind in ("const", "from_array")]
+        self._host_arrays = None
+        self._fn = None
+        self.source = "\n".join(self._describe(schedule.ast, 0))
+
+    # -- static layout --------------------------------------------------------------------
+    def _store_shapes(self) -> dict[int, tuple]:
+        out = {}
+        for i, s in self.plan.storages.items():
+            if i in self.local:
+                continue
+            op = self.sdg.ops[i]
+            axes = []
+            for d, w, b in zip(op.domain, s.slots, s.blocks):
+                n = size_class(self.bounds.get(d.bound.name, 1))
+                axes.append(w if w is not None else -(-n // b) * b)
+            out[i] = (tuple(axes) + tuple(s.spatial), s.dtype)
+        return out
+
+    @property
+    def static_bytes(self) -> int:
+        return sum(int(np.prod(shape, dtype=np.int64)) * np.dtype(dt).itemsize
+                   for shape, dt in self.shapes.values())
+
+    @property
+    def predicted_peak_bytes(self) -> int:
+        """Every store is allocated for the whole run: the peak is their sum."""
+        return self.static_bytes
+
+    def _max(self, op, p: Padded) -> int:
+        dom = self.schedule.domains[op.id]
+        if dom.is_empty() or p.orig is None:
+            return 1
+        return max(1, I.max_over(p.orig, dom, op.domain, self.bounds))
+
+    def _static_pads(self, st: Stmt) -> tuple:
+        """Padded sizes for every symbolic length of a statement, fixed for the whole run: a
+        range read at its largest size class; a value's symbolic axes at its store's size."""
+        pads = []
+        for r in st.reads:
+            src = self.plan.storages[r.src]
+            for e in r.entries:
+                if e[0] == "s":
+                    pads.append(e[2].cap if e[2].cap is not None else
+                                size_class(self._max(st.op, e[2])))
+            for j, c in enumerate(r.cut):
+                if c is not None:
+                    pads.append(src.spatial[j])
+        own = self.plan.storages.get(st.op.id)
+        for j, x in enumerate(st.out):
+            if isinstance(x, Padded):
+                pads.append(own.spatial[j] if own is not None else
+                            x.cap if x.cap is not None else size_class(self._max(st.op, x)))
+        return tuple(pads)
+
+    def _key(self) -> tuple:
+        sdg = self.sdg
+        ops = tuple((o.id, o.kind, _attrs_key(o), str(o.type), tuple(d.name for d in o.domain))
+                    for o in sdg.ops.values())
+        edges = tuple((e.dst, e.src, e.slot, tuple(map(str, e.index)), str(e.cond))
+                      for e in sdg.edges)
+        return (ops, edges, tuple(sorted(sdg.outputs.items())), self.schedule.code(),
+                tuple(sorted((i, s.slots, s.blocks) for i, s in self.plan.storages.items())),
+                tuple(sorted((i, sh, str(dt)) for i, (sh, dt) in self.shapes.items())),
+                tuple(sorted(self.local)), tuple(sorted(self.until_ops.items())),
+                tuple(self.pads[id(st)] for n in self._nodes for st in self.stmts[id(n)]))
+
+    # -- stage --------------------------------------------------------------------------------
+    def __repr__(self) -> str:
+        loops = sum(1 for n in self.schedule.ast.walk() if isinstance(n, For))
+        return (f"Executable(executor=xla, statements={len(self._nodes)}, loops={loops}, "
+                f"stores={len(self.shapes)}, static_bytes={self.static_bytes})")
+
+    def _sections(self):
+        stores = [f"{self.sdg.ops[i].label}: {dt.name if hasattr(dt, 'name') else dt}"
+                  f"{list(sh)}" for i, (sh, dt) in sorted(self.shapes.items())]
+        local = [self.sdg.ops[i].label for i in sorted(self.local)]
+        return [("executor choice", list(self.choice)),
+                ("how it runs", [
+                    "one jitted XLA program: For -> lax.fori_loop (lax.while_loop for a "
+                    "tl.until bound), If -> lax.cond, each statement's kernel traced inline",
+                    "bounds are run-time arguments: the program compiles once per layout of "
+                    "store shapes and padded read sizes"]),
+                ("static stores (allocated for the whole run)", stores),
+                ("values kept in registers (written and read in one iteration)", local),
+                ("source", self.source.splitlines())]
+
+    def to_dict(self) -> dict:
+        return {"schema": "tempo_lab.executable/1", "executor": "xla",
+                "choice": list(self.choice), "static_bytes": self.static_bytes,
+                "stores": {str(i): list(sh) for i, (sh, _) in sorted(self.shapes.items())},
+                "local": sorted(self.local), "source": self.source.splitlines()}
+
+    def _describe(self, node, d) -> list[str]:
+        pad = "  " * d
+        if isinstance(node, Seq):
+            return [x for n in node.body for x in self._describe(n, d)]
+        if isinstance(node, For):
+            kind = "lax.while_loop" if self._until_of(node) else "lax.fori_loop"
+            return [f"{pad}{kind}({ic.var(node.var)} in {ic.expr_src(node.lo)}.."
+                    f"{ic.expr_src(node.hi)}):"] + self._describe(node.body, d + 1)
+        if isinstance(node, If):
+            if not _has_exec(node):
+                return []
+            out = [f"{pad}lax.cond({ic.cond_src(node.cond)}):"] + self._describe(node.then, d + 1)
+            if node.orelse is not None and _has_exec(node.orelse):
+                out += [f"{pad}else:"] + self._describe(node.orelse, d + 1)
+            return out
+        if isinstance(node, Exec):
+            what = "value" if node.op in self.local else "store"
+            return [f"{pad}{self.schedule._stmt(node)}  [{what}]"]
+        return []
+
+    def _until_of(self, node: For):
+        return next(((b, i) for b, i in self.until_ops.items()
+                     if b.lower() == (node.dim or "") and i in self.shapes), None)
+
+    # -- tracing ------------------------------------------------------------------------------
+    def _program(self):
+        names = list(self.sdg.params)
+
+        def program(bvec, hosts):
+            env = {ic.bound(p): bvec[k] for k, p in enumerate(names)}
+            state = {"s": {i: jnp.zeros(sh, dt) for i, (sh, dt) in self.shapes.items()},
+                     "calls": jnp.zeros(len(self._ops), jnp.int32),
+                     "w": {i: jnp.int32(-1) for i in self.until_ops.values()},
+                     "b": {p: env[ic.bound(p)] for p in self.until_ops}}
+            ctx = _Trace(self, dict(zip(self._host, hosts)))
+            state = ctx.node(self.schedule.ast, env, state, {})
+            outs = {i: state["s"][i] for i in self.sdg.outputs.values() if i in state["s"]}
+            return outs, state["calls"], state["b"]
+
+        return program
+
+    def _compiled(self):
+        if self._fn is None:
+            key = self._key()
+            fn = _PROGRAMS.get(key)
+            if fn is None:
+                fn = _PROGRAMS[key] = jax.jit(self._program())
+            self._fn = fn
+            self._host_arrays = tuple(jnp.asarray(self.sdg.ops[i].attrs[
+                "value" if self.sdg.ops[i].kind == "const" else "array"]) for i in self._host)
+        return self._fn
+
+    def jaxpr(self) -> str:
+        """The traced program as a jaxpr (text)."""
+        self._compiled()
+        bvec = jnp.asarray([self.bounds.get(p, 1) for p in self.sdg.params], jnp.int32)
+        return str(jax.make_jaxpr(self._program())(bvec, self._host_arrays))
+
+    def run(self, bounds: Mapping[str, int], until: Mapping[str, tuple[int, int]] | None = None):
+        fn = self._compiled()
+        t0 = time.perf_counter()
+        bvec = jnp.asarray([int(bounds.get(p, 1)) for p in self.sdg.params], jnp.int32)
+        outs, calls, reached = fn(bvec, self._host_arrays)
+        env = {**bounds, **{k: int(v) for k, v in reached.items()}}
+        values = collect_outputs(self.sdg, env, outs)
+        calls = np.asarray(calls)
+        prof = Profile(self.sdg, calls={i: int(calls[k]) for k, i in enumerate(self._ops)
+                                        if calls[k]},
+                       timeline=[self.static_bytes], synced=True)
+        prof.wall_s = time.perf_counter() - t0
+        prof.measured = ("store bytes: the static stores the XLA program allocates for the "
+                         "whole run; calls: counted inside the XLA program")
+        return values, prof, {name: env[name] for name in (until or {})}
+
+
+def _has_exec(node) -> bool:
+    return any(isinstance(n, Exec) for n in node.walk())
+
+
+def _writes(ex: XlaExecutor, node) -> list[int]:
+    return sorted({n.op for n in node.walk() if isinstance(n, Exec) and n.op in ex.shapes})
+
+
+class _Trace:
+    """Traces the loop AST into lax control flow; state = {"s": stores, "calls": counters,
+    "w": until ops' last written point, "b": until bounds as reached}."""
+
+    def __init__(self, ex: XlaExecutor, hosts: dict):
+        self.ex, self.hosts = ex, hosts
+
+    def node(self, node, env, state, vals):
+        ex = self.ex
+        if state["b"]:  # bounds as reached so far (a tl.until loop may have ended early)
+            env = {**env, **{ic.bound(b): v for b, v in state["b"].items()}}
+        if isinstance(node, Seq):
+            for n in node.body:
+                state = self.node(n, env, state, vals)
+            return state
+        if isinstance(node, Free):
+            return state
+        if isinstance(node, Exec):
+            return self.exec(node, env, state, vals)
+        if isinstance(node, If):
+            if not _has_exec(node):
+                return state
+            keys = _writes(ex, node)
+            pred = ic.jax_bool(node.cond, env)
+
+            def branch(sub):
+                def f(carry):
+                    st = _merge(state, keys, carry)
+                    if sub is not None:
+                        st = self.node(sub, env, st, dict(vals))
+                    return _carry(st, keys)
+                return f
+            carry = lax.cond(pred, branch(node.then), branch(node.orelse),
+                             _carry(state, keys))
+            return _merge(state, keys, carry)
+        if isinstance(node, For):
+            return self.loop(node, env, state, vals)
+        raise TypeError(node)
+
+    def loop(self, node: For, env, state, vals):
+        ex = self.ex
+        keys = _writes(ex, node)
+        var = ic.var(node.var)
+        stop = ex._until_of(node)
+        dyn = {b for b in ex.until_ops if any(s.name == b for s in node.hi.bounds())}
+
+        def env_of(st, v):
+            e = dict(env)
+            e.update({ic.bound(b): st["b"][b] for b in ex.until_ops})
+            e[var] = v
+            return e
+
+        def body(v, st):
+            st = self.node(node.body, env_of(st, v), st, dict(vals))
+            return st
+
+        lo = ic.jax_int(node.lo, env)
+        if stop is None and not dyn and node.step == 1:
+            hi = ic.jax_int(node.hi, env)
+
+            def fbody(v, carry):
+                return _carry(body(v, _merge(state, keys, carry)), keys)
+            carry = lax.fori_loop(jnp.int32(lo), jnp.int32(hi), fbody, _carry(state, keys))
+            return _merge(state, keys, carry)
+
+        def cond(c):
+            v, done, carry = c
+            st = _merge(state, keys, carry)
+            return (v < ic.jax_int(node.hi, env_of(st, v))) & ~done
+
+        def wbody(c):
+            v, _, carry = c
+            st = body(v, _merge(state, keys, carry))
+            done = jnp.bool_(False)
+            if stop is not None:
+                b, i = stop
+                buf = st["s"][i]
+                hit = (st["w"][i] >= v) & lax.dynamic_index_in_dim(buf, v, 0, keepdims=False)
+                st = {**st, "b": {**st["b"], b: jnp.where(hit, v + 1, st["b"][b])}}
+                done = hit
+            return v + node.step, done, _carry(st, keys)
+
+        init = (jnp.int32(lo), jnp.bool_(False), _carry(state, keys))
+        _, _, carry = lax.while_loop(cond, wbody, init)
+        return _merge(state, keys, carry)
+
+    def exec(self, node: Exec, env, state, vals):
+        ex = self.ex
+        stmts = ex.stmts[id(node)]
+        op = ex.sdg.ops[node.op]
+        if not stmts:
+            return state
+        ys = [self.stmt(st, env, state, vals) for st in stmts]
+        if len(ys) == 1:
+            y = ys[0]
+        else:  # a merge: every branch's value, the one whose condition holds selected
+            y = ys[-1]
+            for st, v in zip(stmts[-2::-1], ys[-2::-1]):
+                y = jnp.where(ic.jax_bool(st.cond, env), v, y)
+        calls = state["calls"].at[ex._slot[op.id]].add(1)
+        state = {**state, "calls": calls}
+        if op.id in ex.local:
+            vals[op.id] = y
+            return state
+        if op.id not in ex.shapes:
+            return state
+        st0 = stmts[0]
+        slots = [ic.jax_int(x, env) for x in st0.slots]
+        buf = state["s"][op.id]
+        upd = y.reshape((1,) * len(slots) + y.shape)
+        buf = lax.dynamic_update_slice(buf, upd.astype(buf.dtype),
+                                       tuple(jnp.int32(s) for s in slots) + (0,) * y.ndim)
+        state = {**state, "s": {**state["s"], op.id: buf}}
+        if op.id in state["w"]:
+            p = ic.jax_int(node.args[0], env) if node.args else 0
+            state = {**state, "w": {**state["w"], op.id: jnp.maximum(state["w"][op.id], p)}}
+        return state
+
+    def stmt(self, st: Stmt, env, state, vals):
+        """The op's value at this point (not yet written anywhere)."""
+        ex = self.ex
+        op = st.op
+        pads = ex.pads[id(st)]
+        reads, out = st.static(pads)
+        in_types = tuple(ex.sdg.ops[r.src].type for r in st.reads)
+        fn = kernel_body(op, in_types, tuple(p for _, p in reads), out, False, st.levels)
+        bufs = []
+        for r in st.reads:
+            if r.src in vals:
+                v = vals[r.src]
+                bufs.append(v.reshape((1,) * len(r.entries) + v.shape))
+            else:
+                bufs.append(state["s"][r.src])
+        ints = [ic.jax_int(x, env) for x in st.ints()]
+        ints = jnp.stack([jnp.asarray(x, jnp.int32) for x in ints]) if ints else \
+            jnp.zeros((0,), jnp.int32)
+        host = None
+        if op.kind in ("const", "from_array"):
+            host = self.hosts[op.id]
+        elif op.kind == "dimval":
+            host = jnp.asarray(ic.jax_int(st.host, env)).astype(op.type.dtype)
+        return fn(tuple(bufs), ints, host, None)
+
+
+def _carry(state, keys):
+    return ({i: state["s"][i] for i in keys}, state["calls"], dict(state["w"]), dict(state["b"]))
+
+
+def _merge(state, keys, carry):
+    s, calls, w, b = carry
+    return {"s": {**state["s"], **s}, "calls": calls, "w": w, "b": b}
+
+
+def _local_values(sdg: SDG, plan: MemoryPlan, ast, keep: set[int]) -> set[int]:
+    """Point stores whose every read happens later in the same loop iteration that wrote them
+    (the writer not under an If there): held as traced values, never stored."""
+    where: dict[int, tuple] = {}   # exec op -> (enclosing For id, position, under an If)
+    execs: dict[int, Exec] = {}
+    count: dict[int, int] = {}
+    pos = [0]
+
+    def visit(node, loop, cond):
+        if isinstance(node, Seq):
+            for n in node.body:
+                visit(n, loop, cond)
+        elif isinstance(node, For):
+            visit(node.body, id(node), False)
+        elif isinstance(node, If):
+            visit(node.then, loop, True)
+            if node.orelse is not None:
+                visit(node.orelse, loop, True)
+        elif isinstance(node, Exec):
+            pos[0] += 1
+            count[node.op] = count.get(node.op, 0) + 1
+            where.setdefault(node.op, (loop, pos[0], cond))
+            execs.setdefault(node.op, node)
+
+    visit(ast, None, False)
+    out = set()
+    outputs = set(sdg.outputs.values())
+    for i, s in plan.storages.items():
+        if i in outputs or i in keep or any(w != 1 for w in s.slots) or count.get(i) != 1:
+            continue
+        loop, p, cond = where.get(i, (None, 0, True))
+        if cond:
+            continue
+        w_op = sdg.ops[i]
+        w_at = tuple(execs[i].args)
+        ok = True
+        for e in sdg.out_edges(i):
+            r = execs.get(e.dst)
+            if r is None:
+                continue
+            if count.get(e.dst) != 1:
+                ok = False
+                break
+            rloop, rp, _ = where[e.dst]
+            at = {Dim(d.name): a for d, a in zip(sdg.ops[e.dst].domain, r.args)}
+            idx = tuple(x.substitute(at) if not hasattr(x, "stop") else None for x in e.index)
+            if rloop != loop or rp <= p or idx != w_at or len(idx) != len(w_op.domain):
+                ok = False
+                break
+        if ok:
+            out.add(i)
+    return out
