@@ -192,6 +192,7 @@ def bench_tempo_lab(cfg: Config, weights, tokens, ref, warm_runs: int, progress:
         "compile_method": method,
         "kernel_compile_s_events": clock.seconds,
         "first_run_s": first.seconds,
+        "executor": prog.executor,
         "block_size": prog.config.block_size,
         "store_peak_bytes": int(last.profile.peak_bytes),
         "predicted_store_peak_bytes": int(prog.memory.peak_bytes),
@@ -661,6 +662,14 @@ def _run_notes(args) -> list[str]:
     return notes
 
 
+def _write(records: list[dict], path: str) -> None:
+    """The records as JSON; main also writes ``OUT.partial`` after every record, so a long
+    sweep that is stopped keeps what it measured."""
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(records, f, indent=1)
+
+
 class BenchmarkError(RuntimeError):
     """A system failed or the systems' outputs disagree; the message says how to reproduce."""
 
@@ -680,7 +689,7 @@ def measure(cfgs: list[Config], systems=SYSTEMS, runs: int = 3, tl_runs: int | N
     return _measure(cfgs, list(systems), args)
 
 
-def _measure(cfgs: list[Config], systems: list[str], args) -> list[dict]:
+def _measure(cfgs: list[Config], systems: list[str], args, on_record=None) -> list[dict]:
     root = Path(__file__).resolve().parent.parent
     records = []
     jobs = [(cfg, s) for cfg in cfgs for s in systems]
@@ -707,6 +716,8 @@ def _measure(cfgs: list[Config], systems: list[str], args) -> list[dict]:
                         if x.startswith(RESULT_PREFIX))
             records.append(json.loads(line[len(RESULT_PREFIX):]))
             outputs.setdefault(cfg, {})[system] = save
+            if on_record:
+                on_record(records)
             bar.update()
         bar.close()
         for cfg, saved in outputs.items():
@@ -736,7 +747,8 @@ def main(argv=None) -> int:
     for note in _run_notes(args):
         print(f"note: {note}", file=sys.stderr)
     try:
-        records = _measure(configs(args), args.systems, args)
+        records = _measure(configs(args), args.systems, args,
+                           on_record=lambda recs: _write(recs, out_path + ".partial"))
     except BenchmarkError as e:
         print(f"ABORT: {e}", file=sys.stderr)
         return 2
@@ -749,9 +761,12 @@ def main(argv=None) -> int:
     env = records[0] if records else environment()
     print(f"\n{env['date']}, {env['processor']}, {env['cpu_count']} CPUs, jax {env['jax']} "
           f"({env['jax_device']}); total wall time {wall:.0f} s")
-    os.makedirs(os.path.dirname(os.path.abspath(out_path)), exist_ok=True)
-    with open(out_path, "w") as f:
-        json.dump(records, f, indent=1)
+    executors = sorted({str(r.get("executor")) for r in records if r["system"] == "tempo_lab"})
+    if executors:
+        print(f"tempo_lab executor: {', '.join(executors)} (commit {env['tempo_lab_commit']})")
+    _write(records, out_path)
+    if os.path.exists(out_path + ".partial"):
+        os.remove(out_path + ".partial")
     print(f"wrote {out_path}")
     return 0
 
