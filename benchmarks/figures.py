@@ -176,3 +176,38 @@ def compile_by_stage_figure(records: list[dict]):
                       xaxis={"title": "layers", "type": "category"},
                       yaxis_title="seconds", height=420)
     return fig
+
+
+def markdown_table(records: list[dict]) -> str:
+    """The README's table: one row per system and configuration, then tempo_lab / jax_scan
+    with the issue's targets (ms/token ≤ 0.5x causal, ≤ 0.3x window; compile ≤ 3x; RSS ≤ 1.2x)."""
+    lines = ["| attention | T | system | ms/token median [min, max] | compile s | "
+             "store peak MiB (predicted) | RSS MiB | load 1m |",
+             "|---|---:|---|---|---:|---|---:|---|"]
+    ratios = {(r["attention"], r["T"]): r for r in ratio_rows(records)}
+    for (att, T), by in by_key(records).items():
+        for s, r in by.items():
+            pred = r.get("predicted_store_peak_bytes")
+            store = f"{r['store_peak_bytes'] / MIB:.1f}" + (f" ({pred / MIB:.1f})" if pred else "")
+            a, b = r.get("loadavg_at_start"), r.get("loadavg_at_end")
+            load = f"{a[0]:.1f}–{b[0]:.1f}" if a and b else "-"
+            lines.append(f"| {att} | {T} | {s} | {r['ms_per_token']:.2f} "
+                         f"[{r['ms_per_token_min']:.2f}, {r['ms_per_token_max']:.2f}] | "
+                         f"{r['compile_s']:.2f} | {store} | {r['rss_peak_bytes'] / MIB:.0f} | "
+                         f"{load} |")
+        q = ratios.get((att, T))
+        if q:
+            def mark(met):
+                return "" if met else " ✗"
+            lines.append(f"| | | **tempo_lab / jax_scan** | **{q['time_ratio']:.2f}x**"
+                         f" (target ≤ {q['time_target']}x){mark(q['time_met'])} | "
+                         f"**{q['compile_ratio']:.1f}x** (≤ 3x){mark(q['compile_met'])} | "
+                         f"**{q['store_ratio']:.2f}x** | **{q['rss_ratio']:.2f}x** "
+                         f"(≤ 1.2x){mark(q['rss_met'])} | |")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":     # python -m benchmarks.figures RESULTS.json: the README's table
+    import sys
+
+    print(markdown_table(load_records(sys.argv[1])))
