@@ -18,6 +18,10 @@ defined after everything that reads it has contributed, so back-propagation thro
 recursive definition running the other way (``t + 1`` instead of ``t - 1``). A consumer's VJP is
 computed only where the forward program reads that consumer (its *demand*, from isl), so no
 backward op reads outside a domain even where the forward op is only valid on part of it.
+
+``tl.grad`` differentiates the program *as written so far*: a branch added to a placeholder
+after the call is not differentiated through. That is what an optimiser needs
+(``p[i] = p[i - 1] - lr * g[i - 1]`` with ``g = tl.grad(loss, p)`` is the per-step gradient).
 """
 from __future__ import annotations
 
@@ -29,7 +33,7 @@ import numpy as np
 from ..errors import GradientError, user_location
 from ..ir.demand import demand
 from ..ir.ops import TensorType, norm_dim
-from ..symbolic import TRUE, Const, Cond, Slice, and_, eq, not_, or_
+from ..symbolic import TRUE, Cond, Const, Slice, and_, eq, not_, or_
 from ..symbolic import isl as I
 from .build import build_sdg
 from .context import Node
@@ -80,8 +84,9 @@ class _Backward:
         for i in self.relevant:
             n = self.graph[i]
             if n.kind in BACKWARD_ONLY:
-                raise GradientError("the loss depends on a gradient: second-order gradients "
-                                    "(tl.grad of tl.grad) are not supported", self.loc)
+                raise GradientError("the loss depends on the gradient of a range read (0:t+1, a "
+                                    "window, ...): second-order gradients through range reads "
+                                    "are not supported", self.loc)
         self.demand = _demand_conds(ctx, loss, self.graph) if self.relevant else {}
 
     def _relevant(self) -> set[int]:
@@ -215,7 +220,7 @@ def _reachable(root: Node) -> dict[int, Node]:
 
 def _demand_conds(ctx, loss: RT, graph: dict[int, Node]) -> dict[int, Cond | bool | None]:
     """Per op, where the loss reads it: None (everywhere), False (nowhere) or a condition."""
-    sdg = build_sdg(SimpleNamespace(dims=ctx.dims, _sinks=[]), {"loss": loss})
+    sdg = build_sdg(SimpleNamespace(dims=ctx.dims, _sinks=[]), {"loss": loss}, partial=True)
     ids = sorted(graph)
     boxes = {k: sdg.isl_domain(k) for k in sdg.ops}
     dem = demand(sdg, boxes, {e: sdg.isl_map(e) for e in sdg.edges})

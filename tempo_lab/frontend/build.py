@@ -8,9 +8,10 @@ from .context import Context, Node
 from .tensor import RecurrentTensor
 
 
-def build_sdg(ctx: Context, outputs: dict[str, RecurrentTensor]) -> SDG:
+def build_sdg(ctx: Context, outputs: dict[str, RecurrentTensor], partial: bool = False) -> SDG:
     """Ops are numbered in trace order (producers before consumers, except recurrences through
-    placeholders); an output that is a view (``x[T - 1]``) gets an identity op of its own."""
+    placeholders); an output that is a view (``x[T - 1]``) gets an identity op of its own.
+    ``partial``: the program as written so far (placeholders may still lack branches)."""
     roots: list[Node] = [rt.node for rt in outputs.values()] + list(ctx._sinks)
     seen: dict[int, Node] = {}
     stack = list(roots)
@@ -19,7 +20,7 @@ def build_sdg(ctx: Context, outputs: dict[str, RecurrentTensor]) -> SDG:
         if n.id in seen:
             continue
         seen[n.id] = n
-        if n.kind == "merge" and not n.inputs:
+        if n.kind == "merge" and not n.inputs and not partial:
             raise DefinitionError(f"placeholder {n.name or '%' + str(n.id)} is never defined; "
                                   "assign its branches, e.g. x[0] = ... and x[t] = ...", n.loc)
         stack.extend(i.node for i in n.inputs)

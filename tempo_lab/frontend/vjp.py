@@ -14,11 +14,12 @@ from ..errors import GradientError
 from ..ir.ops import norm_axes, norm_dim
 from .tensor import apply, as_tensor
 
-# Ops with no gradient (integer or boolean results, or piecewise constant), and ops that only
-# gradients create (differentiating them again would be a second order).
+# Ops with no gradient (integer or boolean results, or piecewise constant). Gradients are
+# programs like any other, so most second-order gradients work; ``embed`` (a range read's
+# cotangent put back in place) has no VJP, so a second order through a range read does not.
 NO_GRADIENT = frozenset({"lt", "le", "gt", "ge", "eq", "ne", "and", "or", "not", "floordiv",
                          "dimval", "const", "from_array", "source", "sink"})
-BACKWARD_ONLY = frozenset({"take", "embed", "unindex"})
+BACKWARD_ONLY = frozenset({"embed"})
 
 
 def unbroadcast(g, shape):
@@ -108,10 +109,6 @@ def _matmul(node, g, xs, y):
 
 def _getitem(node, g, xs, y):
     (x,) = xs
-    if not x.type.is_static:
-        raise GradientError(f"no gradient for spatial indexing of a value with the symbolic "
-                            f"shape {x.shape} (at {node.loc}); reduce or read a constant-size "
-                            "window first")
     index = node.attrs["index"]
     n_real = sum(1 for e in index if e is not None and e is not Ellipsis)
     if Ellipsis in index:
@@ -126,6 +123,10 @@ def _getitem(node, g, xs, y):
     if new_axes:
         g = g.squeeze(tuple(new_axes))
     index = tuple(e for e in index if e is not None)
+    for e, size in zip(index, x.shape):
+        if not isinstance(norm_dim(size), int) and isinstance(e, int) and e < 0:
+            raise GradientError(f"no gradient for a negative index into the symbolic axis of "
+                                f"size {size} (at {node.loc}); index from the start")
     return [apply("unindex", [g], {"index": index, "shape": tuple(x.shape)})]
 
 
@@ -206,5 +207,9 @@ VJPS = {
     "expand_dims": lambda node, g, xs, y: [g.squeeze(tuple(node.attrs["axis"]))],
     "broadcast_to": lambda node, g, xs, y: [unbroadcast(g, xs[0].shape)],
     "getitem": _getitem,
+    "unindex": lambda node, g, xs, y: [apply("getitem", [g], {"index": node.attrs["index"]})],
+    "take": lambda node, g, xs, y: [
+        apply("embed", [g.expand_dims(node.attrs["axis"]), xs[1]],
+              {"axis": node.attrs["axis"], "size": xs[0].shape[node.attrs["axis"]]}), None],
     "concatenate": _concatenate,
 }

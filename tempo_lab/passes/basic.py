@@ -58,13 +58,14 @@ def duplicates(ed: Editor):
 @register("fold", "fold_constants")
 def fold_constants(ed: Editor):
     """Constant folding: an op over the empty domain whose inputs are all constants becomes a
-    constant, computed with the reference interpreter's NumPy semantics."""
+    constant, computed with the reference interpreter's NumPy semantics. A value whose shape
+    depends on a bound (``T``) stays an op: constants have static shapes."""
     from ..runtime.reference import _compute
 
     for i in sorted(ed.ops):
         op = ed.ops.get(i)
-        if op is None or op.domain or op.kind in IMPURE + PURE_SOURCES + ("from_array",
-                                                                          "dimval"):
+        if (op is None or op.domain or not op.type.is_static
+                or op.kind in IMPURE + PURE_SOURCES + ("from_array", "dimval")):
             continue
         ins = ed.in_edges(i)
         if not all(ed.ops[e.src].kind == "const" and e.cond == TRUE for e in ins):
