@@ -152,6 +152,12 @@ def _source(ins, attrs):
     return TensorType(tuple(attrs["shape"]), attrs["dtype"])
 
 
+@_register("random", "source")
+def _random(ins, attrs):
+    """Counter-based random values at a point; the inputs are the point's dim values."""
+    return TensorType(tuple(attrs["shape"]), attrs["dtype"])
+
+
 @_register("merge", "control")
 def _merge(ins, attrs):
     return attrs["type"]

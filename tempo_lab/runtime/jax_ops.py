@@ -14,6 +14,7 @@ from jax import lax
 
 from ..ir.ops import promote
 from ..ir.sdg import Op
+from . import counter_rng
 
 UNARY = {"neg": jnp.negative, "abs": jnp.abs, "exp": jnp.exp, "log": jnp.log,
          "sqrt": jnp.sqrt, "tanh": jnp.tanh, "sigmoid": jax.nn.sigmoid,
@@ -106,6 +107,8 @@ def compute(op: Op, xs: list, lens: list[tuple], in_types, out_shape) -> jax.Arr
         return jnp.broadcast_to(xs[0], out_shape)
     if k == "getitem":
         return xs[0][_dynamic_index(a["index"], lens[0], xs[0].ndim)]
+    if k == "random":
+        return counter_rng.sample(jnp, a, xs)
     if k == "take":
         return lax.dynamic_index_in_dim(xs[0], xs[1], a["axis"] % xs[0].ndim, keepdims=False)
     if k == "unindex":

@@ -18,6 +18,7 @@ from ..ir.ops import promote
 from ..ir.sdg import SDG, Edge, Op
 from ..ir.vmap import base_op, in_axes, vdims
 from ..symbolic import Slice
+from . import counter_rng
 from .jax_ops import run_body
 
 
@@ -107,6 +108,8 @@ def _compute(op: Op, ins: list[np.ndarray], in_types, env: dict[str, int]) -> np
     if k == "concatenate":
         dt, _ = promote(in_types)
         return np.concatenate([x.astype(dt) for x in ins], axis=a["axis"])
+    if k == "random":
+        return counter_rng.sample(np, a, ins)
     if k == "take":
         return np.take(ins[0], int(ins[1]), axis=a["axis"])
     if k == "unindex":

@@ -1,0 +1,72 @@
+"""``tl.random``: values keyed by (seed, stream, point) do not depend on the executor, the
+passes, vectorisation, the bounds or where in a program they are read."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import tempo_lab as tl
+
+CONFIGS = [tl.CompileConfig(executor="reference"), tl.CompileConfig(),
+           tl.CompileConfig(vectorise=False, fuse=False, cse=False)]
+
+
+def program():
+    ctx = tl.Context(dims=("b", "t"))
+    b, t = ctx.dims
+    with ctx:
+        u = tl.random.uniform((3,), domain=(b, t), seed=1, minval=-2.0, maxval=3.0)
+        z = tl.random.normal((2, 2), domain=(t,), seed=1)
+        c = tl.random.normal((4000,), seed=2)
+        acc = tl.placeholder((3,), domain=(b, t))  # the same values read inside a recurrence
+        acc[b, 0] = u
+        acc[b, t] = acc[b, t - 1] + u
+    return ctx, {"u": u, "z": z, "c": c, "acc": acc}
+
+
+def run(config, bounds=(2, 5)):
+    ctx, outs = program()
+    B, T = ctx.bounds
+    return ctx.compile(bounds={B: bounds[0], T: bounds[1]}, outputs=outs, config=config).run()
+
+
+def test_same_values_on_every_executor_and_pass_combination():
+    base = run(CONFIGS[0])
+    for config in CONFIGS[1:]:
+        res = run(config)
+        for name in ("u", "z", "c", "acc"):
+            np.testing.assert_allclose(res[name], base[name], rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(base["acc"], np.cumsum(base["u"], axis=1), rtol=1e-6)
+
+
+def test_values_do_not_depend_on_the_bounds():
+    small, large = run(CONFIGS[0], (2, 5)), run(CONFIGS[1], (3, 9))
+    np.testing.assert_allclose(large["u"][:2, :5], small["u"], rtol=1e-6)
+    np.testing.assert_allclose(large["z"][:5], small["z"], rtol=1e-6, atol=1e-7)
+
+
+def test_distributions_and_independence():
+    res = run(CONFIGS[0])
+    u, c = res["u"], res["c"]
+    assert u.min() >= -2.0 and u.max() < 3.0
+    assert abs(c.mean()) < 0.06 and abs(c.std() - 1.0) < 0.05
+    assert len(np.unique(u)) == u.size  # points and elements get different values
+    assert not np.allclose(res["z"][0], res["z"][1])
+
+
+def test_streams_and_seeds_differ():
+    ctx = tl.Context(dims=("t",))
+    (t,) = ctx.dims
+    with ctx:
+        a = tl.random.uniform((8,), domain=(t,), seed=0)
+        b = tl.random.uniform((8,), domain=(t,), seed=0)  # a second call: another stream
+        c = tl.random.uniform((8,), domain=(t,), seed=7)
+    res = ctx.compile(bounds={ctx.bounds[0]: 3}, outputs={"a": a, "b": b, "c": c}).run()
+    assert not np.allclose(res["a"], res["b"]) and not np.allclose(res["a"], res["c"])
+
+
+def test_integer_dtype_is_a_clear_error():
+    ctx = tl.Context(dims=("t",))
+    with ctx, pytest.raises(tl.DTypeError, match="floating") as e:
+        tl.random.uniform((2,), domain=ctx.dims, dtype="int32")
+    assert e.value.loc.file == __file__
