@@ -1,0 +1,175 @@
+"""Attention over a temporal dim: the query at point ``t`` reads keys and values over ``0:t+1``
+(causal) or the last ``window`` steps, so the compiler sees the dependence pattern and can keep a
+ring buffer for a window instead of the whole history. Plus rotary position embeddings and a
+pre-norm transformer block built from the other modules."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import DTypeError, ExprError, ShapeError
+from ..frontend import api
+from ..frontend.tensor import RecurrentTensor, as_tensor, constant
+from ..ir.ops import shape_str
+from ..symbolic import Dim, Expr
+from ._params import check_input, child_seed, nest, normal, param, rng, spatial_shape, sub
+from .layers import RMSNorm, SwiGLU
+
+RT = RecurrentTensor
+
+
+# -- rotary position embeddings ---------------------------------------------------------------------
+def rope(x: RT, pos, base: float = 10000.0) -> RT:
+    """Rotate pairs ``(x[..., j], x[..., j + d/2])`` of the last axis by ``pos * base^(-2j/d)``
+    (the half-split layout of GPT-NeoX and Llama). ``pos`` is a dim or index expression (its
+    value at the point, e.g. ``t``) or an integer scalar tensor."""
+    if not isinstance(x, RT):
+        raise ShapeError(f"rope takes a recurrent tensor, got {type(x).__name__}")
+    shape = spatial_shape(x)
+    if not shape or not isinstance(shape[-1], int) or shape[-1] % 2:
+        raise ShapeError(f"rope needs an even-sized last axis, got an input of shape "
+                         f"{shape_str(shape)}")
+    if x.dtype.kind != "f":
+        raise DTypeError(f"rope expects a floating input, got {x.dtype.name}")
+    p = _position(pos, x.ctx)
+    half = shape[-1] // 2
+    inv_freq = constant(base ** (-np.arange(half) / half), x.ctx, "float32")
+    angle = p.astype("float32") * inv_freq
+    cos, sin = api.cos(angle), api.sin(angle)
+    x1, x2 = x[..., :half], x[..., half:]
+    return api.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+
+
+def _position(pos, ctx) -> RT:
+    if isinstance(pos, RT):
+        if pos.shape != () or pos.dtype.kind not in "iu":
+            raise ShapeError(f"rope: a tensor position must be an integer scalar, got "
+                             f"{pos.type}")
+        return pos
+    if isinstance(pos, (Expr, int, np.integer)):
+        return as_tensor(pos, ctx)
+    raise ExprError(f"rope: the position must be a dim, an index expression or an integer "
+                    f"tensor, got {type(pos).__name__}")
+
+
+# -- attention --------------------------------------------------------------------------------------
+def attention(q: RT, k: RT, v: RT, t: Dim, window: int | None = None) -> RT:
+    """Scaled dot-product attention of the query at each point over keys and values read along
+    ``t`` over ``0:t+1``, or ``max(0, t-window+1):t+1`` (other dims of ``k``/``v`` are read at
+    the current point). Shapes: ``q``/``k`` are ``(heads, d)`` or ``(d,)``, ``v`` is
+    ``(heads, dv)`` or ``(dv,)``; the result is ``(heads, dv)`` or ``(dv,)``."""
+    _check_attention(q, k, v, t, window)
+    start = 0 if window is None else api.max(0, t - int(window) + 1)
+    keys, values = _read(k, t, start), _read(v, t, start)   # (steps, [heads,] d)
+    scale = 1.0 / float(np.sqrt(spatial_shape(q)[-1]))
+    if q.ndim == 1:
+        weights = api.softmax((keys @ q) * scale, axis=-1)   # (steps,)
+        return weights @ values
+    keys, values = keys.transpose(1, 0, 2), values.transpose(1, 0, 2)   # (heads, steps, d)
+    scores = (keys @ q.expand_dims(2)).squeeze(2) * scale   # (heads, steps)
+    weights = api.softmax(scores, axis=-1)
+    return (weights.expand_dims(1) @ values).squeeze(1)
+
+
+def _read(x: RT, t: Dim, start) -> RT:
+    """``x`` over ``start:t+1`` along ``t`` and at the current point along its other dims."""
+    return x[tuple(slice(start, t + 1) if d is t else d for d in x.domain)]
+
+
+def _check_attention(q, k, v, t, window):
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, RT):
+            raise ShapeError(f"attention: {name} must be a recurrent tensor, got "
+                             f"{type(x).__name__}")
+        if x.ndim not in (1, 2):
+            raise ShapeError(f"attention: {name} must have shape (heads, d) or (d,), got "
+                             f"{shape_str(spatial_shape(x))}")
+    if not isinstance(t, Dim):
+        raise ExprError(f"attention: t must be a dim of the context (the one keys are read "
+                        f"along), got {t!r}")
+    for name, x in (("k", k), ("v", v)):
+        if not any(d is t for d in x.domain):
+            raise ShapeError(f"attention: {name} must vary over {t} to be read along it, but "
+                             f"its domain is ({', '.join(map(str, x.domain))})")
+    qs, ks, vs = spatial_shape(q), spatial_shape(k), spatial_shape(v)
+    if not (len(qs) == len(ks) == len(vs)) or qs != ks or qs[:-1] != vs[:-1]:
+        raise ShapeError(f"attention: q {shape_str(qs)}, k {shape_str(ks)} and v "
+                         f"{shape_str(vs)} must agree: q and k the same shape, v the same heads")
+    if window is not None and (not isinstance(window, (int, np.integer)) or window < 1):
+        raise ExprError(f"attention: window must be a positive int, got {window!r}")
+
+
+@dataclass(frozen=True)
+class MultiHeadAttention:
+    """Multi-head self-attention over the dim ``t``: q, k, v projections at every point of the
+    input's domain, keys and values read causally (or over a window) along ``t``, an output
+    projection. Parameters ``wq, wk, wv, wo`` are ``(embed, embed)``, init ``N(0, 1/embed)``.
+    ``rope=True`` rotates q and k by their position along ``t``."""
+
+    embed: int
+    heads: int
+    window: int | None = None
+    rope: bool = False
+    rope_base: float = 10000.0
+
+    def __post_init__(self):
+        if self.heads < 1 or self.embed % self.heads:
+            raise ShapeError(f"MultiHeadAttention: embed {self.embed} must be a multiple of "
+                             f"heads {self.heads}")
+        if self.rope and (self.embed // self.heads) % 2:
+            raise ShapeError(f"MultiHeadAttention: rope needs an even head size, got "
+                             f"{self.embed // self.heads}")
+
+    @property
+    def head_dim(self) -> int:
+        return self.embed // self.heads
+
+    def init(self, seed: int = 0) -> dict[str, np.ndarray]:
+        g = rng(seed)
+        std = 1.0 / np.sqrt(self.embed)
+        return {k: normal(g, (self.embed, self.embed), std) for k in ("wq", "wk", "wv", "wo")}
+
+    def __call__(self, params, x: RT, t: Dim) -> RT:
+        me = f"MultiHeadAttention({self.embed}, {self.heads})"
+        x = check_input(x, me, self.embed)
+        if x.ndim != 1:
+            raise ShapeError(f"{me} takes one ({self.embed},) vector per point, got "
+                             f"{shape_str(spatial_shape(x))}; put batch entries on a dim")
+        e, h = self.embed, self.heads
+        q, k, v = ((x @ param(params, w, (e, e), x.ctx, me)).reshape(h, self.head_dim)
+                   for w in ("wq", "wk", "wv"))
+        if self.rope:
+            q, k = rope(q, t, self.rope_base), rope(k, t, self.rope_base)
+        out = attention(q, k, v, t, self.window).reshape(e)
+        return out @ param(params, "wo", (e, e), x.ctx, me)
+
+
+@dataclass(frozen=True)
+class TransformerBlock:
+    """Pre-norm residual block: ``h = x + attn(norm1(x)); h + mlp(norm2(h))`` with RMSNorm and
+    SwiGLU. Parameters are nested: ``norm1.scale``, ``attn.wq``, ``norm2.scale``,
+    ``mlp.w_gate``, ..."""
+
+    embed: int
+    heads: int
+    hidden: int
+    window: int | None = None
+    rope: bool = False
+
+    @property
+    def parts(self) -> dict:
+        return {"norm1": RMSNorm(self.embed),
+                "attn": MultiHeadAttention(self.embed, self.heads, self.window, self.rope),
+                "norm2": RMSNorm(self.embed), "mlp": SwiGLU(self.embed, self.hidden)}
+
+    def init(self, seed: int = 0) -> dict[str, np.ndarray]:
+        out = {}
+        for k, (name, part) in enumerate(self.parts.items()):
+            out.update(nest(name, part.init(child_seed(seed, k))))
+        return out
+
+    def __call__(self, params, x: RT, t: Dim) -> RT:
+        p = self.parts
+        h = x + p["attn"](sub(params, "attn"), p["norm1"](sub(params, "norm1"), x), t)
+        return h + p["mlp"](sub(params, "mlp"), p["norm2"](sub(params, "norm2"), h))

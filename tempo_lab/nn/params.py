@@ -1,0 +1,11 @@
+"""Turning a parameter dict into tensors of the active context."""
+from __future__ import annotations
+
+from ..frontend.api import from_array
+
+
+def as_tensors(params: dict, domain=()) -> dict:
+    """Each parameter as a ``tl.from_array`` tensor named after its key, so that ``tl.grad`` can
+    differentiate with respect to it; with ``domain=(i,)`` the arrays' leading axis is an
+    iteration dim (one parameter set per point)."""
+    return {k: from_array(v, domain=domain, name=k.replace(".", "_")) for k, v in params.items()}
