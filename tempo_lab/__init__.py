@@ -52,8 +52,8 @@ from .frontend.context import Context
 from .frontend.tensor import RecurrentTensor
 from .frontend.trace import Trace
 from .ir.sdg import SDG
+from . import optim, random
 from . import nn
-from . import random
 from .program import CompileConfig, Program, Run, compile_context, until
 from .symbolic import Bound, Dim, Slice
 
@@ -66,7 +66,7 @@ __all__ = [
     "ExprError", "GradientError", "Program", "RecurrentTensor", "Run", "SDG", "ScheduleError", "ShapeError",
     "Slice", "TempoLabError", "Trace", "abs", "arange", "concatenate", "config", "constant",
     "cos", "eq", "exp", "expand_dims", "from_array", "full", "grad", "log", "matmul", "max", "maximum",
-    "mean", "min", "minimum", "ne", "nn", "random", "ones", "placeholder", "relu", "reshape", "sigmoid", "sin",
+    "mean", "min", "minimum", "ne", "nn", "ones", "optim", "placeholder", "random", "relu", "reshape", "sigmoid", "sin",
     "sink", "softmax", "source", "sqrt", "squeeze", "stack", "sum", "tanh", "transpose", "until",
     "where", "zeros",
 ]
