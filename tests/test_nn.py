@@ -114,13 +114,13 @@ def test_layers_match_jax(config):
                "rope_tok": tl.nn.rope(x, tok)}
     res = ctx.compile(bounds={TT: T}, outputs=out, config=config).run()
     p = P["mlp"]
-    want = {
+    want = jax.jit(lambda: {
         "lin": X @ P["lin"]["w"] + P["lin"]["b"], "lin0": X @ P["lin0"]["w"],
         "mlp": jax.nn.gelu(X @ p["0.w"] + p["0.b"], approximate=True) @ p["1.w"] + p["1.b"],
         "emb": P["emb"]["w"][ids], "rms": j_rms(X, P["rms"]["scale"]),
         "ln": j_layernorm(X, P["ln"]["scale"], P["ln"]["bias"]), "glu": j_swiglu(P["glu"], X),
         "rope_t": j_rope(X.reshape(T, H, E // H), np.arange(T)), "rope_tok": j_rope(X, ids),
-    }
+    })()
     assert_close(res, want)
 
 
@@ -141,10 +141,10 @@ def test_attention_over_batch_and_time_matches_jax(config):
         out = {"causal": causal(Pc, x, t), "window": windowed(Pw, x, t),
                "single": tl.nn.attention(q, k, v, t, window=2)}
     res = ctx.compile(bounds={B: nb, TT: T}, outputs=out, config=config).run()
-    want = {"causal": np.stack([j_mha(Pc, X[i], H) for i in range(nb)]),
-            "window": np.stack([j_mha(Pw, X[i], H, window=3, rope=True) for i in range(nb)]),
-            "single": np.stack([j_attend(Q[i][:, None], K[i][:, None], Vv[i][:, None], 2)[:, 0]
-                                for i in range(nb)])}
+    want = jax.jit(lambda: {"causal": jnp.stack([j_mha(Pc, X[i], H) for i in range(nb)]),
+            "window": jnp.stack([j_mha(Pw, X[i], H, window=3, rope=True) for i in range(nb)]),
+            "single": jnp.stack([j_attend(Q[i][:, None], K[i][:, None], Vv[i][:, None], 2)[:, 0]
+                                 for i in range(nb)])})()
     assert_close(res, want, rtol=1e-4, atol=1e-5)
 
 
@@ -156,7 +156,7 @@ def test_transformer_block_matches_jax(config):
     with ctx:
         y = blk(P, tl.from_array(X, domain=(t,)), t)
     res = ctx.compile(bounds={TT: T}, outputs={"y": y}, config=config).run()
-    assert_close(res, {"y": j_block(P, X, H, window=4, rope=True)}, rtol=1e-4, atol=1e-5)
+    assert_close(res, jax.jit(lambda: {"y": j_block(P, X, H, window=4, rope=True)})(), rtol=1e-4, atol=1e-5)
 
 
 # -- gradients --------------------------------------------------------------------------------------
@@ -176,7 +176,7 @@ def test_block_gradient_matches_jax_grad():
 
     def f(*args):
         return jnp.tanh(j_block(dict(zip(names, args[:-1])), args[-1], H)).sum()
-    want = jax.grad(f, argnums=tuple(range(len(names) + 1)))(*[P[k] for k in names], X)
+    want = jax.jit(jax.grad(f, argnums=tuple(range(len(names) + 1))))(*[P[k] for k in names], X)
     want = {f"g{i}": w for i, w in enumerate(want)}
     for config in CONFIGS.values():
         res = ctx.compile(bounds={TT: T}, outputs=outputs, config=config).run()
