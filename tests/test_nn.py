@@ -161,9 +161,10 @@ def test_transformer_block_matches_jax(config):
 
 # -- gradients --------------------------------------------------------------------------------------
 def test_block_gradient_matches_jax_grad():
-    """d/d(params, x) of a loss through attention + SwiGLU + RMSNorm, both executors."""
+    """d/d(params, x) of a loss through windowed attention with rope + SwiGLU + RMSNorm, on both
+    executors."""
     X = rnd(T, E, seed=8)
-    blk = tl.nn.TransformerBlock(E, H, HID)
+    blk = tl.nn.TransformerBlock(E, H, HID, window=3, rope=True)
     P = perturbed(blk.init(4))
     names = sorted(P)
     ctx, t, TT = ctx_t()
@@ -175,12 +176,53 @@ def test_block_gradient_matches_jax_grad():
     outputs = {f"g{i}": g for i, g in enumerate(grads)}
 
     def f(*args):
-        return jnp.tanh(j_block(dict(zip(names, args[:-1])), args[-1], H)).sum()
+        return jnp.tanh(j_block(dict(zip(names, args[:-1])), args[-1], H, 3, True)).sum()
     want = jax.jit(jax.grad(f, argnums=tuple(range(len(names) + 1))))(*[P[k] for k in names], X)
     want = {f"g{i}": w for i, w in enumerate(want)}
     for config in CONFIGS.values():
         res = ctx.compile(bounds={TT: T}, outputs=outputs, config=config).run()
         assert_close(res, want, rtol=1e-3, atol=1e-4)
+
+
+def test_embedding_layernorm_mlp_gradients_match_jax_grad():
+    """The one-hot matmul gives the table's gradient: rows of unused ids stay zero."""
+    ids = np.array([0, 3, 3, 1, 0, 2], np.int32)
+    emb, ln, mlp = tl.nn.Embedding(V, E), tl.nn.LayerNorm(E), tl.nn.MLP((E, HID, 2), "tanh")
+    P = {**{"emb." + k: v for k, v in emb.init(0).items()},
+         **{"ln." + k: v for k, v in perturbed(ln.init(0)).items()},
+         **{"mlp." + k: v for k, v in mlp.init(1).items()}}
+    names = sorted(P)
+    ctx, t, TT = ctx_t()
+    with ctx:
+        ps = tl.nn.as_tensors(P)
+        h = emb(tl.nn.params.sub(ps, "emb"), tl.from_array(ids, domain=(t,)))
+        y = mlp(tl.nn.params.sub(ps, "mlp"), ln(tl.nn.params.sub(ps, "ln"), h))
+        grads = tl.grad((y * y).sum(), [ps[k] for k in names])
+
+    def f(*args):
+        p = dict(zip(names, args))
+        h = j_layernorm(p["emb.w"][ids], p["ln.scale"], p["ln.bias"])
+        y = jnp.tanh(h @ p["mlp.0.w"] + p["mlp.0.b"]) @ p["mlp.1.w"] + p["mlp.1.b"]
+        return (y * y).sum()
+    want = jax.jit(jax.grad(f, argnums=tuple(range(len(names)))))(*[P[k] for k in names])
+    res = ctx.compile(bounds={TT: T}, outputs={f"g{i}": g for i, g in enumerate(grads)},
+                      config=CONFIGS["reference"]).run()
+    assert_close(res, {f"g{i}": w for i, w in enumerate(want)}, rtol=1e-3, atol=1e-4)
+    assert not res[f"g{names.index('emb.w')}"][4].any()
+
+
+def test_parameters_over_an_iteration_dim():
+    """Parameters given per iteration (as an optimiser produces them) are used point by point."""
+    n = 3
+    lin = tl.nn.Linear(E, 2)
+    W, Bb = rnd(n, E, 2, seed=1), rnd(n, 2, seed=2)
+    X = rnd(4, E, seed=3)
+    ctx = tl.Context(dims=("i",))
+    (i,), (NI,) = ctx.dims, ctx.bounds
+    with ctx:
+        y = lin(tl.nn.as_tensors({"w": W, "b": Bb}, domain=(i,)), tl.constant(X))
+    res = ctx.compile(bounds={NI: n}, outputs={"y": y}, config=CONFIGS["reference"]).run()
+    assert_close(res, {"y": np.einsum("xe,neo->nxo", X, W) + Bb[:, None]})
 
 
 # -- init -------------------------------------------------------------------------------------------

@@ -1,7 +1,10 @@
-"""Turning a parameter dict into tensors of the active context."""
+"""Working with parameter dicts: tensors of the active context, and nested modules' entries."""
 from __future__ import annotations
 
 from ..frontend.api import from_array
+from ._params import nest, sub
+
+__all__ = ["as_tensors", "nest", "sub"]
 
 
 def as_tensors(params: dict, domain=()) -> dict:
