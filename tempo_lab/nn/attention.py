@@ -74,7 +74,7 @@ def attention(q: RT, k: RT, v: RT, t: Dim, window: int | None = None) -> RT:
 
 def _read(x: RT, t: Dim, start) -> RT:
     """``x`` over ``start:t+1`` along ``t`` and at the current point along its other dims."""
-    return x[tuple(slice(start, t + 1) if d is t else d for d in x.domain)]
+    return x[tuple(slice(start, t + 1) if d == t else d for d in x.domain)]
 
 
 def _check_attention(q, k, v, t, window):
@@ -89,7 +89,7 @@ def _check_attention(q, k, v, t, window):
         raise ExprError(f"attention: t must be a dim of the context (the one keys are read "
                         f"along), got {t!r}")
     for name, x in (("k", k), ("v", v)):
-        if not any(d is t for d in x.domain):
+        if t not in x.domain:
             raise ShapeError(f"attention: {name} must vary over {t} to be read along it, but "
                              f"its domain is ({', '.join(map(str, x.domain))})")
     qs, ks, vs = spatial_shape(q), spatial_shape(k), spatial_shape(v)
