@@ -1,4 +1,5 @@
 """tempo_lab: a notebook workbench for compiled dynamic deep learning over recurrent tensors."""
+from . import nn, optim, random
 from .config import config
 from .errors import (
                      BoundsError,
@@ -52,8 +53,6 @@ from .frontend.context import Context
 from .frontend.tensor import RecurrentTensor
 from .frontend.trace import Trace
 from .ir.sdg import SDG
-from . import optim, random
-from . import nn
 from .program import CompileConfig, Program, Run, compile_context, until
 from .symbolic import Bound, Dim, Slice
 

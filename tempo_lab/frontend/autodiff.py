@@ -151,6 +151,8 @@ class _Backward:
         if rule is None:
             raise GradientError(f"no gradient rule for {n.kind} (at {n.loc}); differentiate "
                                 "through other ops, or stop the gradient before it", self.loc)
+        if tuple(g.domain) != tuple(n.domain):  # shapes in the VJP may name n's dims
+            g = _over(self.ctx, g, n.domain)
         xs = [_view_of(self.ctx, inp) for inp in n.inputs]
         cts = rule(n, g, xs, RT(self.ctx, n))
         for k in wanted:
@@ -251,11 +253,16 @@ def _placeholder(ctx, domain, type_: TensorType, name: str | None = None) -> RT:
 
 
 def _full(value, type_: TensorType) -> RT:
-    """``value`` everywhere, of ``type_``'s shape (which may be symbolic) and dtype."""
+    """``value`` everywhere, of ``type_``'s shape and dtype. A shape that depends on dims
+    (``(t + 1, 3)``) makes an op over those dims."""
+    ctx = _ctx()
     if type_.is_static:
-        return constant(np.full(type_.shape, value, type_.dtype), _ctx())
-    return apply("broadcast_to", [constant(np.asarray(value, type_.dtype), _ctx())],
-                 {"shape": tuple(type_.shape)})
+        return constant(np.full(type_.shape, value, type_.dtype), ctx)
+    scalar = constant(np.asarray(value, type_.dtype), ctx)
+    dims = set().union(*(s.dims() for s in type_.shape if not isinstance(s, int)))
+    node = ctx.add_node("broadcast_to", [scalar._input()], {"shape": tuple(type_.shape)}, dims,
+                        TensorType(tuple(type_.shape), type_.dtype))
+    return RT(ctx, node)
 
 
 def _ctx():
