@@ -215,3 +215,50 @@ def ne(a, b):
     if isinstance(a, RT) or isinstance(b, RT):
         return apply("ne", [a, b])
     return _ne(a, b)
+
+
+# -- lifting JAX functions ------------------------------------------------------------------------
+def lift(fn: Callable) -> Callable:
+    """``tl.lift(fn)(x, y, ...)``: the pure JAX function ``fn`` applied at every point, on the
+    values of ``x, y, ...`` there (static shapes). Its result types come from
+    ``jax.eval_shape``; a tuple or list result gives a tuple of tensors. Lifted ops fuse into
+    kernels like any other op, and ``tl.grad`` differentiates them with ``jax.vjp``."""
+    if not callable(fn):
+        raise DefinitionError(f"tl.lift needs a function, got {type(fn).__name__}")
+
+    def lifted(*args):
+        import jax
+
+        from .tensor import as_tensor
+
+        ctx = current_context(*args)
+        loc = user_location()
+        rts = [as_tensor(a, ctx) for a in args]
+        for r in rts:
+            if not r.type.is_static:
+                raise ShapeError(f"tl.lift({_name(fn)}) needs static shapes, but an argument has "
+                                 f"shape {r.shape}; reduce the symbolic axis first", loc)
+        specs = [jax.ShapeDtypeStruct(r.shape, r.dtype) for r in rts]
+        try:
+            out = jax.eval_shape(fn, *specs)
+        except Exception as e:
+            raise ShapeError(f"tl.lift({_name(fn)}) fails on arguments "
+                             f"{', '.join(str(r.type) for r in rts)}: {e}", loc) from None
+        many = isinstance(out, (tuple, list))
+        outs = list(out) if many else [out]
+        if not all(hasattr(o, "shape") and hasattr(o, "dtype") for o in outs):
+            raise ShapeError(f"tl.lift({_name(fn)}) must return an array or a tuple of arrays, "
+                             f"got {type(out).__name__}", loc)
+        made = tuple(apply("lift", rts, {"jax_fn": fn, "out": k if many else None,
+                                         "type": TensorType(tuple(o.shape),
+                                                            canonical_dtype(o.dtype))})
+                     for k, o in enumerate(outs))
+        return made if many else made[0]
+
+    lifted.__name__ = f"lift_{_name(fn)}"
+    lifted.__doc__ = fn.__doc__
+    return lifted
+
+
+def _name(fn) -> str:
+    return getattr(fn, "__name__", type(fn).__name__)

@@ -144,6 +144,26 @@ def _concatenate(node, g, xs, y):
     return out
 
 
+def _lift(node, g, xs, y):
+    """Each input's cotangent is another lifted function: ``jax.vjp`` of the original."""
+    from .api import lift
+
+    fn, k = node.attrs["jax_fn"], node.attrs["out"]
+
+    def cotangent(j):
+        def ct(*args):
+            import jax
+
+            *primals, gk = args
+            _, pullback = jax.vjp(lambda *p: fn(*p) if k is None else fn(*p)[k], *primals)
+            return pullback(gk)[j]
+        ct.__name__ = f"vjp{j}_{getattr(fn, '__name__', 'fn')}"
+        return ct
+
+    return [lift(cotangent(j))(*xs, g) if x.dtype.kind == "f" else None
+            for j, x in enumerate(xs)]
+
+
 def _pow(node, g, xs, y):
     a, b = xs
     ga = g * b * a ** (b - 1)
@@ -207,6 +227,7 @@ VJPS = {
     "expand_dims": lambda node, g, xs, y: [g.squeeze(tuple(node.attrs["axis"]))],
     "broadcast_to": lambda node, g, xs, y: [unbroadcast(g, xs[0].shape)],
     "getitem": _getitem,
+    "lift": _lift,
     "unindex": lambda node, g, xs, y: [apply("getitem", [g], {"index": node.attrs["index"]})],
     "take": lambda node, g, xs, y: [
         apply("embed", [g.expand_dims(node.attrs["axis"]), xs[1]],

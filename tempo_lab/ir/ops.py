@@ -410,6 +410,13 @@ def _matmul(ins, attrs):
     return TensorType(tuple(map(norm_dim, shape)), dt, weak)
 
 
+@_register("lift", "lift")
+def _lift(ins, attrs):
+    """A pure JAX function applied at each point (``tl.lift``): its type came from
+    ``jax.eval_shape`` when it was traced."""
+    return attrs["type"]
+
+
 @_register("take", "layout")
 def _take(ins, attrs):
     """``x`` at one position of ``axis``, given by an integer scalar (a dim's value): how a

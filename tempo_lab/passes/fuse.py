@@ -16,7 +16,7 @@ from ..ir.vmap import base_op, vdims
 from ..symbolic import TRUE
 from .manager import Editor, register
 
-COMPUTE = ("elementwise", "reduce", "layout", "linalg")
+COMPUTE = ("elementwise", "reduce", "layout", "linalg", "lift")
 
 
 def _fusible(op: Op) -> bool:

@@ -109,6 +109,8 @@ def compute(op: Op, xs: list, lens: list[tuple], in_types, out_shape) -> jax.Arr
         return xs[0][_dynamic_index(a["index"], lens[0], xs[0].ndim)]
     if k == "random":
         return counter_rng.sample(jnp, a, xs)
+    if k == "lift":
+        return lift_output(a, xs)
     if k == "take":
         return lax.dynamic_index_in_dim(xs[0], xs[1], a["axis"] % xs[0].ndim, keepdims=False)
     if k == "unindex":
@@ -125,6 +127,12 @@ def compute(op: Op, xs: list, lens: list[tuple], in_types, out_shape) -> jax.Arr
         cdt, _ = promote(in_types)
         return jnp.concatenate([x.astype(cdt) for x in xs], axis=a["axis"])
     raise NotImplementedError(f"no JAX rule for op kind {k!r}")
+
+
+def lift_output(attrs: dict, xs: list):
+    """A ``tl.lift`` op's value: its function on the inputs, the op's output picked out."""
+    out = attrs["jax_fn"](*xs)
+    return out if attrs["out"] is None else out[attrs["out"]]
 
 
 def run_body(op: Op, xs: list, lens: list, in_types, compute_one):

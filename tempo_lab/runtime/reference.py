@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Mapping
 
+import jax.numpy as jnp
 import numpy as np
 
 from ..errors import DTypeError, ScheduleError, ShapeError
@@ -19,7 +20,7 @@ from ..ir.sdg import SDG, Edge, Op
 from ..ir.vmap import base_op, in_axes, vdims
 from ..symbolic import Slice
 from . import counter_rng
-from .jax_ops import run_body
+from .jax_ops import lift_output, run_body
 
 
 def _softmax(x, axis):
@@ -108,6 +109,8 @@ def _compute(op: Op, ins: list[np.ndarray], in_types, env: dict[str, int]) -> np
     if k == "concatenate":
         dt, _ = promote(in_types)
         return np.concatenate([x.astype(dt) for x in ins], axis=a["axis"])
+    if k == "lift":
+        return np.asarray(lift_output(a, [jnp.asarray(x) for x in ins]))
     if k == "random":
         return counter_rng.sample(np, a, ins)
     if k == "take":

@@ -1,0 +1,83 @@
+"""``tl.lift``: a pure JAX function applied pointwise, its types from ``jax.eval_shape``, its
+gradient from ``jax.vjp``; the same values on every executor."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import tempo_lab as tl
+
+CONFIGS = [tl.CompileConfig(executor="reference"), tl.CompileConfig(),
+           tl.CompileConfig(fuse=False, vectorise=False)]
+X = np.random.default_rng(0).normal(size=(2, 5, 3)).astype(np.float32)
+
+
+def step(state, action):
+    """A toy environment step: two outputs of different shapes and dtypes."""
+    new = state * 0.9 + jnp.sin(action)
+    return new, (new.sum() > 0).astype(jnp.int32)
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=["reference", "default", "unfused"])
+def test_values_and_tuple_outputs(config):
+    ctx = tl.Context(dims=("b", "t"))
+    b, t = ctx.dims
+    B, T = ctx.bounds
+    with ctx:
+        x = tl.from_array(X, domain=(b, t))
+        s = tl.placeholder((3,), domain=(b, t))
+        s[b, 0] = x
+        new, flag = tl.lift(step)(s[b, t - 1], x)
+        s[b, t] = new
+        f = tl.placeholder((), "int32", domain=(b, t))  # flag only exists from t = 1 on
+        f[b, 0] = tl.zeros((), "int32")
+        f[b, t] = flag
+        norm = tl.lift(jnp.linalg.norm)(s)
+    res = ctx.compile(bounds={B: 2, T: 5}, outputs={"s": s, "flag": f, "norm": norm},
+                      config=config).run()
+    want = np.zeros_like(X)
+    flags = np.zeros((2, 5), np.int32)
+    for bb in range(2):
+        want[bb, 0] = X[bb, 0]
+        for k in range(1, 5):
+            want[bb, k], flags[bb, k] = step(want[bb, k - 1], X[bb, k])
+    np.testing.assert_allclose(res["s"], want, rtol=1e-5, atol=1e-6)
+    np.testing.assert_array_equal(res["flag"], flags)
+    assert res["flag"].dtype == np.int32
+    np.testing.assert_allclose(res["norm"], np.linalg.norm(want, axis=-1), rtol=1e-5)
+
+
+def test_gradient_through_a_lifted_function():
+    def f(w, x):
+        return jnp.tanh(x @ w).sum()
+
+    W = np.random.default_rng(1).normal(size=(3, 4)).astype(np.float32)
+    ctx = tl.Context(dims=("t",))
+    (t,) = ctx.dims
+    (T,) = ctx.bounds
+    with ctx:
+        x = tl.from_array(X[0], domain=(t,))
+        w = tl.placeholder((3, 4), domain=())
+        w[()] = tl.constant(W)
+        gw, gx = tl.grad(tl.lift(f)(w, x) * 2.0, [w, x])
+    want_w, want_x = jax.grad(lambda w, x: 2.0 * jnp.tanh(x @ w).sum(), argnums=(0, 1))(W, X[0])
+    for config in CONFIGS[:2]:
+        res = ctx.compile(bounds={T: 5}, outputs={"gw": gw, "gx": gx}, config=config).run()
+        np.testing.assert_allclose(res["gw"], want_w, rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(res["gx"], want_x, rtol=1e-4, atol=1e-5)
+
+
+def test_bad_functions_are_clear_errors():
+    ctx = tl.Context(dims=("t",))
+    (t,) = ctx.dims
+    with ctx:
+        x = tl.from_array(X[0], domain=(t,))
+        with pytest.raises(tl.ShapeError, match="fails on arguments") as e:
+            tl.lift(lambda a: a @ jnp.ones((7, 2)))(x)
+        assert e.value.loc.file == __file__
+        with pytest.raises(tl.ShapeError, match="static shapes"):
+            tl.lift(jnp.sum)(x[0:t + 1])
+        with pytest.raises(tl.ShapeError, match="array or a tuple"):
+            tl.lift(lambda a: {"a": a})(x)
