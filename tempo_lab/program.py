@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -236,6 +236,21 @@ class Program(Stage):
         return {"schema": "tempo_lab.program/1", "bounds": self.bounds,
                 "executor": self.executor, "outputs": list(self._outputs),
                 "trace": self.trace.to_dict(), "sdg": self.sdg.to_dict()}
+
+    def on(self, executor: str) -> Program:
+        """This compiled program (same SDG, schedule and memory plan) on another executor:
+        "xla", "codegen", "interpreter", "auto" or "reference"."""
+        config = replace(self.config, executor=executor)
+        executable = None
+        if executor != "reference":
+            if self.schedule is None:
+                raise TempoLabError("this program was compiled for the reference interpreter "
+                                    "and has no schedule; compile it with another executor")
+            executable = make_executable(executor, self.sdg, self.schedule, self.memory,
+                                         self.bounds, self._until, config.sync_profile)
+        return Program(self.trace, self.sdg, self.bounds, self._outputs, config,
+                       self.compile_times, self.schedule, self.memory, executable, self._until,
+                       self.passes)
 
     def name_of(self, rt: RecurrentTensor) -> str:
         for name, o in self._outputs.items():

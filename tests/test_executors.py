@@ -294,3 +294,45 @@ def test_generated_source_is_python_with_the_loop_structure():
     assert src.startswith("def program(R, N_T):")
     assert "for i_t in range(0, N_T):" in src
     assert "% 4" in src  # the ring of 4: slot arithmetic inlined
+
+
+# ------------------------------------------------------------------------------------------------
+# what recompiles
+# ------------------------------------------------------------------------------------------------
+def _xla_programs() -> int:
+    from tempo_lab.runtime import xla_loops
+
+    return sum(f._cache_size() for f in xla_loops._PROGRAMS.values())
+
+
+def test_xla_another_T_in_the_same_size_class_does_not_recompile():
+    shape = (9,)  # no other test uses it
+    ctx, T, z = recurrence_then_read("causal", shape)
+    ctx.compile(bounds={T: 20}, outputs={"z": z}, config=cfg("xla")).run()
+    before = _xla_programs()
+    run = ctx.compile(bounds={T: 30}, outputs={"z": z}, config=cfg("xla")).run()  # 32 either way
+    assert _xla_programs() == before
+    close(run["z"], numpy_recurrence(30, shape).sum(axis=0))
+    ctx.compile(bounds={T: 40}, outputs={"z": z}, config=cfg("xla")).run()  # size class 64
+    assert _xla_programs() == before + 1
+
+
+def test_xla_window_program_compiles_once_for_every_T():
+    shape = (10,)
+    ctx, T, z = recurrence_then_read("window", shape)
+    ctx.compile(bounds={T: 20}, outputs={"z": z}, config=cfg("xla")).run()
+    before = _xla_programs()
+    for n in (21, 33):  # the ring, the output and every read have fixed sizes
+        run = ctx.compile(bounds={T: n}, outputs={"z": z}, config=cfg("xla")).run()
+        close(run["z"], numpy_recurrence(n, shape)[-4:].sum(axis=0))
+    assert _xla_programs() == before
+
+
+def test_program_on_another_executor_shares_the_compilation():
+    ctx, T, z = recurrence_then_read("causal", (3,))
+    prog = ctx.compile(bounds={T: 8}, outputs={"z": z}, config=cfg("codegen"))
+    want = prog.run()["z"]
+    for executor in ("xla", "interpreter", "reference", "auto"):
+        other = prog.on(executor)
+        assert other.schedule is prog.schedule and other.memory is prog.memory
+        close(other.run()["z"], want, msg=executor)

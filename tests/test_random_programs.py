@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 from hypothesis import Phase, given, note, settings
+from hypothesis import strategies as st
 
 import tempo_lab as tl
 
@@ -14,6 +15,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/ is not a pack
 
 from randprog import (  # noqa: E402
     ALL_FEATURES,
+    ATOL,
     RTOL,
     Binary,
     Const,
@@ -24,6 +26,7 @@ from randprog import (  # noqa: E402
     RProgram,
     assert_outputs_match,
     build,
+    compile_program,
     features,
     input_array,
     mk_binary,
@@ -36,10 +39,14 @@ from randprog import (  # noqa: E402
     to_source,
 )
 
-# Budget (2 cores): prog.run() with the default executor costs ~250 ms a program (isl schedule,
-# JAX kernels), the reference interpreter ~15 ms; the file takes about 40-50 s.
-N_DEFAULT = 100
+# Budget (2 cores): compiling a program costs ~150 ms (isl schedule, memory plan), a run on the
+# interpreter or generated code ~100 ms (JAX kernels, most cached across programs), on XLA loops
+# ~200 ms (one XLA compilation per program), the reference interpreter ~15 ms.
+N_DEFAULT = 20  # the default (auto) config; every executor: below
+N_EXECUTORS = 200
 N_REFERENCE = 800
+EXECUTORS = ("xla", "codegen", "interpreter")
+SWITCHES = ("simplify", "fold_constants", "cse", "dce", "vectorise", "fuse")
 NO_EXPLAIN = tuple(p for p in Phase if p is not Phase.explain)  # its notes are noise here
 
 
@@ -50,6 +57,29 @@ NO_EXPLAIN = tuple(p for p in Phase if p is not Phase.explain)  # its notes are 
 def test_random_programs_match_numpy(program):
     """``prog.run()`` (default compile config) agrees with the independent NumPy evaluation."""
     assert_outputs_match(program, run_tempo(program), what="prog.run()")
+
+
+@settings(max_examples=N_EXECUTORS, deadline=None, derandomize=True, database=None,
+          phases=NO_EXPLAIN)
+@given(program_strategy(), st.tuples(*[st.booleans()] * len(SWITCHES)))
+def test_random_programs_on_every_executor_under_pass_switches(program, switches):
+    """Every executor, under a sampled combination of pass switches (one per program; the 64
+    combinations are each drawn a few times over the run), equals the reference interpreter
+    on the SDG as built, and the independent NumPy evaluation. One compilation (schedule,
+    memory plan) serves the three executors (``Program.on``)."""
+    config = tl.CompileConfig(executor="interpreter", check_invariants=True,
+                              **dict(zip(SWITCHES, switches)))
+    on = ", ".join(f"{k}={v}" for k, v in zip(SWITCHES, switches))
+    ref = run_tempo(program, config=tl.CompileConfig(executor="reference"))
+    assert_outputs_match(program, ref, what="the reference interpreter")
+    prog = compile_program(program, config=config)
+    for executor in EXECUTORS:
+        run = prog.on(executor).run()
+        for name in program.outputs:
+            np.testing.assert_allclose(
+                np.asarray(run[name]), ref[name], rtol=RTOL, atol=ATOL,
+                err_msg=f"output {name!r}: executor={executor} ({on}) vs the reference "
+                        f"interpreter, for the program\n{to_source(program)}")
 
 
 @settings(max_examples=N_REFERENCE, deadline=None, derandomize=True, database=None,

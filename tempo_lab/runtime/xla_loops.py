@@ -67,9 +67,19 @@ def _may_be_empty(sdg, schedule, op, e, bounds) -> bool:
         return False
     lengths = [x.stop - x.start for x in e.index if hasattr(x, "stop")]
     for n in lengths:
-        if -I.max_over(-n, dom, op.domain, bounds) <= 0:
+        most = _max_over(-n, dom, op.domain, bounds, None)
+        if most is not None and -most <= 0:
             return True
     return False
+
+
+def _max_over(e, dom, dims, bounds, default):
+    """isl's maximum of ``e`` over ``dom`` for these bounds; ``default`` when no point of
+    ``dom`` exists for them."""
+    try:
+        return I.max_over(e, dom, dims, bounds)
+    except ValueError:  # isl answers NaN for an empty set
+        return default
 
 
 class XlaExecutor(Stage):
@@ -129,7 +139,7 @@ class XlaExecutor(Stage):
         dom = self.schedule.domains[op.id]
         if dom.is_empty() or p.orig is None:
             return 1
-        return max(1, I.max_over(p.orig, dom, op.domain, self.bounds))
+        return max(1, _max_over(p.orig, dom, op.domain, self.bounds, 1))
 
     def _static_pads(self, st: Stmt) -> tuple:
         """Padded sizes for every symbolic length of a statement, fixed for the whole run: a
@@ -153,12 +163,13 @@ class XlaExecutor(Stage):
 
     def _key(self) -> tuple:
         sdg = self.sdg
-        ops = tuple((o.id, o.kind, _attrs_key(o), str(o.type), tuple(d.name for d in o.domain))
+        ops = tuple((o.id, o.kind, _attrs_key(o), str(o.type), tuple(d.name for d in o.domain),
+                     str(o.attrs.get("expr")), np.shape(o.attrs.get("array", ())))
                     for o in sdg.ops.values())
         edges = tuple((e.dst, e.src, e.slot, tuple(map(str, e.index)), str(e.cond))
                       for e in sdg.edges)
         return (ops, edges, tuple(sorted(sdg.outputs.items())), self.schedule.code(),
-                tuple(sorted((i, s.slots, s.blocks) for i, s in self.plan.storages.items())),
+                tuple(sorted((i, s.slots) for i, s in self.plan.storages.items())),
                 tuple(sorted((i, sh, str(dt)) for i, (sh, dt) in self.shapes.items())),
                 tuple(sorted(self.local)), tuple(sorted(self.until_ops.items())),
                 tuple(self.pads[id(st)] for n in self._nodes for st in self.stmts[id(n)]))
