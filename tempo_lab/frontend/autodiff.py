@@ -38,7 +38,7 @@ from ..symbolic import isl as I
 from .build import build_sdg
 from .context import Node
 from .tensor import RecurrentTensor, apply, as_tensor, constant
-from .vjp import BACKWARD_ONLY, NO_GRADIENT, VJPS
+from .vjp import BACKWARD_ONLY, COTANGENT_ONLY, NO_GRADIENT, VJPS
 
 RT = RecurrentTensor
 
@@ -155,11 +155,11 @@ class _Backward:
             g = _over(self.ctx, g, n.domain)
         xs = [_view_of(self.ctx, inp) for inp in n.inputs]
         cts = rule(n, g, xs, RT(self.ctx, n))
+        guard = None if n.kind in COTANGENT_ONLY else self.demand.get(n.id)
         for k in wanted:
             if cts[k] is not None:
                 ct = _cast(cts[k], xs[k].dtype)
-                contribs[n.inputs[k].node.id].append(
-                    self._reverse(ct, n.inputs[k], n, self.demand.get(n.id)))
+                contribs[n.inputs[k].node.id].append(self._reverse(ct, n.inputs[k], n, guard))
 
     def _reverse(self, ct: RT, inp, consumer: Node, guard: Cond | None) -> RT:
         """``ct`` (a cotangent of the read ``inp`` at every consumer point) as a contribution

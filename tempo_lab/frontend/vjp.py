@@ -20,6 +20,11 @@ from .tensor import apply, as_tensor
 NO_GRADIENT = frozenset({"lt", "le", "gt", "ge", "eq", "ne", "and", "or", "not", "floordiv",
                          "dimval", "const", "from_array", "source", "sink"})
 BACKWARD_ONLY = frozenset({"embed"})
+# Ops whose VJP reads only the cotangent, never a forward value: their cotangents need no
+# guard against reading where the forward op is not defined.
+COTANGENT_ONLY = frozenset({"identity", "add", "sub", "neg", "cast", "sum", "mean", "reshape",
+                            "transpose", "squeeze", "expand_dims", "broadcast_to", "getitem",
+                            "concatenate", "unindex"})
 
 
 def unbroadcast(g, shape):
