@@ -336,3 +336,47 @@ def test_program_on_another_executor_shares_the_compilation():
         other = prog.on(executor)
         assert other.schedule is prog.schedule and other.memory is prog.memory
         close(other.run()["z"], want, msg=executor)
+
+
+# ------------------------------------------------------------------------------------------------
+# the semantic programs under other pass switches, every executor against the reference
+# ------------------------------------------------------------------------------------------------
+SWITCH_SETS = {  # all on is every test above; the random-program test samples all 64
+    "all off": dict(simplify=False, fold_constants=False, cse=False, dce=False,
+                    vectorise=False, fuse=False),
+    "no vectorise, no fuse": dict(vectorise=False, fuse=False),
+    "no simplify, cse, dce": dict(simplify=False, cse=False, dce=False),
+}
+
+
+def _semantic_programs(weights):
+    """(name, ctx, bounds, outputs) for the programs above (decoders small)."""
+    out = []
+    for read in ("window", "causal"):
+        ctx, T, z = recurrence_then_read(read, (3,))
+        out.append((read, ctx, {T: 9}, {"z": z}))
+    ctx, T, c, done, outs = counter(4.0)
+    out.append(("until", ctx, {T: tl.until(done, max=12)}, outs))
+    tokens = np.random.default_rng(3).standard_normal((2, 6, EMBED)).astype(np.float32)
+    ctx = tl.Context(dims=("b", "n", "t"))
+    b, n, t = ctx.dims
+    B, N, T = ctx.bounds
+    h_out = decoder(ctx, weights, tokens, HEADS, 3)
+    with ctx:
+        y = h_out[b, N - 1, t]
+    out.append(("window decoder", ctx, {B: 2, N: LAYERS, T: 6}, {"y": y}))
+    return out
+
+
+@pytest.mark.parametrize("switches", list(SWITCH_SETS))
+def test_semantic_programs_under_pass_switches_on_every_executor(weights, switches):
+    for name, ctx, bounds, outs in _semantic_programs(weights):
+        ref = ctx.compile(bounds=bounds, outputs=outs, config=REFERENCE).run()
+        prog = ctx.compile(bounds=bounds, outputs=outs,
+                           config=cfg("interpreter", check_invariants=True,
+                                      **SWITCH_SETS[switches]))
+        for executor in EXECUTORS:
+            run = prog.on(executor).run()
+            assert run.bounds == ref.bounds
+            for k in outs:
+                close(run[k], ref[k], msg=f"{name}, {switches}, {executor}: {k}")
