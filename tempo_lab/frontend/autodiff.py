@@ -187,6 +187,11 @@ class _Backward:
                 f = apply("embed", [f, as_tensor(s.start, ctx)], {"axis": j, "size": d.bound})
         if guard is not None:
             f = _guard(ctx, f, guard, consumer.domain)
+        for _, d, sl in frames:  # a range along the reader's own dim: accumulate, not stack
+            direction = _direction(sl, d)
+            if direction and d in f.domain and d not in mapped:
+                f = _accumulate(ctx, f, d, direction)
+                mapped[d] = (d, 0)
         summed = [u for u in consumer.domain if u not in mapped]
         present = [u for u in summed if u in f.domain]
         if present:
@@ -210,6 +215,32 @@ class _Backward:
 
 
 # -- helpers --------------------------------------------------------------------------------------
+def _direction(sl: Slice, d) -> str | None:
+    """How the readers of point ``p`` of a range read along ``d`` itself lie: all at or after
+    ``p`` ("suffix": the range ends at ``d + 1``, as ``0:t+1`` and windows do), all at or
+    before it ("prefix": it starts at ``d``, as ``t:T``), or neither."""
+    if sl.dims() != {d}:
+        return None
+    if sl.stop == d + 1:
+        return "suffix"
+    if sl.start == d:
+        return "prefix"
+    return None
+
+
+def _accumulate(ctx, f: RT, d, direction: str) -> RT:
+    """Running sums of ``f`` along ``d``: from the end (suffix) or the start (prefix). Point
+    ``p`` then holds everything its readers sent, in one frame rather than ``d``'s bound of
+    them: back-propagation through a causal read keeps O(T) values live, not O(T^2)."""
+    acc = _placeholder(ctx, f.domain, TensorType(f.type.shape, f.type.dtype))
+    here = tuple(f.domain)
+    step = 1 if direction == "suffix" else -1
+    edge = tuple(d.bound - 1 if u == d and step == 1 else (0 if u == d else u) for u in here)
+    acc[edge] = f
+    acc[here] = acc[tuple(u + step if u == d else u for u in here)] + f
+    return acc
+
+
 def _reachable(root: Node) -> dict[int, Node]:
     seen, stack = {}, [root]
     while stack:
