@@ -9,7 +9,8 @@ consumer's contribution is its op's VJP (``vjp.py``) followed by the *reversal o
   guarded at the domain edge, so nothing leaks across it;
 * a range read (``0:t+1``, a window, ``t:T``, ``0:T``) puts the cotangent back at absolute
   positions (``embed`` into a frame as long as the producer's bound), sums it over the consumer
-  dims, and each producer point ``take``s its own position;
+  dims (a running sum when the range runs along the reader's own dim, so only one frame per
+  point is live), and each producer point ``take``s its own position;
 * consumer dims the read does not keep (broadcasts, ranges) are summed over; a constant point
   (``x[0]``) only reaches that point.
 
