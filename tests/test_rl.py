@@ -1,0 +1,218 @@
+"""``tl.rl``: environments against NumPy re-implementations, returns/n-step/GAE against NumPy
+loops (episode ends and the horizon's bootstrap included), distributions against jax.scipy, and
+the algorithms as training programs that must improve."""
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from jax.scipy import stats
+
+import tempo_lab as tl
+from tempo_lab.rl import (
+    CartPole,
+    Categorical,
+    Normal,
+    Pendulum,
+    discounted_returns,
+    gae,
+    n_step_returns,
+)
+
+rng = np.random.default_rng(0)
+
+
+# -- environments -----------------------------------------------------------------------------------
+def cartpole_numpy(s, a):
+    """The cart-pole equations of motion (Barto, Sutton & Anderson 1983), one Euler step."""
+    x, xd, th, thd, n = s
+    f = 10.0 if a == 1 else -10.0
+    c, si = math.cos(th), math.sin(th)
+    tmp = (f + 0.05 * thd * thd * si) / 1.1
+    thacc = (9.8 * si - c * tmp) / (0.5 * (4 / 3 - 0.1 * c * c / 1.1))
+    xacc = tmp - 0.05 * thacc * c / 1.1
+    new = np.array([x + 0.02 * xd, xd + 0.02 * xacc, th + 0.02 * thd, thd + 0.02 * thacc, n + 1])
+    done = abs(new[0]) > 2.4 or abs(new[2]) > 12 * math.pi / 180 or new[4] >= 500
+    return new, 1.0, done
+
+
+def pendulum_numpy(s, u):
+    th, om, n = s
+    u = min(max(u, -2.0), 2.0)
+    ang = (th + math.pi) % (2 * math.pi) - math.pi
+    cost = ang ** 2 + 0.1 * om ** 2 + 0.001 * u ** 2
+    om = min(max(om + (15.0 * math.sin(th) + 3.0 * u) * 0.05, -8.0), 8.0)
+    return np.array([th + om * 0.05, om, n + 1]), -cost, n + 1 >= 200
+
+
+@pytest.mark.parametrize("env,ref", [(CartPole(), cartpole_numpy), (Pendulum(), pendulum_numpy)],
+                         ids=["cartpole", "pendulum"])
+def test_env_dynamics_match_numpy(env, ref):
+    step = jax.jit(env.step)
+    for _ in range(3):
+        s = env.reset(rng.random(env.reset_noise_shape).astype(np.float32))
+        want = np.asarray(s, np.float64)
+        assert s.dtype == jnp.float32 and s.shape == (env.state_dim,)
+        for _ in range(40):
+            a = (int(rng.integers(2)) if hasattr(env, "num_actions")
+                 else np.float32(rng.uniform(-3, 3, size=(1,))))
+            s, r, d = step(s, a)
+            want, r_want, d_want = ref(want, a if isinstance(a, int) else float(a[0]))
+            assert r.dtype == jnp.float32 and d.dtype == jnp.bool_ and r.shape == d.shape == ()
+            np.testing.assert_allclose(np.asarray(s), want, rtol=1e-4, atol=1e-4)
+            assert math.isclose(float(r), r_want, rel_tol=1e-4, abs_tol=1e-4)
+            assert bool(d) == d_want
+            if d_want:
+                break
+            want = np.asarray(s, np.float64)  # no drift of float32 vs float64 over an episode
+        obs = env.observe(s)
+        assert obs.shape == (env.obs_dim,) and obs.dtype == jnp.float32
+
+
+def test_cartpole_reset_and_termination():
+    env = CartPole()
+    s = env.reset(np.array([0.0, 0.5, 0.9999, 0.25], np.float32))
+    np.testing.assert_allclose(s, [-0.05, 0.0, 0.05, -0.025, 0.0], atol=1e-4)
+    steps = 0
+    done = False
+    while not done:  # always pushing right: the pole falls over within a few dozen steps
+        s, _, done = env.step(s, 1)
+        steps += 1
+    assert 5 < steps < 60 and abs(float(s[2])) > env.theta_limit
+
+
+# -- returns ----------------------------------------------------------------------------------------
+B_, T_ = 3, 11
+R = rng.normal(size=(B_, T_)).astype(np.float32)
+V = rng.normal(size=(B_, T_)).astype(np.float32)
+NV = rng.normal(size=(B_, T_)).astype(np.float32)
+D = rng.random((B_, T_)) < 0.2
+D[0, 4] = True  # at least one episode end mid-row
+V_NEXT = np.concatenate([V[:, 1:], rng.normal(size=(B_, 1))], axis=1).astype(np.float32)
+# 1 where no episode ends between t and the horizon (the horizon's bootstrap reaches t)
+LIVE = np.flip(np.cumprod(np.flip(~D, 1), 1), 1).astype(np.float64)
+
+
+def returns_numpy(gamma, n=None, done=True, bootstrap=True):
+    """Σ_k γ^k r[t+k] until the end (inclusive), plus γ^n V[t+n] or the horizon's bootstrap."""
+    out = np.zeros((B_, T_))
+    for b in range(B_):
+        for s in range(T_):
+            total = 0.0
+            for k in range(s, T_):
+                if n is not None and k - s == n:
+                    total += gamma ** n * V[b, k]
+                    break
+                total += gamma ** (k - s) * R[b, k]
+                if done and D[b, k]:
+                    break
+                if k == T_ - 1 and bootstrap:
+                    total += gamma ** (k - s + 1) * NV[b, k]
+            out[b, s] = total
+    return out
+
+
+def gae_numpy(gamma, lam):
+    out = np.zeros((B_, T_))
+    for b in range(B_):
+        for s in range(T_):
+            total = 0.0
+            for k in range(s, T_):
+                delta = R[b, k] + gamma * (1 - D[b, k]) * NV[b, k] - V[b, k]
+                total += (gamma * lam) ** (k - s) * delta
+                if D[b, k]:
+                    break
+            out[b, s] = total
+    return out
+
+
+def test_returns_and_gae_match_numpy():
+    ctx = tl.Context(dims=("b", "t"))
+    b, t = ctx.dims
+    B, T = ctx.bounds
+    with ctx:
+        r, v, nv, d = (tl.from_array(a, domain=(b, t)) for a in (R, V, NV, D))
+        outs = {"mc": discounted_returns(r, t, T, 0.9, done=d, bootstrap=nv),
+                "plain": discounted_returns(r, t, T, 0.8),
+                "n1": n_step_returns(r, v, t, T, 0.9, 1, done=d, bootstrap=nv),
+                "n3": n_step_returns(r, v, t, T, 0.9, 3, done=d, bootstrap=nv),
+                "n3_no_done": n_step_returns(r, v, t, T, 0.9, 3),
+                "gae": gae(r, v, nv, t, T, 0.9, 0.8, done=d),
+                "gae1": gae(r, v, tl.from_array(V_NEXT, (b, t)), t, T, 0.9, 1.0, done=d)}
+    res = ctx.compile(bounds={B: B_, T: T_}, outputs=outs).run()
+    close = dict(rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(res["mc"], returns_numpy(0.9), **close)
+    np.testing.assert_allclose(res["plain"], returns_numpy(0.8, done=False, bootstrap=False),
+                               **close)
+    np.testing.assert_allclose(res["n1"], returns_numpy(0.9, 1), **close)
+    np.testing.assert_allclose(res["n3"], returns_numpy(0.9, 3), **close)
+    np.testing.assert_allclose(res["n3_no_done"], returns_numpy(0.9, 3, False, False), **close)
+    np.testing.assert_allclose(res["gae"], gae_numpy(0.9, 0.8), **close)
+    # λ = 1 with next_value[t] = value[t + 1]: GAE + V telescopes to the Monte-Carlo return
+    mc = returns_numpy(0.9) + 0.9 ** np.arange(T_, 0, -1) * (V_NEXT[:, -1:] - NV[:, -1:]) * LIVE
+    np.testing.assert_allclose(res["gae1"] + V, mc, **close)
+
+
+def test_masked_returns_ignore_steps_after_the_end():
+    alive = np.ones((B_, T_), np.float32)
+    alive[0, 5:] = 0.0
+    ctx = tl.Context(dims=("b", "t"))
+    b, t = ctx.dims
+    B, T = ctx.bounds
+    with ctx:
+        g = discounted_returns(tl.from_array(R, (b, t)), t, T, 0.9,
+                               mask=tl.from_array(alive, (b, t)))
+    got = ctx.compile(bounds={B: B_, T: T_}, outputs={"g": g}).run()["g"]
+    want = np.array([[sum(0.9 ** (k - s) * R[bb, k] * alive[bb, k] for k in range(s, T_))
+                      for s in range(T_)] for bb in range(B_)])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+# -- distributions ----------------------------------------------------------------------------------
+def test_distributions_match_jax_scipy():
+    logits = rng.normal(size=(4, 6, 3)).astype(np.float32)
+    acts = rng.integers(0, 3, size=(4, 6)).astype(np.int32)
+    mean = rng.normal(size=(4, 6, 2)).astype(np.float32)
+    log_std = np.array([-0.3, 0.4], np.float32)
+    cont = rng.normal(size=(4, 6, 2)).astype(np.float32)
+    u = rng.random((4, 6, 3)).astype(np.float32)
+    ctx = tl.Context(dims=("b", "t"))
+    b, t = ctx.dims
+    B, T = ctx.bounds
+    with ctx:
+        cat = Categorical(tl.from_array(logits, (b, t)))
+        nor = Normal(tl.from_array(mean, (b, t)), tl.constant(log_std))
+        outs = {"lp": cat.log_prob(tl.from_array(acts, (b, t))), "ent": cat.entropy(),
+                "sample": cat.sample(tl.from_array(u, (b, t))),
+                "nlp": nor.log_prob(tl.from_array(cont, (b, t))), "nent": nor.entropy(),
+                "nsample": nor.sample(tl.from_array(u[..., :2], (b, t)))}
+    res = ctx.compile(bounds={B: 4, T: 6}, outputs=outs).run()
+    logp = jax.nn.log_softmax(logits, axis=-1)
+    np.testing.assert_allclose(res["lp"], np.take_along_axis(logp, acts[..., None], -1)[..., 0],
+                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(res["ent"], -(np.exp(logp) * logp).sum(-1), rtol=1e-5)
+    np.testing.assert_array_equal(res["sample"],
+                                  np.argmax(logits - np.log(-np.log(u)), axis=-1))
+    want = stats.norm.logpdf(cont, mean, np.exp(log_std)).sum(-1)
+    np.testing.assert_allclose(res["nlp"], want, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(res["nent"], (0.5 * np.log(2 * np.pi * np.e) + log_std).sum(),
+                               rtol=1e-6)
+    np.testing.assert_allclose(res["nsample"], mean + np.exp(log_std) *
+                               np.asarray(jax.scipy.special.ndtri(u[..., :2])), rtol=1e-4,
+                               atol=1e-5)
+
+
+def test_gumbel_max_samples_follow_the_softmax():
+    """Sampling is Gumbel-max on uniform noise: frequencies match softmax(logits)."""
+    logits = np.array([0.5, -1.0, 1.5], np.float32)
+    ctx = tl.Context(dims=("b",))
+    (b,) = ctx.dims
+    (B,) = ctx.bounds
+    with ctx:
+        a = Categorical(tl.constant(logits)).sample(tl.random.uniform((3,), domain=(b,), seed=3))
+    got = ctx.compile(bounds={B: 20000}, outputs={"a": a}).run()["a"]
+    freq = np.bincount(got, minlength=3) / len(got)
+    np.testing.assert_allclose(freq, np.asarray(jax.nn.softmax(logits)), atol=0.015)
