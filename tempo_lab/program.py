@@ -35,12 +35,17 @@ class CompileConfig:
         instance; "interpreter" walks the loop AST with the same kernels; "reference" is the
         point-by-point NumPy interpreter.
     block_size: points per block of a growing (block) store.
+    xla_split: on the XLA executor, a loop whose range reads grow with its variable (``0:t+1``)
+        runs as this many loops over equal spans of it, each padding those reads to its own
+        largest length rather than the run's (so their cost grows with ``t``, in steps); 1
+        keeps every loop whole. More segments: less padding, longer XLA compilation.
     sync_profile: wait for every kernel to finish so ``run.profile`` times are device times.
     """
 
     executor: str = "auto"
     validate: bool = True
     block_size: int = 64
+    xla_split: int = 8
     sync_profile: bool = False
     # passes, run in this order when their switch is on (see tempo_lab/passes)
     passes: tuple[str, ...] = ("simplify", "fold", "cse", "dce", "vectorise", "fuse")
@@ -166,7 +171,7 @@ def compile_context(ctx, bounds, outputs, config: CompileConfig | None = None) -
         t0 = time.perf_counter()
         until_ops = {name: sdg.outputs[f"{UNTIL_PREFIX}{name}"] for name in dynamic}
         executable = make_executable(config.executor, sdg, schedule, plan, bounds, until_ops,
-                                     config.sync_profile)
+                                     config.sync_profile, config.xla_split)
         times["lower"] = time.perf_counter() - t0
     return Program(ctx.trace, sdg, bounds, outs, config, times, schedule, plan, executable,
                    {name: sdg.outputs[f"{UNTIL_PREFIX}{name}"] for name in dynamic}, passes)
@@ -247,7 +252,8 @@ class Program(Stage):
                 raise TempoLabError("this program was compiled for the reference interpreter "
                                     "and has no schedule; compile it with another executor")
             executable = make_executable(executor, self.sdg, self.schedule, self.memory,
-                                         self.bounds, self._until, config.sync_profile)
+                                         self.bounds, self._until, config.sync_profile,
+                                         config.xla_split)
         return Program(self.trace, self.sdg, self.bounds, self._outputs, config,
                        self.compile_times, self.schedule, self.memory, executable, self._until,
                        self.passes)

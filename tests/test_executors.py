@@ -380,3 +380,22 @@ def test_semantic_programs_under_pass_switches_on_every_executor(weights, switch
             assert run.bounds == ref.bounds
             for k in outs:
                 close(run[k], ref[k], msg=f"{name}, {switches}, {executor}: {k}")
+
+
+def test_xla_splits_a_loop_whose_reads_grow_and_stays_exact(weights):
+    """A causal read under a loop of T = 150 (size class 256): 8 loops of 32 steps, each
+    padding ``0:t+1`` to its own largest length."""
+    tokens = np.random.default_rng(4).standard_normal((150, EMBED)).astype(np.float32)
+    ctx = tl.Context(dims=("n", "t"))
+    n, t = ctx.dims
+    N, T = ctx.bounds
+    h_out = decoder(ctx, weights, tokens, HEADS)
+    with ctx:
+        y = h_out[N - 1, t]
+    want = numpy_decoder(weights, tokens, HEADS)
+    for split in (8, 1):
+        prog = ctx.compile(bounds={N: LAYERS, T: 150}, outputs={"y": y},
+                           config=cfg("xla", xla_split=split))
+        assert ("8 loops of 32 steps" in prog.executable.source) == (split == 8), \
+            prog.executable.source
+        close(prog.run()["y"], want, msg=f"xla_split={split}")

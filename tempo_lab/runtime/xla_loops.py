@@ -34,7 +34,7 @@ from ..ir.sdg import SDG
 from ..memory.plan import MemoryPlan, size_class
 from ..schedule import Exec, For, Free, If, Schedule, Seq
 from ..stage import Stage
-from ..symbolic import Dim
+from ..symbolic import Const, Dim
 from ..symbolic import isl as I
 from . import index_code as ic
 from .executor import Profile, _attrs_key, collect_outputs, kernel_body
@@ -89,7 +89,7 @@ class XlaExecutor(Stage):
 
     def __init__(self, sdg: SDG, schedule: Schedule, plan: MemoryPlan, bounds: Mapping,
                  until_ops: Mapping[str, int] | None = None, sync: bool = False,
-                 forced: bool = False, reasons: list[str] | None = None):
+                 forced: bool = False, reasons: list[str] | None = None, split: int = 8):
         if reasons:
             op = sdg.ops[next(iter(sdg.outputs.values()))]
             raise TempoLabError("executor='xla' cannot run this program: " + "; ".join(reasons)
@@ -102,8 +102,10 @@ class XlaExecutor(Stage):
         self.stmts: dict[int, list[Stmt]] = {id(n): resolve(sdg, plan, n) for n in self._nodes}
         self.local = _local_values(sdg, plan, schedule.ast, set(self.until_ops.values()))
         self.shapes = self._store_shapes()
+        self.split = max(1, int(split))
         self.pads = {id(st): self._static_pads(st) for n in self._nodes
                      for st in self.stmts[id(n)]}
+        self._seg_pads: dict[tuple, tuple] = {}
         self._ops = sorted({n.op for n in self._nodes})
         self._slot = {i: k for k, i in enumerate(self._ops)}
         self._host = [i for i in self._ops if sdg.ops[i].kind in ("const", "from_array")]
@@ -141,25 +143,57 @@ class XlaExecutor(Stage):
             return 1
         return max(1, _max_over(p.orig, dom, op.domain, self.bounds, 1))
 
-    def _static_pads(self, st: Stmt) -> tuple:
-        """Padded sizes for every symbolic length of a statement, fixed for the whole run: a
+    def _static_pads(self, st: Stmt, seg: tuple = ()) -> tuple:
+        """Padded sizes for every symbolic length of a statement, fixed for the whole run (or
+        for one segment of a split loop, ``seg``: (loop variable, its largest value) pairs): a
         range read at its largest size class; a value's symbolic axes at its store's size."""
         pads = []
         for r in st.reads:
             src = self.plan.storages[r.src]
             for e in r.entries:
                 if e[0] == "s":
-                    pads.append(e[2].cap if e[2].cap is not None else
-                                size_class(self._max(st.op, e[2])))
+                    p = e[2]
+                    pads.append(p.cap if p.cap is not None else _in_segment(p, seg) or
+                                size_class(self._max(st.op, p)))
             for j, c in enumerate(r.cut):
                 if c is not None:
-                    pads.append(src.spatial[j])
+                    pads.append(r.src in self.local and _in_segment(c, seg) or src.spatial[j])
         own = self.plan.storages.get(st.op.id)
         for j, x in enumerate(st.out):
             if isinstance(x, Padded):
-                pads.append(own.spatial[j] if own is not None else
-                            x.cap if x.cap is not None else size_class(self._max(st.op, x)))
+                seg_pad = st.op.id in self.local and _in_segment(x, seg)
+                pads.append(seg_pad or (own.spatial[j] if own is not None else
+                                        x.cap if x.cap is not None else
+                                        size_class(self._max(st.op, x))))
         return tuple(pads)
+
+    def pads_for(self, st: Stmt, seg: tuple) -> tuple:
+        if not seg:
+            return self.pads[id(st)]
+        key = (id(st), seg)
+        if key not in self._seg_pads:
+            self._seg_pads[key] = self._static_pads(st, seg)
+        return self._seg_pads[key]
+
+    def segments(self, node: For) -> list[tuple[int, int]]:
+        """How a loop is split so that range reads growing with its variable are padded per
+        segment, not to their largest size: [(first, end)] with equal static spans, or [] to
+        keep it whole (no such read, a nested loop, a bound that depends on another loop)."""
+        if self.split < 2 or node.step != 1 or node.hi.dims() or node.lo.dims() or any(
+                isinstance(n, For) for n in node.body.walk()):
+            return []
+        v = Dim(node.var)
+        grows = any(_offset(p, v) is not None
+                    for n in node.body.walk() if isinstance(n, Exec)
+                    for st in self.stmts[id(n)] for p in st.padded() if p.cap is None)
+        if not grows:
+            return []
+        classes = {b: size_class(n) for b, n in self.bounds.items()}
+        hi = node.hi.evaluate(classes)
+        span = -(-hi // self.split)
+        if span < 16:
+            return []
+        return [(k * span, (k + 1) * span) for k in range(self.split)]
 
     def _key(self) -> tuple:
         sdg = self.sdg
@@ -172,7 +206,9 @@ class XlaExecutor(Stage):
                 tuple(sorted((i, s.slots) for i, s in self.plan.storages.items())),
                 tuple(sorted((i, sh, str(dt)) for i, (sh, dt) in self.shapes.items())),
                 tuple(sorted(self.local)), tuple(sorted(self.until_ops.items())),
-                tuple(self.pads[id(st)] for n in self._nodes for st in self.stmts[id(n)]))
+                tuple(self.pads[id(st)] for n in self._nodes for st in self.stmts[id(n)]),
+                tuple(tuple(self.segments(n)) for n in self.schedule.ast.walk()
+                      if isinstance(n, For)))
 
     # -- stage --------------------------------------------------------------------------------
     def __repr__(self) -> str:
@@ -206,8 +242,11 @@ class XlaExecutor(Stage):
             return [x for n in node.body for x in self._describe(n, d)]
         if isinstance(node, For):
             kind = "lax.while_loop" if self._until_of(node) else "lax.fori_loop"
+            segs = self.segments(node)
+            split = (f"  # {len(segs)} loops of {segs[0][1]} steps, ranges padded per loop"
+                     if segs else "")
             return [f"{pad}{kind}({ic.var(node.var)} in {ic.expr_src(node.lo)}.."
-                    f"{ic.expr_src(node.hi)}):"] + self._describe(node.body, d + 1)
+                    f"{ic.expr_src(node.hi)}):{split}"] + self._describe(node.body, d + 1)
         if isinstance(node, If):
             if not _has_exec(node):
                 return []
@@ -275,6 +314,21 @@ class XlaExecutor(Stage):
         return values, prof, {name: env[name] for name in (until or {})}
 
 
+def _offset(p: Padded, v: Dim) -> int | None:
+    """c when the length is ``v + c``."""
+    d = p.length - v
+    return d.value if isinstance(d, Const) else None
+
+
+def _in_segment(p: Padded, seg: tuple) -> int | None:
+    """The padded size of a length ``v + c`` in a segment where ``v`` is at most ``top``."""
+    for var, top in seg:
+        c = _offset(p, Dim(var))
+        if c is not None:
+            return max(1, top + c)
+    return None
+
+
 def _has_exec(node) -> bool:
     return any(isinstance(n, Exec) for n in node.walk())
 
@@ -289,6 +343,7 @@ class _Trace:
 
     def __init__(self, ex: XlaExecutor, hosts: dict):
         self.ex, self.hosts = ex, hosts
+        self.seg: tuple = ()  # (loop variable, largest value) of the split loops being traced
 
     def node(self, node, env, state, vals):
         ex = self.ex
@@ -345,7 +400,19 @@ class _Trace:
 
             def fbody(v, carry):
                 return _carry(body(v, _merge(state, keys, carry)), keys)
-            carry = lax.fori_loop(jnp.int32(lo), jnp.int32(hi), fbody, _carry(state, keys))
+            carry = _carry(state, keys)
+            segments = ex.segments(node)
+            if not segments:
+                carry = lax.fori_loop(jnp.int32(lo), jnp.int32(hi), fbody, carry)
+            outer = self.seg
+            for first, end in segments:  # one loop per segment, its reads padded for it
+                self.seg = outer + ((node.var, end - 1),)
+                a = jnp.clip(jnp.int32(lo), first, end)
+
+                def seg_body(v, c):  # a new function each time: JAX caches traces by function
+                    return fbody(v, c)
+                carry = lax.fori_loop(a, jnp.clip(jnp.int32(hi), a, end), seg_body, carry)
+            self.seg = outer
             return _merge(state, keys, carry)
 
         def cond(c):
@@ -405,7 +472,7 @@ class _Trace:
         """The op's value at this point (not yet written anywhere)."""
         ex = self.ex
         op = st.op
-        pads = ex.pads[id(st)]
+        pads = ex.pads_for(st, self.seg)
         reads, out = st.static(pads)
         in_types = tuple(ex.sdg.ops[r.src].type for r in st.reads)
         fn = kernel_body(op, in_types, tuple(p for _, p in reads), out, False, st.levels)
