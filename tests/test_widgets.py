@@ -1,48 +1,245 @@
-"""Payload tests of the notebook views (no browser)."""
+"""Payload tests of the notebook views, without a browser: what each view would draw (DOT,
+SVG, plotly figures, HTML) and that selecting an op reaches every tab of the dashboard."""
 import pytest
 
 import tempo_lab as tl
 
 W = pytest.importorskip("ipywidgets")
+go = pytest.importorskip("plotly.graph_objects")
+pytest.importorskip("anywidget")
+
+from widgets import figures as F  # noqa: E402
+from widgets import graph as G  # noqa: E402
 
 
-def _prog():
-    ctx = tl.Context(dims=("t",))
-    (t,), (T,) = ctx.dims, ctx.bounds
+def _prog(executor="auto"):
+    ctx = tl.Context(dims=("b", "t"))
+    (b, t), (B, T) = ctx.dims, ctx.bounds
     with ctx:
-        x = tl.placeholder((), "float32", domain=(t,), name="x")
-        x[0] = 1.0
-        x[t] = x[t - 1] * 0.5
-        y = x[0:t + 1].sum(axis=0)
-    return ctx.compile(bounds={T: 4}, outputs={"y": y})
+        x = tl.placeholder((4,), "float32", domain=(b, t), name="x")
+        x[b, 0] = tl.ones((4,))
+        x[b, t] = x[b, t - 1] * 0.5 + 1.0
+        y = x[b, 0:t + 1].sum(axis=0)
+        w = x[b, tl.max(0, t - 1):t + 1].mean(axis=0)
+    cfg = tl.CompileConfig() if executor == "auto" else tl.CompileConfig(executor=executor)
+    return ctx.compile(bounds={B: 2, T: 4}, outputs={"y": y, "w": w}, config=cfg)
 
 
-def test_sdg_view_has_picture_and_sections():
-    from widgets import svg_of
+def big_program(n_ops=500):
+    """A long elementwise chain over (b, t): about ``n_ops`` ops once passes that would shrink
+    it are off; reference executor and no validation, so no isl work on hundreds of ops."""
+    ctx = tl.Context(dims=("b", "t"))
+    (b, t), (B, T) = ctx.dims, ctx.bounds
+    with ctx:
+        x = tl.placeholder((4,), "float32", domain=(b, t), name="x")
+        x[b, 0] = tl.ones((4,))
+        x[b, t] = x[b, t - 1] * 0.5 + 1.0
+        y = x
+        for k in range(n_ops // 4):
+            y = tl.tanh(y * (1.0 + k / 1000)) + x[b, tl.max(0, t - 1)]
+    cfg = tl.CompileConfig(executor="reference", validate=False, fuse=False, cse=False,
+                           simplify=False, fold_constants=False)
+    return ctx.compile(bounds={B: 2, T: 4}, outputs={"z": y}, config=cfg)
 
-    prog = _prog()
-    view = prog.sdg.explore()
-    assert isinstance(view, W.VBox)
-    htmls = [c.value for c in view.children]
-    assert any("SDG(ops=" in h for h in htmls)
-    if svg_of("digraph { a -> b }") is not None:
-        assert htmls[0].count("<svg") == 1 and "if t != 0" in htmls[0]
+
+@pytest.fixture(scope="module")
+def prog():
+    return _prog()
 
 
-def test_view_without_dot_program(monkeypatch):
+@pytest.fixture(scope="module")
+def run(prog):
+    return prog.run()
+
+
+@pytest.fixture
+def no_dot(monkeypatch):
     import graphviz
 
     def missing(*a, **k):
         raise graphviz.ExecutableNotFound(("dot",))
 
     monkeypatch.setattr(graphviz.Source, "pipe", missing)
-    view = _prog().sdg.explore()
-    assert "not installed" in view.children[0].value
-    assert "SDG(ops=" in view.children[1].value
 
 
-def test_every_stage_explores():
-    prog = _prog()
-    for stage in (prog, prog.trace, prog.run()):
-        view = stage.explore()
-        assert repr(stage).split("(")[0] in view.children[-1].value
+def _has_dot():
+    return G.svg_of("digraph { a -> b }") is not None
+
+
+# -- SDG explorer -------------------------------------------------------------------------------
+def test_graph_spec_clusters_and_dependence_labels(prog):
+    sdg = prog.passes.initial
+    spec = G.graph_spec(sdg)
+    dot = G.to_dot(spec)
+    assert dot.count("subgraph cluster_") == len({G.region_of(op) for op in sdg.ops.values()})
+    labels = {label for _, _, label, _ in spec.edges}
+    assert any("t - 1" in lab for lab in labels)
+    assert any("0:t + 1" in lab for lab in labels)
+    assert dot == G.to_dot(G.graph_spec(sdg))  # stable: same ids, same colours
+    assert f'id="op{next(iter(sdg.ops))}"' in dot
+
+
+@pytest.mark.skipif(not _has_dot(), reason="graphviz's dot program is not installed")
+def test_sdg_explorer_svg(prog):
+    view = prog.sdg.explore()
+    ex = view.explorer
+    assert ex.graph.svg.count("<svg") == 1 and 'id="op' in ex.graph.svg
+    assert "SDG(ops=" in view.static_html and "<svg" in view.static_html
+    ex.search.value = "x"
+    assert G.MATCH in G.to_dot(ex.spec())
+
+
+def test_search_filter_and_inspector(prog, run):
+    sdg = prog.sdg
+    x = next(op.id for op in sdg.ops.values() if op.name == "x")
+    assert x in G.matches(sdg, "X")
+    spec = G.graph_spec(sdg, kind="merge")
+    assert spec.ops == [x] and "hidden" in spec.hidden[0]
+    facts = F.op_facts(sdg, x, prog.memory, run.profile, run.bounds)
+    assert "x = tl.placeholder" in facts["source"]       # the user's own line
+    assert facts["domain"] == "(t)" or facts["domain"] == "(b, t)"
+    assert facts["dtype"] == "float32" and "storage" in facts and "bytes" in facts
+    assert "calls" in facts["time"]
+
+
+def test_large_graph_collapses_and_says_what_is_hidden():
+    big = big_program(500)
+    sdg = big.sdg
+    assert len(sdg.ops) >= 450
+    spec = G.graph_spec(sdg)
+    assert len(spec.nodes) < 20
+    assert any("collapsed" in h for h in spec.hidden)
+    view = sdg.explore()
+    assert "Not drawn" in view.explorer.graph.note.value
+    view.explorer.search.value = "tanh"          # matches stay visible inside collapsed regions
+    assert len(view.explorer.spec().ops) == len(G.matches(sdg, "tanh"))
+    view.explorer.collapse.value = ()            # everything: too many for graphviz
+    assert len(view.explorer.spec().ops) == len(sdg.ops)
+    assert view.explorer.graph.figure is not None and "plotly layout" in \
+        view.explorer.graph.note.value
+
+
+def test_graph_views_without_dot_fall_back_to_plotly(prog, no_dot):
+    view = prog.sdg.explore()
+    panel = view.explorer.graph
+    assert panel.svg is None and isinstance(panel.figure, go.Figure)
+    ops_trace = panel.figure.data[-1]
+    assert sorted(ops_trace.customdata) == sorted(prog.sdg.ops)
+    assert "not installed" in panel.note.value
+    assert "SDG(ops=" in view.static_html
+    stepper = prog.passes.explore().stepper
+    assert stepper.after.figure is not None
+    dash = prog.explore().dashboard
+    dash.select(next(iter(prog.sdg.ops)))
+    assert dash.sdg.graph.figure is not None
+
+
+def test_layered_layout_handles_recurrences(prog):
+    spec = G.graph_spec(prog.passes.initial)
+    pos = G.layered_positions(spec)
+    assert set(pos) == {n.key for n in spec.nodes}
+    fig = G.graph_figure(spec)
+    assert fig.data[1].text  # dependence expressions drawn
+
+
+# -- pass stepper -------------------------------------------------------------------------------
+def test_pass_rows_and_marks(prog):
+    rows = F.pass_rows(prog.passes)
+    assert [r["pass"] for r in rows] == [r.name for r in prog.passes.records]
+    fuse = next(r for r in prog.passes.records if r.name == "fuse")
+    before, after = F.pass_marks(fuse)
+    assert set(before.values()) <= {"erased", "rewritten"}
+    assert sum(1 for v in before.values() if v == "erased") == fuse.count("erased")
+    table = F.pass_table_html(prog.passes, 0)
+    assert table.count("<tr") == len(rows) + 1
+    st = prog.passes.explore().stepper
+    st.slider.value = len(rows) - 1
+    assert "fuse" in st.title.value
+
+
+# -- schedule -----------------------------------------------------------------------------------
+def test_schedule_payloads(prog):
+    sch = prog.schedule
+    tree = F.tree_html(sch)
+    assert tree.count("<details") >= 2 and "band" in tree and "x" in tree
+    x = next(op.id for op in prog.sdg.ops.values() if op.name == "x")
+    assert F.code_html(sch, x).count("<mark") >= 1
+    pts, arrows, _ = F.iteration_space(sch, {"B": 2, "T": 3})
+    from tempo_lab.schedule import Exec, walk
+
+    n = sum(1 for node, _ in walk(sch.ast, {"B": 2, "T": 3}) if isinstance(node, Exec))
+    assert len(pts) == n and arrows     # t - 1 makes loop-carried arrows
+    assert [p["order"] for p in pts] == sorted(p["order"] for p in pts)
+    fig = F.iteration_figure(sch, {"B": 2, "T": 3}, highlight=x)
+    assert len(fig.data[1].x) == n and fig.layout.annotations
+    view = sch.explore(bounds=prog.bounds).schedule_view
+    view.sliders["T"].value = 2
+    assert view.plot.figure.layout.title.text.startswith("iteration space")
+    assert "T=2" in view.plot.figure.layout.title.text
+
+
+# -- memory -------------------------------------------------------------------------------------
+def test_memory_figure_marks_peaks(prog, run):
+    fig = F.memory_figure(prog.memory, run.profile)
+    names = [t.name for t in fig.data]
+    assert "predicted bytes" in names and "measured bytes" in names
+    peak = next(t for t in fig.data if t.name == "predicted peak")
+    assert peak.y[0] == prog.memory.peak_bytes
+    bars = sum(len(t.y) for t in fig.data if t.type == "bar")
+    assert bars == len(prog.memory.storages)
+    both = F.compare_memory({"a": prog.memory, "b": prog.memory})
+    assert sum(1 for t in both.data if t.name == "predicted bytes") == 2
+
+
+# -- profile ------------------------------------------------------------------------------------
+def test_profile_payloads(prog, run):
+    d = F.icicle_data(prog.sdg, run.profile)
+    total = sum(run.profile.seconds.values()) * 1e3
+    assert d["values"][0] == pytest.approx(total)
+    assert len(d["ids"]) == len(set(d["ids"]))
+    kernels = F.estimated_kernels(prog.schedule, run.profile, run.bounds)
+    assert len(kernels) == sum(run.profile.calls.values())
+    fig = F.timeline_figure(prog.sdg, kernels, estimated=True)
+    assert sum(len(t.x) for t in fig.data) == len(kernels)
+    rows = dict(F.compile_rows(prog))
+    assert "schedule" in rows and any(k.startswith("pass ") for k in rows)
+    assert len(F.compile_figure(prog).data) == len(rows)
+
+
+def test_recorded_run_on_the_interpreter():
+    prog = _prog("interpreter")
+    run, kernels = F.recorded_run(prog)
+    assert kernels is not None and len(kernels) == sum(run.profile.calls.values())
+    assert all(k.end >= k.start for k in kernels)
+    assert not hasattr(prog.executable.__dict__, "_exec")
+
+
+# -- dashboard ----------------------------------------------------------------------------------
+def test_dashboard_tabs_and_linked_selection(prog, run):
+    view = prog.explore(run=run)
+    dash = view.dashboard
+    titles = [dash.tabs.get_title(k) for k in range(len(dash.tabs.children))]
+    assert titles == ["Program", "SDG", "Passes", "Schedule", "Memory", "Profile"]
+    x = next(op.id for op in prog.sdg.ops.values() if op.name == "x")
+    dash.picker.value = x
+    assert dash.sdg.selected == x and "x = tl.placeholder" in dash.sdg.inspector.value
+    assert "<mark" in dash.views["Schedule"].code.value
+    mem = dash.views["Memory"].plot.figure
+    assert any(3 in (t.marker.line.width or ()) for t in mem.data if t.type == "bar")
+    tl_fig = dash.views["Profile"].timeline.figure
+    assert any("#d62728" in t.marker.color for t in tl_fig.data)
+    dash.picker.value = -1
+    assert dash.sdg.selected is None
+
+
+def test_reference_program_dashboard():
+    view = _prog("reference").explore()
+    assert "reference executor keeps no profile" in view.dashboard.views["Profile"].widget \
+        .children[0].value
+
+
+def test_static_html_for_renderers_without_a_kernel(prog, run):
+    for stage in (prog, prog.sdg, prog.passes, prog.schedule, prog.memory, run, prog.trace):
+        bundle = stage.explore()._repr_mimebundle_()
+        assert "application/vnd.jupyter.widget-view+json" in bundle
+        assert repr(stage).split("(")[0] in bundle["text/html"]

@@ -76,7 +76,8 @@ class GraphPanel:
 
     def show(self, spec: G.GraphSpec):
         W = _ipywidgets()
-        self.svg = G.svg_of(G.to_dot(spec))
+        too_big = len(spec.nodes) > G.DOT_LIMIT
+        self.svg = None if too_big else G.svg_of(G.to_dot(spec))
         head = f"<b>{html.escape(self.title)}</b> " if self.title else ""
         self.note.value = head + G.hidden_html(spec)
         if self.svg is not None:
@@ -94,9 +95,11 @@ class GraphPanel:
             self._slot.show(self.figure)
             if self.on_pick is not None:
                 self._slot.widget.data[-1].on_click(self._clicked)
-        self.note.value = head + ("<i>graphviz's <code>dot</code> program is not installed: "
-                                  "plotly layout instead (Debian: apt-get install graphviz)"
-                                  "</i> " + G.hidden_html(spec))
+        why = (f"{len(spec.nodes)} nodes are more than graphviz lays out quickly "
+               f"({G.DOT_LIMIT}); collapse regions for the SVG picture" if too_big else
+               "graphviz's <code>dot</code> program is not installed (Debian: apt-get install "
+               "graphviz)")
+        self.note.value = head + f"<i>{why}: plotly layout instead.</i> " + G.hidden_html(spec)
         self.box.children = (self._slot.widget,)
 
     def _clicked(self, trace, points, state):

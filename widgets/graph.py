@@ -22,6 +22,7 @@ from .palette import (
 
 COLLAPSE_ABOVE = 80     # graphs with more ops start with their large regions collapsed
 REGION_LIMIT = 12       # ... namely the regions with more ops than this
+DOT_LIMIT = 160         # more nodes than this take graphviz minutes: plotly layout instead
 
 
 @dataclass
