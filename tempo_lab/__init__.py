@@ -1,5 +1,5 @@
 """tempo_lab: a notebook workbench for compiled dynamic deep learning over recurrent tensors."""
-from . import nn, optim, random
+from . import nn, optim, random, rl
 from .config import config
 from .errors import (
                      BoundsError,
@@ -66,7 +66,7 @@ __all__ = [
     "ExprError", "GradientError", "Program", "RecurrentTensor", "Run", "SDG", "ScheduleError", "ShapeError",
     "Slice", "TempoLabError", "Trace", "abs", "arange", "concatenate", "config", "constant",
     "cos", "eq", "exp", "expand_dims", "from_array", "full", "grad", "lift", "log", "matmul", "max", "maximum",
-    "mean", "min", "minimum", "ne", "nn", "ones", "optim", "placeholder", "random", "relu", "reshape", "sigmoid", "sin",
+    "mean", "min", "minimum", "ne", "nn", "ones", "optim", "placeholder", "random", "relu", "reshape", "rl", "sigmoid", "sin",
     "sink", "softmax", "source", "sqrt", "squeeze", "stack", "sum", "tanh", "transpose", "until",
     "where", "zeros",
 ]
