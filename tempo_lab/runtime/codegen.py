@@ -319,7 +319,10 @@ class CodegenExecutor(Stage):
         env = {**bounds, **reached}
         outs = collect_outputs(self.sdg, env, bufs)
         prof = Profile(self.sdg, calls={i: n for i, n in calls.items() if n},
-                       seconds=dict(secs), timeline=timeline, synced=self.sync)
+                       seconds=dict(secs), timeline=timeline, synced=self.sync,
+                       measured="store bytes: the store buffers after every statement (counted "
+                                "when a store is first written, grows or is freed); calls: "
+                                "statement instances run")
         prof.wall_s = time.perf_counter() - t0
         return outs, prof, {name: env[name] for name in (until or {})}
 

@@ -43,6 +43,8 @@ class Profile(Stage):
     timeline: list[int] = field(default_factory=list)
     wall_s: float = 0.0
     synced: bool = False
+    measured: str = ("store bytes: the store buffers after every statement; calls: statement "
+                     "instances dispatched")
 
     @property
     def peak_bytes(self) -> int:
@@ -64,14 +66,15 @@ class Profile(Stage):
         calls = [f"{self.sdg.ops[i].label} ({self.sdg.ops[i].kind}): {n} calls"
                  for i, n in sorted(self.calls.items())]
         return [("kernel calls", calls),
-                ("store bytes", [f"peak {self.peak_bytes} over {len(self.timeline)} steps"])]
+                ("store bytes", [f"peak {self.peak_bytes} over {len(self.timeline)} steps"]),
+                ("what is measured", [self.measured])]
 
     def to_dict(self) -> dict:
         return {"schema": "tempo_lab.profile/1", "calls": {str(k): v for k, v in
                                                             self.calls.items()},
                 "seconds": {str(k): v for k, v in self.seconds.items()},
                 "peak_bytes": self.peak_bytes, "timeline": list(self.timeline),
-                "wall_s": self.wall_s, "synced": self.synced}
+                "wall_s": self.wall_s, "synced": self.synced, "measured": self.measured}
 
 
 class _Store:

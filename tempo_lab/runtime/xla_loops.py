@@ -41,6 +41,7 @@ from .executor import Profile, _attrs_key, collect_outputs, kernel_body
 from .statements import Padded, Stmt, resolve
 
 _PROGRAMS: dict[tuple, object] = {}  # structural key -> jitted program (process-wide)
+MAX_PROGRAMS = 64  # the least recently used go (each holds its compiled XLA executables)
 
 
 def disqualifiers(sdg: SDG, schedule: Schedule, plan: MemoryPlan, bounds) -> list[str]:
@@ -283,9 +284,12 @@ class XlaExecutor(Stage):
     def _compiled(self):
         if self._fn is None:
             key = self._key()
-            fn = _PROGRAMS.get(key)
+            fn = _PROGRAMS.pop(key, None)
             if fn is None:
-                fn = _PROGRAMS[key] = jax.jit(self._program())
+                fn = jax.jit(self._program())
+            _PROGRAMS[key] = fn  # most recently used last
+            while len(_PROGRAMS) > MAX_PROGRAMS:
+                _PROGRAMS.pop(next(iter(_PROGRAMS)))
             self._fn = fn
             self._host_arrays = tuple(jnp.asarray(self.sdg.ops[i].attrs[
                 "value" if self.sdg.ops[i].kind == "const" else "array"]) for i in self._host)
@@ -307,10 +311,11 @@ class XlaExecutor(Stage):
         calls = np.asarray(calls)
         prof = Profile(self.sdg, calls={i: int(calls[k]) for k, i in enumerate(self._ops)
                                         if calls[k]},
-                       timeline=[self.static_bytes], synced=True)
+                       timeline=[self.static_bytes], synced=True,
+                       measured="store bytes: the static stores the XLA program allocates for "
+                                "the whole run (one timeline entry); calls: statement instances "
+                                "counted inside the XLA program")
         prof.wall_s = time.perf_counter() - t0
-        prof.measured = ("store bytes: the static stores the XLA program allocates for the "
-                         "whole run; calls: counted inside the XLA program")
         return values, prof, {name: env[name] for name in (until or {})}
 
 
