@@ -84,6 +84,58 @@ def test_cartpole_reset_and_termination():
     assert 5 < steps < 60 and abs(float(s[2])) > env.theta_limit
 
 
+@pytest.mark.parametrize("env", [CartPole(), Pendulum()], ids=["cartpole", "pendulum"])
+def test_rollout_replays_in_plain_jax(env):
+    """A rollout over (b, t) with a sampled policy: replaying its actions through the plain JAX
+    environment gives the same states and rewards; ``alive`` is 1 up to the ending transition
+    and 0 after it, and the state stays frozen once the episode is over."""
+    net = tl.rl.ActorCritic.for_env(env, hidden=8)
+    theta = net.init(seed=1, log_std=0.5)
+    ctx = tl.Context(dims=("b", "t"))
+    b, t = ctx.dims
+    B, T = ctx.bounds
+    with ctx:
+        th = tl.constant(theta)
+
+        def act(obs, u):
+            d = tl.rl.policy(net, th, obs)
+            return d.sample(u), {"logp": d.log_prob(d.sample(u))}
+
+        ro = tl.rl.rollout(env, t, act, seed=5)
+    n_t = 40
+    res = ctx.compile(bounds={B: 4, T: n_t}, outputs={"s": ro.state, "a": ro.action,
+                                                      "r": ro.reward, "alive": ro.alive,
+                                                      "logp": ro.extras["logp"]}).run()
+    assert np.isfinite(res["logp"]).all()
+    step = jax.jit(env.step)
+    for row in range(4):
+        s, alive = jnp.asarray(res["s"][row, 0]), 1.0
+        for k in range(n_t):
+            np.testing.assert_allclose(res["s"][row, k], s, rtol=1e-4, atol=1e-4)
+            assert res["alive"][row, k] == alive
+            new, r, done = step(s, res["a"][row, k])
+            np.testing.assert_allclose(res["r"][row, k], float(r) * alive, rtol=1e-4, atol=1e-5)
+            if alive and not done:
+                s = new
+            alive = alive * (1.0 - float(done))
+    if isinstance(env, CartPole):  # a random policy drops the pole within 40 steps somewhere
+        assert (res["alive"][:, -1] == 0).any()
+
+
+def test_errors_name_the_user_line():
+    ctx = tl.Context(dims=("t", "b"))
+    t, b = ctx.dims
+    T, _ = ctx.bounds
+    with ctx:
+        with pytest.raises(tl.DefinitionError, match="last dim") as e:
+            tl.rl.rollout(CartPole(), t, lambda obs, u: (tl.zeros((), "int32"), {}))
+        assert e.value.loc.file == __file__
+        r = tl.zeros(()) + t
+        with pytest.raises(tl.DefinitionError, match="n >= 1") as e:
+            n_step_returns(r, r, t, T, 0.9, 0)
+        assert e.value.loc.file == __file__
+
+
 # -- returns ----------------------------------------------------------------------------------------
 B_, T_ = 3, 11
 R = rng.normal(size=(B_, T_)).astype(np.float32)
@@ -216,3 +268,27 @@ def test_gumbel_max_samples_follow_the_softmax():
     got = ctx.compile(bounds={B: 20000}, outputs={"a": a}).run()["a"]
     freq = np.bincount(got, minlength=3) / len(got)
     np.testing.assert_allclose(freq, np.asarray(jax.nn.softmax(logits)), atol=0.015)
+
+
+# -- algorithms -------------------------------------------------------------------------------------
+def test_reinforce_monte_carlo_and_td_n_improve():
+    """A short budget (8 iterations of 8 CartPoles x 32 steps): the mean return of the last two
+    iterations beats the first two by 1.3x (measured: MC 18.4 -> 29.0, TD(4) 18.4 -> 29.2)."""
+    for cfg in (tl.rl.ReinforceConfig(), tl.rl.ReinforceConfig(n_step=4)):
+        curves = tl.rl.train(tl.rl.reinforce, CartPole(), cfg, iterations=8, num_envs=8, steps=32)
+        ret = curves["episode_return"]
+        assert ret.shape == (8,) and all(np.isfinite(v).all() for v in curves.values())
+        assert ret[-2:].mean() > 1.3 * ret[:2].mean(), (cfg, ret)
+
+
+def test_ppo_learns_cartpole():
+    """PPO on CartPole, 16 iterations of 8 environments x 64 steps (horizon 64, so the mean
+    return is at most 64), seed 0. Measured: first three iterations 21.3, last three 64.0 (the
+    horizon), entropy 0.69 -> 0.40. Threshold: the last three at least twice the first three."""
+    curves = tl.rl.train(tl.rl.ppo, CartPole(), tl.rl.PPOConfig(), iterations=16, num_envs=8,
+                         steps=64)
+    ret = curves["episode_return"]
+    assert ret.shape == (16,) and np.isfinite(ret).all()
+    assert ret[-3:].mean() > 2.0 * ret[:3].mean(), ret
+    assert curves["entropy"][-1] < curves["entropy"][0]
+    np.testing.assert_array_equal(curves["episode_length"], ret)  # reward 1 per alive step

@@ -13,6 +13,7 @@ have; the γ^k weights come from unrolling it, which is what the NumPy reference
 """
 from __future__ import annotations
 
+from ..errors import DefinitionError, user_location
 from ..frontend.api import placeholder
 from ..frontend.tensor import RecurrentTensor as RT
 from ..symbolic import Dim
@@ -51,8 +52,8 @@ def n_step_returns(r: RT, value: RT, t: Dim, T, gamma: float, n: int, done: RT |
     ``G[t] = Σ_{k<n} γ^k r[t + k] + γ^n c[t] G[t + n]`` with ``c[t] = Π_{k<n} (1 - done[t + k])``,
     so the n-step return is ``G[t] + γ^n c[t] (V[t + n] - G[t + n])`` where ``t + n < T`` and
     ``G[t]`` elsewhere."""
-    if n < 1:
-        raise ValueError(f"n_step_returns needs n >= 1, got {n}")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise DefinitionError(f"n_step_returns needs an int n >= 1, got {n!r}", user_location())
     g = discounted_returns(r, t, T, gamma, done, mask, bootstrap)
     out = placeholder(r.shape, r.dtype, domain=r.domain, name=f"returns_{n}step")
     ahead = _keys(g, t, t + n)

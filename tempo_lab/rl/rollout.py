@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from ..errors import DefinitionError, user_location
 from ..frontend.api import lift, placeholder, where
 from ..frontend.context import current_context
 from ..frontend.tensor import RecurrentTensor as RT
@@ -48,7 +49,8 @@ def rollout(env, t: Dim, act: Callable[[RT, RT], tuple], seed: int = 0) -> Rollo
     ctx = current_context()
     dims = ctx.dims
     if dims[-1] != t:
-        raise ValueError(f"rollout: the step dim {t} must be the context's last dim")
+        raise DefinitionError(f"rollout: the step dim {t} must be the context's last dim (the "
+                              f"context has ({', '.join(map(str, dims))}))", user_location())
     outer = dims[:-1]
     shape, dtype = action_type(env)
     state = placeholder((env.state_dim,), "float32", domain=dims, name="env_state")
