@@ -271,20 +271,23 @@ def test_gumbel_max_samples_follow_the_softmax():
 
 
 # -- algorithms -------------------------------------------------------------------------------------
-def test_reinforce_monte_carlo_and_td_n_improve():
-    """A short budget (8 iterations of 8 CartPoles x 32 steps): the mean return of the last two
-    iterations beats the first two by 1.3x (measured: MC 18.4 -> 29.0, TD(4) 18.4 -> 29.2)."""
-    for cfg in (tl.rl.ReinforceConfig(), tl.rl.ReinforceConfig(n_step=4)):
-        curves = tl.rl.train(tl.rl.reinforce, CartPole(), cfg, iterations=8, num_envs=8, steps=32)
-        ret = curves["episode_return"]
-        assert ret.shape == (8,) and all(np.isfinite(v).all() for v in curves.values())
-        assert ret[-2:].mean() > 1.3 * ret[:2].mean(), (cfg, ret)
+@pytest.mark.parametrize("cfg", [tl.rl.ReinforceConfig(), tl.rl.ReinforceConfig(n_step=4)],
+                         ids=["monte_carlo", "td4"])
+def test_reinforce_improves(cfg):
+    """A short budget (8 iterations of 8 CartPoles x 32 steps, seed 0): the mean return of the
+    last two iterations beats the first two by 1.3x. Measured: Monte-Carlo 17.7 -> 30.4, TD(4)
+    17.7 -> 29.4 (the horizon caps returns at 32)."""
+    curves = tl.rl.train(tl.rl.reinforce, CartPole(), cfg, iterations=8, num_envs=8, steps=32)
+    ret = curves["episode_return"]
+    assert ret.shape == (8,) and all(np.isfinite(v).all() for v in curves.values())
+    assert ret[-2:].mean() > 1.3 * ret[:2].mean(), ret
 
 
 def test_ppo_learns_cartpole():
     """PPO on CartPole, 16 iterations of 8 environments x 64 steps (horizon 64, so the mean
-    return is at most 64), seed 0. Measured: first three iterations 21.3, last three 64.0 (the
-    horizon), entropy 0.69 -> 0.40. Threshold: the last three at least twice the first three."""
+    return is at most 64), seed 0. Measured: first three iterations 21.3, last three 62.8,
+    entropy 0.69 -> 0.40; about 45 s on 2 cores. Threshold: the last three at least twice the
+    first three."""
     curves = tl.rl.train(tl.rl.ppo, CartPole(), tl.rl.PPOConfig(), iterations=16, num_envs=8,
                          steps=64)
     ret = curves["episode_return"]
