@@ -142,7 +142,9 @@ def _normalised(x: RT, ro, count, i, B, T) -> RT:
 
 def ppo(ctx, env, cfg: PPOConfig = PPOConfig()) -> Training:
     """Build PPO in ``ctx`` (dims ``(i, b, t)``): the clipped surrogate on GAE advantages,
-    ``vf_coef ·`` the squared error to the GAE value targets, ``- ent_coef ·`` the entropy."""
+    ``vf_coef ·`` the squared error to the GAE value targets, ``- ent_coef ·`` the entropy.
+    With one update per batch the ratio is 1 where the gradient is taken, so the clip does not
+    bind yet; it will once several epochs run over a batch (an extra dim)."""
     i, b, t = ctx.dims
     _, B, T = ctx.bounds
 
