@@ -74,6 +74,9 @@ def lab(tmp_path_factory):
           subprocess.run([sys.executable, "-c", "import jupyterlab"]).returncode == 0)
     home = tmp_path_factory.mktemp("lab")
     _notebook(home / "explore.ipynb")
+    news = home / ".settings" / "@jupyterlab" / "apputils-extension"
+    news.mkdir(parents=True)   # no "get notified about Jupyter news?" toast over screenshots
+    (news / "notification.jupyterlab-settings").write_text('{"fetchNews": "false"}')
     port, token = _free_port(), secrets.token_hex(16)
     env = {**os.environ, "JAX_PLATFORMS": "cpu", "PYTHONPATH": str(ROOT),
            "JUPYTER_CONFIG_DIR": str(home / ".jupyter"),
@@ -82,7 +85,7 @@ def lab(tmp_path_factory):
     log = open(home / "lab.log", "w")
     proc = subprocess.Popen(
         [sys.executable, "-m", "jupyterlab", "--no-browser", "--ServerApp.ip=127.0.0.1",
-         f"--ServerApp.port={port}", "--ServerApp.port_retries=0",
+         f"--ServerApp.port={port}", "--ServerApp.port_retries=0", "--allow-root",
          f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={home}",
          "--LabApp.expose_app_in_browser=True", "--LabApp.news_url=",
          "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
@@ -101,19 +104,29 @@ def lab(tmp_path_factory):
                 time.sleep(0.5)
         yield url, token
     finally:
-        os.killpg(proc.pid, signal.SIGTERM)   # the server and the kernels it started
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
+        _stop(proc)
         log.close()
+
+
+def _stop(proc: subprocess.Popen):
+    """End the server we started and the kernels it started (its own process group)."""
+    for sig, wait in ((signal.SIGTERM, 20), (signal.SIGKILL, 10)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
 
 
 @pytest.fixture(scope="module")
 def page(lab):
     _need(f"chromium at {CHROMIUM}", os.path.exists(CHROMIUM))
     try:
+        from playwright.sync_api import TimeoutError as PlaywrightTimeout
         from playwright.sync_api import sync_playwright
     except ImportError:
         _need("the playwright package (pip install playwright)", False)
@@ -132,7 +145,13 @@ def page(lab):
             pg.wait_for_selector(".jp-NotebookPanel [data-status='idle'], "
                                  ".jp-Notebook-ExecutionIndicator[data-status='idle']",
                                  timeout=60_000, state="attached")
-            pg.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells')")
+            try:  # a fresh profile may ask which kernel to start
+                pg.wait_for_selector(".jp-Dialog .jp-mod-accept", timeout=5_000).click()
+            except PlaywrightTimeout:
+                pass
+            # not awaited: the command's promise settles only when every cell has run
+            pg.evaluate("() => { window.jupyterapp.commands.execute("
+                        "'notebook:run-all-cells'); }")
             pg.wait_for_selector(".tempo-lab-tabs", timeout=120_000)
             yield pg
         finally:
@@ -162,7 +181,7 @@ def test_dashboard_tabs_render(page):
     page.wait_for_selector(".tempo-lab-sdg svg g.node", timeout=30_000)
     assert page.locator(".tempo-lab-sdg svg g.node").count() >= 20
     assert page.locator(".tempo-lab-sdg svg g.cluster").count() >= 3
-    assert "0:t + 1" in page.locator(".tempo-lab-sdg svg").inner_text()
+    assert "0:t + 1" in page.locator(".tempo-lab-sdg svg").first.text_content()
     _shot(page, "2_sdg")
 
     _tab(page, "Passes")
@@ -205,7 +224,7 @@ def test_selection_is_linked_across_tabs(page):
     _tab(page, "SDG")
     marked = page.locator(".tempo-lab-sdg svg g.node:has([stroke='#d62728'])")
     marked.first.wait_for(timeout=30_000)
-    assert marked.count() == 1 and "h_in" in marked.inner_text()
+    assert marked.count() == 1 and "h_in" in marked.text_content()
     assert "h_in" in page.locator(".tempo-lab-inspector").inner_text()
     _shot(page, "7_selected_sdg")
     _tab(page, "Schedule")

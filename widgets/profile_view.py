@@ -69,11 +69,21 @@ def estimated_kernels(schedule, profile, bounds) -> list[Kernel]:
     return out
 
 
+def untimed(kernels: list[Kernel]) -> bool:
+    """True when the executor measured no per-op time (a whole loop nest in one XLA call)."""
+    return bool(kernels) and all(k.end - k.start <= 0 for k in kernels)
+
+
 def timeline_figure(sdg, kernels: list[Kernel], highlight: int | None = None,
                     estimated: bool = False):
-    """One row per op (in order of first call), one bar per kernel call; a ``go.Figure``."""
+    """One row per op (in order of first call), one bar per kernel call; a ``go.Figure``.
+    Without per-op times the x axis is the call's position in schedule order instead."""
     import plotly.graph_objects as go
 
+    if untimed(kernels):
+        kernels = [Kernel(k.op, k.point, i * 1e-3, (i + 1) * 1e-3)
+                   for i, k in enumerate(kernels)]
+        estimated = None
     rows = list(dict.fromkeys(k.op for k in kernels))
     fig = go.Figure()
     by_cat: dict[str, list[Kernel]] = {}
@@ -89,10 +99,13 @@ def timeline_figure(sdg, kernels: list[Kernel], highlight: int | None = None,
                        f"{list(k.point)}: {(k.end - k.start) * 1e6:.0f} µs" for k in ks],
             marker=dict(color=[HIGHLIGHT if k.op == highlight else colour for k in ks],
                         line=dict(width=0.5, color="#555"))))
-    what = "estimated from per-op totals" if estimated else "measured"
+    what = ("no per-kernel times from this executor: calls in schedule order"
+            if estimated is None else "estimated from per-op totals" if estimated
+            else "measured")
     fig.update_layout(template=TEMPLATE, barmode="overlay", bargap=0.15,
                       title=f"kernel timeline ({len(kernels)} calls, {what})",
-                      xaxis_title="ms since the run started",
+                      xaxis_title="call number" if estimated is None
+                      else "ms since the run started",
                       yaxis=dict(categoryorder="array", categoryarray=[sdg.ops[i].label
                                                                        for i in rows],
                                  autorange="reversed"),
@@ -102,7 +115,9 @@ def timeline_figure(sdg, kernels: list[Kernel], highlight: int | None = None,
 
 
 def icicle_data(sdg, profile) -> dict[str, list]:
-    """ids, labels, parents and values (ms) of the icicle: all → region → kind → op."""
+    """ids, labels, parents and values of the icicle: all → region → kind → op. Values are
+    milliseconds, or kernel calls (``unit``) when the executor measured no per-op time."""
+    timed = any(v > 0 for v in profile.seconds.values())
     ids, labels, parents, values = ["all"], ["all kernels"], [""], [0.0]
     seen: dict[str, int] = {"all": 0}
 
@@ -117,13 +132,14 @@ def icicle_data(sdg, profile) -> dict[str, list]:
 
     for i in sorted(profile.calls):
         op = sdg.ops[i]
-        ms = profile.seconds.get(i, 0.0) * 1e3
+        ms = profile.seconds.get(i, 0.0) * 1e3 if timed else float(profile.calls[i])
         region = region_of(op)
         values[0] += ms
         add(region, region, "all", ms)
         add(f"{region}/{op.kind}", op.kind, region, ms)
         add(f"{region}/{op.kind}/{op.label}", op.label, f"{region}/{op.kind}", ms)
-    return {"ids": ids, "labels": labels, "parents": parents, "values": values}
+    return {"ids": ids, "labels": labels, "parents": parents, "values": values,
+            "unit": "ms" if timed else "calls"}
 
 
 def icicle_figure(sdg, profile, highlight: int | None = None):
@@ -145,8 +161,10 @@ def icicle_figure(sdg, profile, highlight: int | None = None):
     fig = go.Figure(go.Icicle(ids=d["ids"], labels=d["labels"], parents=d["parents"],
                               values=d["values"], branchvalues="total",
                               marker=dict(colors=colours), tiling=dict(orientation="v"),
-                              hovertemplate="%{label}: %{value:.3f} ms<extra></extra>"))
-    fig.update_layout(template=TEMPLATE, title="kernel time by region, kind and op (ms)",
+                              hovertemplate=f"%{{label}}: %{{value:.3f}} {d['unit']}"
+                                            "<extra></extra>"))
+    what = "time (ms)" if d["unit"] == "ms" else "calls (this executor measured no times)"
+    fig.update_layout(template=TEMPLATE, title=f"kernel {what} by region, kind and op",
                       height=420, margin=dict(l=10, r=10, t=40, b=10))
     return fig
 
