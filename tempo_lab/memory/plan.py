@@ -9,6 +9,7 @@ Outputs grow along every dim (all points are returned); values nobody reads get 
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import islpy as isl
@@ -67,7 +68,7 @@ class Storage:
 
     @property
     def item_bytes(self) -> int:
-        return int(np.prod(self.spatial, dtype=np.int64)) * self.dtype.itemsize
+        return math.prod(self.spatial) * self.dtype.itemsize  # not np.prod: called per step
 
     def bytes_for(self, extents: tuple[int, ...]) -> int:
         """Bytes of the buffer once the growing axes reach ``extents`` (blocks, rounded up)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..errors import ExprError
-from .expr import Const, Dim, Expr, Lin, as_expr
+from .expr import Const, Dim, Expr, Lin, as_expr, fast_evaluate
 
 
 class Cond:
@@ -37,7 +37,11 @@ class Cond:
                         "(not 'and'/'or'/'not' or chained comparisons)")
 
     def evaluate(self, env: dict[str, int]) -> bool:
-        raise NotImplementedError
+        """Compiled to a Python lambda on first use, like ``Expr.evaluate``."""
+        return fast_evaluate(self, env)
+
+    def __getstate__(self):
+        return {k: v for k, v in self.__dict__.items() if k != "_fn"}
 
     def symbols(self):
         raise NotImplementedError
@@ -55,6 +59,9 @@ class BoolConst(Cond):
 
     def evaluate(self, env):
         return self.value
+
+    def _py(self):
+        return str(bool(self.value))
 
     def symbols(self):
         return frozenset()
@@ -79,9 +86,12 @@ class Cmp(Cond):
     op: str
     expr: Expr
 
-    def evaluate(self, env):
+    def _eval(self, env):
         v = self.expr.evaluate(env)
         return v >= 0 if self.op == ">=" else v == 0
+
+    def _py(self):
+        return f"({self.expr._py()} {self.op} 0)"
 
     def symbols(self):
         return self.expr.symbols()
@@ -112,9 +122,12 @@ class Junction(Cond):
     op: str  # "and" | "or"
     args: tuple[Cond, ...]
 
-    def evaluate(self, env):
+    def _eval(self, env):
         vals = (a.evaluate(env) for a in self.args)
         return all(vals) if self.op == "and" else any(vals)
+
+    def _py(self):
+        return "(" + f" {self.op} ".join(a._py() for a in self.args) + ")"
 
     def symbols(self):
         return frozenset().union(*(a.symbols() for a in self.args))
@@ -133,8 +146,11 @@ class Junction(Cond):
 class Not(Cond):
     arg: Cond
 
-    def evaluate(self, env):
+    def _eval(self, env):
         return not self.arg.evaluate(env)
+
+    def _py(self):
+        return f"(not {self.arg._py()})"
 
     def symbols(self):
         return self.arg.symbols()

@@ -23,6 +23,9 @@ class Expr:
 
     __slots__ = ()
 
+    def __getstate__(self):  # the compiled lambda is a cache, not state (and not picklable)
+        return {k: v for k, v in self.__dict__.items() if k != "_fn"}
+
     # -- arithmetic -------------------------------------------------------------------------
     def _not_integer(self, other, op: str):
         raise ExprError(f"index expressions are integers: {self} {op} {other!r} is not one. For "
@@ -109,8 +112,10 @@ class Expr:
 
     # -- queries ------------------------------------------------------------------------------
     def evaluate(self, env: dict[str, int]) -> int:
-        """Value at a point: ``env`` maps dim and bound names to ints."""
-        raise NotImplementedError
+        """Value at a point: ``env`` maps dim and bound names to ints. Compiled to a Python
+        lambda on first use: the memory planner and the executors evaluate the same
+        expressions millions of times."""
+        return fast_evaluate(self, env)
 
     def atoms(self) -> tuple[Expr, ...]:
         """The symbols and non-linear pieces this expression is a linear combination of."""
@@ -155,6 +160,9 @@ class Const(Expr):
     def evaluate(self, env):
         return self.value
 
+    def _py(self):
+        return f"({self.value})"
+
     def atoms(self):
         return ()
 
@@ -177,6 +185,9 @@ class Sym(Expr):
         except KeyError:
             raise ExprError(f"no value for {self.name} when evaluating an index expression; "
                             "give every bound in ctx.compile(bounds=...)") from None
+
+    def _py(self):
+        return f"env[{self.name!r}]"
 
     def symbols(self):
         return frozenset({self})
@@ -217,8 +228,12 @@ class Lin(Expr):
     terms: tuple[tuple[Expr, int], ...]
     const: int
 
-    def evaluate(self, env):
+    def _eval(self, env):
         return sum(c * a.evaluate(env) for a, c in self.terms) + self.const
+
+    def _py(self):
+        return "(" + " + ".join([f"{c} * {a._py()}" for a, c in self.terms]
+                                + [str(self.const)]) + ")"
 
     def atoms(self):
         return tuple(a for a, _ in self.terms)
@@ -246,9 +261,12 @@ class MinMax(Expr):
     op: str  # "min" | "max"
     args: tuple[Expr, ...]
 
-    def evaluate(self, env):
+    def _eval(self, env):
         vals = [a.evaluate(env) for a in self.args]
         return min(vals) if self.op == "min" else max(vals)
+
+    def _py(self):
+        return f"{self.op}({', '.join(a._py() for a in self.args)})"
 
     def symbols(self):
         return frozenset().union(*(a.symbols() for a in self.args))
@@ -268,9 +286,12 @@ class DivMod(Expr):
     arg: Expr
     divisor: int
 
-    def evaluate(self, env):
+    def _eval(self, env):
         v = self.arg.evaluate(env)
         return v // self.divisor if self.op == "//" else v % self.divisor
+
+    def _py(self):
+        return f"({self.arg._py()} {self.op} {self.divisor})"
 
     def symbols(self):
         return self.arg.symbols()
@@ -289,6 +310,19 @@ class DivMod(Expr):
 
 
 # -- construction helpers --------------------------------------------------------------------
+def fast_evaluate(x, env):
+    """``x._py()`` compiled once per object and cached on it; a missing name falls back to
+    ``x._eval``, which says which one (shared by expressions and conditions)."""
+    fn = x.__dict__.get("_fn")
+    if fn is None:
+        fn = eval(f"lambda env: {x._py()}", {"min": min, "max": max})  # noqa: S307 - our AST
+        object.__setattr__(x, "_fn", fn)
+    try:
+        return fn(env)
+    except KeyError:
+        return x._eval(env)
+
+
 def _is_int_like(x) -> bool:
     import numpy as np
 
