@@ -68,7 +68,8 @@ class PassStepper:
 
         self.trace, self.selected = trace, None
         n = len(trace.records)
-        self.slider = W.IntSlider(value=0, min=0, max=max(n - 1, 0), description="pass",
+        first = next((k for k, r in enumerate(trace.records) if r.events), 0)  # one that did work
+        self.slider = W.IntSlider(value=first, min=0, max=max(n - 1, 0), description="pass",
                                   disabled=n == 0, continuous_update=False)
         self.title = W.HTML()
         self.before, self.after = GraphPanel("before"), GraphPanel("after")

@@ -174,10 +174,9 @@ def compile_rows(prog) -> list[tuple[str, float]]:
     rows = []
     for stage, sec in prog.compile_times.items():
         if stage == "passes" and prog.passes is not None and prog.passes.records:
-            rest = sec - sum(r.seconds for r in prog.passes.records)
+            rest = max(0.0, sec - sum(r.seconds for r in prog.passes.records))
             rows += [(f"pass {r.name}", r.seconds) for r in prog.passes.records]
-            if rest > 0:
-                rows.append(("passes (manager)", rest))
+            rows.append(("passes (manager)", rest))
         else:
             rows.append((stage, sec))
     return rows
