@@ -1,0 +1,428 @@
+"""RL training benchmark: PPO on CartPole in tempo_lab (one program) and in CleanRL-style JAX.
+
+    python -m benchmarks.rl [--quick] [--iterations 5] [--num-envs 32] [--ep-len 250]
+        [--hidden 64] [--sweep ep_len num_envs hidden] [--systems ...]
+        [--out benchmarks/results/rl.json] [--no-progress]
+
+Systems (same environment, network, initial parameters, random numbers and hyper-parameters):
+
+- ``tempo_lab``: ``tl.rl.ppo`` compiled over ``(i, b, t)``: acting, GAE, the loss, its gradient
+  and Adam for every iteration are one program, and the loss reuses the acting forward pass
+  (common-subexpression elimination merges the two copies of the network).
+- ``cleanrl_jax``: the structure of CleanRL's JAX PPO written here in plain JAX: a jitted acting
+  phase (``lax.scan`` over steps, ``vmap`` over environments) that stores observations, actions,
+  log-probs, values and rewards, then a separate jitted learning phase (GAE, the same loss, one
+  Adam step) that recomputes the forward pass over the stored batch. A Python loop alternates
+  the two, one call each per iteration.
+
+The baseline draws its noise with tempo_lab's counter-based generator
+(``tempo_lab.runtime.counter_rng``, keyed by seed, stream and point) so both systems take the
+same actions: the parent checks that their per-iteration returns and losses agree before it
+prints a table. Each (system, configuration) runs in a fresh subprocess (``--one SYSTEM``) so
+the peak RSS is that system's own.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.decode import _bar, environment, loadavg, rss_peak_bytes, vm_hwm_bytes
+
+SYSTEMS = ("tempo_lab", "cleanrl_jax")
+RESULT_PREFIX = "RL_RESULT "
+DEFAULT_OUT = os.path.join("benchmarks", "results", "rl.json")
+QUICK_OUT = os.path.join("benchmarks", "results", "rl_quick.json")
+LAYERS = 2      # tl.rl.ActorCritic: two tanh hidden layers per head, not configurable
+RTOL = 1e-3     # returns and losses of the two systems, iteration by iteration
+
+
+@dataclass(frozen=True)
+class Config:
+    num_envs: int
+    ep_len: int
+    hidden: int
+    iterations: int
+    algorithm: str = "ppo"
+    layers: int = LAYERS
+
+    def label(self) -> str:
+        return (f"{self.algorithm} {self.num_envs} envs x {self.ep_len} steps, "
+                f"{self.layers}x{self.hidden} MLP, {self.iterations} it")
+
+
+def ppo_config(cfg: Config):
+    """The hyper-parameters both systems use: ``tl.rl.PPOConfig``'s defaults."""
+    import tempo_lab as tl
+
+    return tl.rl.PPOConfig(hidden=cfg.hidden)
+
+
+# -- tempo_lab --------------------------------------------------------------------------------
+def compile_tempo_lab(cfg: Config):
+    """``tl.rl.ppo`` on CartPole compiled for ``cfg``; outputs ``return`` and ``loss`` per
+    iteration. Returned so a notebook can look at its stages."""
+    import tempo_lab as tl
+
+    ctx = tl.Context(dims=("i", "b", "t"))
+    n_i, n_b, n_t = ctx.bounds
+    tr = tl.rl.ppo(ctx, tl.rl.CartPole(), ppo_config(cfg))
+    return ctx.compile(bounds={n_i: cfg.iterations, n_b: cfg.num_envs, n_t: cfg.ep_len},
+                       outputs={"return": tr.episode_return, "loss": tr.loss})
+
+
+def bench_tempo_lab(cfg: Config, warm_runs: int, progress: bool) -> dict:
+    """The whole program is one run, so an iteration's time is a run's time / iterations."""
+    prog = compile_tempo_lab(cfg)
+    stages = dict(prog.compile_times)
+    first = prog.run()
+    bar = _bar(warm_runs, f"tempo_lab {cfg.label()}: warm runs", progress)
+    warm = []
+    for _ in range(warm_runs):
+        warm.append(prog.run())
+        bar.update()
+    bar.close()
+    secs = [r.seconds for r in warm] or [first.seconds]
+    stages["kernels"] = max(0.0, first.seconds - statistics.median(secs)) if warm else 0.0
+    per_iter = [s / cfg.iterations for s in secs]
+    return {"iter_s": statistics.median(per_iter), "iter_s_all": per_iter,
+            "timing": f"median warm run / iterations ({len(warm)} warm runs)",
+            "compile_s": sum(stages.values()), "compile_s_by_stage": stages,
+            "compile_method": "sum(prog.compile_times) + (first run - median warm run)",
+            "first_run_s": first.seconds, "executor": prog.executor,
+            "store_peak_bytes": int(first.profile.peak_bytes),
+            "predicted_store_peak_bytes": int(prog.memory.peak_bytes),
+            "returns": np.asarray(first["return"]).tolist(),
+            "losses": np.asarray(first["loss"]).tolist()}
+
+
+# -- CleanRL-style plain JAX -------------------------------------------------------------------
+def _noise(jnp, shape, seed: int, stream: int, coords):
+    """tempo_lab's ``tl.random.uniform`` value at one point (streams: 0 = reset noise over
+    ``(i, b)``, 1 = action noise over ``(i, b, t)``, in the order ``tl.rl.rollout`` makes them)."""
+    from tempo_lab.runtime.counter_rng import sample
+
+    attrs = {"dist": "uniform", "shape": shape, "dtype": "float32", "seed": seed,
+             "stream": stream, "minval": 0.0, "maxval": 1.0}
+    return sample(jnp, attrs, coords)
+
+
+def make_cleanrl(cfg: Config):
+    """``(theta0, act, learn)``: ``act(theta, i)`` plays ``num_envs`` masked episodes of
+    ``ep_len`` steps and returns the batch; ``learn(theta, m, v, batch, i)`` recomputes the
+    forward pass on it and takes one Adam step. Both are jitted separately, as in CleanRL."""
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+
+    import tempo_lab as tl
+    from tempo_lab.rl.distributions import _entropy, _gumbel_argmax, _log_prob
+
+    env, pc = tl.rl.CartPole(), ppo_config(cfg)
+    net = tl.rl.ActorCritic.for_env(env, pc.hidden)
+    envs = jnp.arange(cfg.num_envs, dtype=jnp.int32)
+
+    def act(theta, i):
+        state = jax.vmap(lambda b: env.reset(_noise(jnp, env.reset_noise_shape, pc.seed, 0,
+                                                    (i, b))))(envs)
+
+        def step(carry, t):
+            state, alive = carry
+            obs = jax.vmap(env.observe)(state)
+            u = jax.vmap(lambda b: _noise(jnp, (env.num_actions,), pc.seed + 1, 1,
+                                          (i, b, t)))(envs)
+            logits, value = net.policy(theta, obs), net.value(theta, obs)
+            a = _gumbel_argmax(logits, u)
+            new, r, done = jax.vmap(env.step)(state, a)
+            out = {"obs": obs, "action": a, "logp": _log_prob(logits, a), "value": value,
+                   "reward": r * alive, "done": done.astype(jnp.float32), "alive": alive}
+            state = jnp.where(done[:, None], state, new)     # masked episodes: frozen at the end
+            return (state, alive * (1.0 - out["done"])), (out, new)
+
+        steps = jnp.arange(cfg.ep_len, dtype=jnp.int32)
+        _, (batch, new) = lax.scan(step, (state, jnp.ones(cfg.num_envs, jnp.float32)), steps)
+        batch["last_value"] = net.value(theta, jax.vmap(env.observe)(new[-1]))
+        return batch                                          # arrays over (t, b)
+
+    def advantages(batch):
+        """GAE backwards over t; the next step's value is the stored one (the state after a
+        live, non-final transition is the next observation), the horizon's is ``last_value``."""
+        nxt = jnp.concatenate([batch["value"][1:], batch["last_value"][None]])
+        cont = 1.0 - batch["done"]
+        delta = (batch["reward"] + pc.gamma * cont * nxt - batch["value"]) * batch["alive"]
+
+        def back(a_next, x):
+            d, c = x
+            a = d + pc.gamma * pc.lam * c * a_next
+            return a, a
+
+        _, adv = lax.scan(back, jnp.zeros(cfg.num_envs, jnp.float32), (delta, cont),
+                          reverse=True)
+        return adv
+
+    def loss(theta, batch, adv, count):
+        alive = batch["alive"]
+        mean = (adv * alive).sum() / count
+        std = jnp.sqrt(((adv - mean) ** 2 * alive).sum() / count + 1e-8)
+        norm, target = (adv - mean) / std, adv + batch["value"]
+        logits = net.policy(theta, batch["obs"])              # the recomputed forward pass
+        value = net.value(theta, batch["obs"])
+        ratio = jnp.exp(_log_prob(logits, batch["action"]) - batch["logp"])
+        clipped = jnp.clip(ratio, 1.0 - pc.clip, 1.0 + pc.clip)
+        pg = -jnp.minimum(ratio * norm, clipped * norm)
+        total = pg + pc.vf_coef * (value - target) ** 2 - pc.ent_coef * _entropy(logits)
+        return (total * alive / count).sum()
+
+    def learn(theta, m, v, batch, i):
+        adv = lax.stop_gradient(advantages(batch))
+        count = batch["alive"].sum()
+        total, g = jax.value_and_grad(loss)(theta, batch, adv, count)
+        m, v = 0.9 * m + 0.1 * g, 0.999 * v + 0.001 * g * g
+        step = (i + 1).astype(jnp.float32)
+        m_hat, v_hat = m / (1 - 0.9 ** step), v / (1 - 0.999 ** step)
+        theta = theta - pc.lr * m_hat / (jnp.sqrt(v_hat) + 1e-8)
+        return theta, m, v, total, batch["reward"].sum() / cfg.num_envs
+
+    theta0 = jnp.asarray(net.init(pc.seed, pc.init_log_std))
+    return theta0, jax.jit(act), jax.jit(learn)
+
+
+def bench_cleanrl(cfg: Config, warm_runs: int, progress: bool) -> dict:
+    """Times every iteration (acting call + learning call, synchronised); compile_s is
+    lower + compile of both functions (AOT, so the first call is not slower)."""
+    import jax
+    import jax.numpy as jnp
+
+    theta, act, learn = make_cleanrl(cfg)
+    i0 = jnp.int32(0)
+    t0 = time.perf_counter()
+    act_c = act.lower(theta, i0).compile()
+    batch_shape = jax.eval_shape(act, theta, i0)
+    zeros = jnp.zeros_like(theta)
+    learn_c = learn.lower(theta, zeros, zeros, batch_shape, i0).compile()
+    compile_s = time.perf_counter() - t0
+
+    def train():
+        th, m, v = theta, zeros, zeros
+        secs, returns, losses = [], [], []
+        for i in range(cfg.iterations):
+            t0 = time.perf_counter()
+            batch = act_c(th, jnp.int32(i))
+            th, m, v, total, ret = learn_c(th, m, v, batch, jnp.int32(i))
+            th.block_until_ready()
+            secs.append(time.perf_counter() - t0)
+            returns.append(float(ret))
+            losses.append(float(total))
+        return secs, returns, losses
+
+    first, returns, losses = train()
+    bar = _bar(warm_runs, f"cleanrl_jax {cfg.label()}: warm runs", progress)
+    secs = []
+    for _ in range(warm_runs):
+        secs += train()[0]
+        bar.update()
+    bar.close()
+    secs = secs or first
+    return {"iter_s": statistics.median(secs), "iter_s_all": secs,
+            "timing": f"median over {len(secs)} iterations ({warm_runs} warm runs)",
+            "compile_s": compile_s,
+            "compile_method": "jax.jit(act/learn).lower(...).compile(), both phases",
+            "first_run_s": sum(first), "returns": returns, "losses": losses}
+
+
+BENCH = {"tempo_lab": bench_tempo_lab, "cleanrl_jax": bench_cleanrl}
+
+
+# -- child processes ---------------------------------------------------------------------------
+def run_one(args) -> int:
+    """``--one SYSTEM``: time one system on one configuration and print its record."""
+    import tempo_lab as tl
+
+    load_start = loadavg()
+    tl.config.progress = not args.no_progress
+    (cfg,) = configs(args)
+    rec = BENCH[args.one](cfg, args.runs, not args.no_progress)
+    rec = {"system": args.one, **asdict(cfg), **rec, "rss_peak_bytes": rss_peak_bytes(),
+           "vm_hwm_bytes": vm_hwm_bytes(), "loadavg_at_start": load_start,
+           "loadavg_at_end": loadavg(), **environment()}
+    print(RESULT_PREFIX + json.dumps(rec), flush=True)
+    return 0
+
+
+def _child_cmd(system: str, cfg: Config, args) -> list[str]:
+    cmd = [sys.executable, "-m", "benchmarks.rl", "--one", system, "--num-envs",
+           str(cfg.num_envs), "--ep-len", str(cfg.ep_len), "--hidden", str(cfg.hidden),
+           "--iterations", str(cfg.iterations), "--runs", str(args.runs), "--no-progress"]
+    return cmd
+
+
+class BenchmarkError(RuntimeError):
+    """A system failed or the systems disagree; the message says how to reproduce."""
+
+
+def check_agreement(by: dict[str, dict]) -> dict:
+    """The systems' per-iteration returns and losses must agree: they take the same actions
+    from the same parameters, so only float rounding separates them (returns exactly, losses
+    to ``RTOL``). Returns the largest differences."""
+    if len(by) < 2:
+        return {}
+    a, b = by["tempo_lab"], by["cleanrl_jax"]
+    dr = float(np.max(np.abs(np.subtract(a["returns"], b["returns"]))))
+    dl = float(np.max(np.abs(np.subtract(a["losses"], b["losses"]))
+                      / np.maximum(np.abs(b["losses"]), 1e-6)))
+    if dr > 1e-3 or dl > RTOL:
+        raise BenchmarkError(f"tempo_lab and cleanrl_jax disagree: returns {a['returns']} vs "
+                             f"{b['returns']}, losses {a['losses']} vs {b['losses']}")
+    return {"max_return_diff": dr, "max_loss_rel_diff": dl}
+
+
+def measure(cfgs: list[Config], systems=SYSTEMS, runs: int = 1, progress: bool = False,
+            on_record=None) -> list[dict]:
+    """Every system on every configuration, each in a fresh subprocess; the systems' curves
+    are checked against each other per configuration. For notebooks too (this process
+    imports neither JAX nor tempo_lab for it)."""
+    root = Path(__file__).resolve().parent.parent
+    args = argparse.Namespace(runs=runs)
+    records = []
+    bar = _bar(len(cfgs) * len(systems), "rl benchmark", progress, position=0)
+    for cfg in cfgs:
+        by = {}
+        for system in systems:
+            bar.set_description(f"{system} {cfg.label()}")
+            cmd = _child_cmd(system, cfg, args)
+            proc = subprocess.run(cmd, cwd=root, stdout=subprocess.PIPE, text=True)
+            if proc.returncode != 0:
+                bar.close()
+                raise BenchmarkError(f"{system} ({cfg.label()}) failed with exit code "
+                                     f"{proc.returncode}; reproduce with\n  python "
+                                     f"{' '.join(cmd[1:])}")
+            line = next(x for x in reversed(proc.stdout.splitlines())
+                        if x.startswith(RESULT_PREFIX))
+            by[system] = json.loads(line[len(RESULT_PREFIX):])
+            bar.update()
+        check = check_agreement(by)
+        for r in by.values():
+            r["agreement"] = check
+            records.append(r)
+        if on_record:
+            on_record(records)
+    bar.close()
+    return records
+
+
+# -- the table ---------------------------------------------------------------------------------
+def _mb(x) -> str:
+    return "-" if x is None else f"{x / 2**20:.0f}"
+
+
+def table(records: list[dict]) -> str:
+    head = (f"{'config':<40} {'system':<12} {'iter ms':>10} {'compile s':>9} {'rss MiB':>8} "
+            f"{'load 1m':>9}")
+    lines = [head, "-" * len(head)]
+    keyed: dict[str, dict] = {}
+    for r in records:
+        keyed.setdefault(Config(r["num_envs"], r["ep_len"], r["hidden"], r["iterations"],
+                                r["algorithm"], r["layers"]).label(), {})[r["system"]] = r
+    for label, by in keyed.items():
+        for s, r in by.items():
+            load = (f"{r['loadavg_at_start'][0]:.1f}-{r['loadavg_at_end'][0]:.1f}"
+                    if r.get("loadavg_at_start") and r.get("loadavg_at_end") else "-")
+            lines.append(f"{label:<40} {s:<12} {1e3 * r['iter_s']:>10.1f} "
+                         f"{r['compile_s']:>9.2f} {_mb(r['rss_peak_bytes']):>8} {load:>9}")
+        if len(by) == 2:
+            a, b = by["tempo_lab"], by["cleanrl_jax"]
+            lines.append(f"{'':<40} {'ratio':<12} {a['iter_s'] / b['iter_s']:>9.2f}x "
+                         f"{a['compile_s'] / b['compile_s']:>8.1f}x "
+                         f"{a['rss_peak_bytes'] / b['rss_peak_bytes']:>7.2f}x")
+    return "\n".join(lines)
+
+
+NOTES = """\
+iter ms: median seconds per training iteration (acting + learning on num_envs x ep_len steps).
+  tempo_lab: a warm run of the whole program / iterations; cleanrl_jax: each iteration timed.
+compile s: tempo_lab = sum(prog.compile_times) + (first run - median warm run);
+  cleanrl_jax = lower + compile of the acting and the learning function.
+rss: peak resident set of the subprocess that ran that system alone (ru_maxrss).
+load 1m: 1-minute load average when the subprocess started and ended (2 CPUs, shared)."""
+
+
+# -- main --------------------------------------------------------------------------------------
+def configs(args) -> list[Config]:
+    """The base configuration, then one sweep per name in ``--sweep`` (each varies one
+    parameter around the base, like the paper's Figure 13)."""
+    base = Config(args.num_envs, args.ep_len, args.hidden, args.iterations)
+    out = [base]
+    for name in args.sweep or ():
+        for value in getattr(args, f"sweep_{name}"):
+            cfg = replace(base, **{name: value})
+            if cfg not in out:
+                out.append(cfg)
+    return out
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.rl",
+                                 description=__doc__.splitlines()[0])
+    ap.add_argument("--num-envs", type=int, default=32)
+    ap.add_argument("--ep-len", type=int, default=250)
+    ap.add_argument("--hidden", type=int, default=64)
+    ap.add_argument("--iterations", type=int, default=5)
+    ap.add_argument("--runs", type=int, default=1, help="warm runs after the first (default 1)")
+    ap.add_argument("--sweep", nargs="*", choices=("ep_len", "num_envs", "hidden"), default=[])
+    ap.add_argument("--sweep-ep_len", type=int, nargs="+", default=[25, 50, 100, 250])
+    ap.add_argument("--sweep-num_envs", type=int, nargs="+", default=[4, 8, 16, 32])
+    ap.add_argument("--sweep-hidden", type=int, nargs="+", default=[32, 64, 128, 256])
+    ap.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
+    ap.add_argument("--quick", action="store_true",
+                    help="PPO at 32 envs x 250 steps, 2x64 MLP (see the README for sizes)")
+    ap.add_argument("--out", default=None,
+                    help=f"JSON file (default {DEFAULT_OUT}, with --quick {QUICK_OUT})")
+    ap.add_argument("--no-progress", action="store_true")
+    ap.add_argument("--one", choices=SYSTEMS, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.num_envs, args.ep_len, args.hidden = 32, 250, 64
+    if args.one and len(configs(args)) != 1:
+        ap.error("--one takes one configuration (no --sweep)")
+    return args
+
+
+def _write(records: list[dict], path: str) -> None:
+    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
+    with open(path, "w") as f:
+        json.dump(records, f, indent=1)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    if args.one:
+        return run_one(args)
+    out_path = args.out or (QUICK_OUT if args.quick else DEFAULT_OUT)
+    wall0 = time.perf_counter()
+    try:
+        records = measure(configs(args), args.systems, args.runs, not args.no_progress,
+                          on_record=lambda recs: _write(recs, out_path + ".partial"))
+    except BenchmarkError as e:
+        print(f"ABORT: {e}", file=sys.stderr)
+        return 2
+    print(table(records))
+    print()
+    print(NOTES)
+    print(f"total wall time {time.perf_counter() - wall0:.0f} s")
+    _write(records, out_path)
+    if os.path.exists(out_path + ".partial"):
+        os.remove(out_path + ".partial")
+    print(f"wrote {out_path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
