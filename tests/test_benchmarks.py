@@ -1,0 +1,40 @@
+"""The benchmark commands run end to end at tiny sizes: their correctness checks (every system's
+output against NumPy before anything is timed) and their JSON records are exercised in CI. The
+numbers themselves are benchmarks, not tests (see benchmarks/README.md)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DECODE_FIELDS = {"system", "attention", "window", "seq_len", "layers", "batch", "ms_per_token",
+                 "ms_per_token_min", "ms_per_token_max", "compile_s", "store_peak_bytes",
+                 "rss_peak_bytes"}
+
+
+def _run(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, "-m", *args], cwd=ROOT, capture_output=True,
+                          text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    return proc
+
+
+def test_decode_benchmark_tiny(tmp_path):
+    out = tmp_path / "decode.json"
+    _run("benchmarks.decode", "--layers", "1", "--embed", "32", "--heads", "2", "--batch", "1",
+         "--seq-len", "16", "--attention", "both", "--window", "4", "--runs", "1",
+         "--no-progress", "--out", str(out))
+    records = json.loads(out.read_text())
+    assert {r["system"] for r in records} == {"tempo_lab", "jax_scan", "jax_step"}
+    assert {r["attention"] for r in records} == {"causal", "window"}
+    for r in records:
+        assert DECODE_FIELDS <= r.keys() and r["ms_per_token"] > 0
+
+
+def test_compile_benchmark_tiny(tmp_path):
+    out = tmp_path / "compile.json"
+    _run("benchmarks.compile", "--layers", "2", "--seq-len", "8", "--out", str(out))
+    (rec,) = json.loads(out.read_text())
+    assert rec["layers"] == 2 and rec["tempo_lab_compile_s"] > 0 and rec["max_abs_err"] < 1e-3
