@@ -195,9 +195,9 @@ class _Backward:
                 mapped[d] = (d, 0)
         summed = [u for u in consumer.domain if u not in mapped]
         present = [u for u in summed if u in f.domain]
-        if present:
-            entries = tuple(Slice(Const(0), u.bound) if u in present else u for u in f.domain)
-            f = f._view(entries, self.loc, record=False).sum(axis=tuple(range(len(present))))
+        for u in reversed(present):  # one dim at a time, innermost first: each read has one
+            entries = tuple(Slice(Const(0), u.bound) if v == u else v for v in f.domain)
+            f = f._view(entries, self.loc, record=False).sum(axis=0)  # slice (vectorisable)
         for u in summed:
             if u not in present:  # constant along u: summing is scaling by u's bound
                 f = f * as_tensor(u.bound, ctx)

@@ -19,7 +19,7 @@ def vdims(op: Op) -> tuple[str, ...]:
 def base_op(op: Op) -> Op:
     """``op`` for one element of its vectorised axes."""
     n = len(vdims(op))
-    attrs = {k: v for k, v in op.attrs.items() if k != "vdims"}
+    attrs = {k: v for k, v in op.attrs.items() if k not in ("vdims", "whole")}
     if op.kind == "merge":
         t = attrs["type"]
         attrs["type"] = TensorType(t.shape[n:], t.dtype, t.weak)
@@ -31,10 +31,11 @@ def in_axes(sdg: SDG, op: Op, edges: list[Edge]) -> list[list[int | None]]:
     """Per vectorised dim of ``op`` (outermost first), per input: the axis to map over, or
     None if that input does not vary along the dim (after peeling the outer dims)."""
     levels = []
+    whole = set(op.attrs.get("whole", ()))  # inputs read over all of d (see passes/vectorise)
     for d in vdims(op):
         row = []
         for e in edges:
-            carried = d in vdims(sdg.ops[e.src])
+            carried = d in vdims(sdg.ops[e.src]) and (d, e.slot) not in whole
             row.append(sum(isinstance(x, Slice) for x in e.index) if carried else None)
         levels.append(row)
     return levels

@@ -21,7 +21,7 @@ COMPUTE = ("elementwise", "reduce", "layout", "linalg", "lift")
 
 def _fusible(op: Op) -> bool:
     return (op.kind in CATALOG and CATALOG[op.kind].category in COMPUTE
-            and op.type.is_static)
+            and op.type.is_static and "whole" not in op.attrs)  # whole reads: own kernel
 
 
 @register("fuse", "fuse")

@@ -1,8 +1,11 @@
 """Vectorisation: a dim that no read crosses becomes a spatial axis.
 
-If every read of every op over ``d`` happens at the reader's own ``d`` (no ``b - 1``, no slice
-or constant point along ``d``, no condition or index that mentions ``d``), the points along ``d``
-are independent: the whole range can run at once. Each op over ``d`` then drops ``d`` from its
+If every read of every op over ``d`` happens at the reader's own ``d`` (no ``b - 1``, no partial
+slice or constant point along ``d``, no condition or index that mentions ``d``), the points along
+``d`` are independent: the whole range can run at once. A read of the *whole* range ``0:D`` (a
+reduction over the batch) is allowed when it is the read's only slice: it then reads the
+producer's leading axis as it is, and a reader over ``d`` gets it whole rather than one element
+(``attrs["whole"]`` lists those input slots). Each op over ``d`` then drops ``d`` from its
 domain and gains a leading axis of size ``D``; it keeps its own attributes and is applied per
 element of that axis (``vdims`` lists the vectorised dims, outermost leading axis first), so op
 semantics need no batching rules: the JAX executor uses ``jax.vmap``, the reference a loop.
@@ -24,6 +27,10 @@ def _mentions(x, d: Dim) -> bool:
     return d in x.dims()
 
 
+def _whole(x, d: Dim) -> bool:
+    return isinstance(x, Slice) and x.start == 0 and x.stop == d.bound
+
+
 def eligible(ed: Editor, d: Dim, size: int, budget: int) -> bool:
     for e in ed.edges:
         p, c = ed.ops[e.src], ed.ops[e.dst]
@@ -31,6 +38,8 @@ def eligible(ed: Editor, d: Dim, size: int, budget: int) -> bool:
             return False
         for pd, x in zip(p.domain, e.index):
             if pd == d:
+                if _whole(x, d) and sum(isinstance(y, Slice) for y in e.index) == 1:
+                    continue
                 if isinstance(x, Slice) or x != d:
                     return False
             elif _mentions(x, d):
@@ -40,7 +49,7 @@ def eligible(ed: Editor, d: Dim, size: int, budget: int) -> bool:
     for op in ed.ops.values():
         if d not in op.domain:
             continue
-        if op.kind in ("sink", "source") or (op.kind == "dimval"
+        if op.kind in ("sink", "source") or (op.kind == "dimval" and op.attrs["expr"] != d
                                              and _mentions(op.attrs["expr"], d)):
             return False
         if any(not isinstance(s, int) and _mentions(s, d) for s in op.type.shape):
@@ -53,6 +62,12 @@ def eligible(ed: Editor, d: Dim, size: int, budget: int) -> bool:
 
 def vectorise_dim(ed: Editor, d: Dim, size: int):
     """Rewrite every op over ``d`` in place (same ids: readers keep reading the same op)."""
+    for i, op in list(ed.ops.items()):  # d's own value (domain (d,)): the array 0..D-1
+        if op.kind == "dimval" and op.attrs["expr"] == d:
+            arr = np.arange(size, dtype=op.type.dtype)
+            ed.ops[i] = Op(i, "from_array", op.domain, op.type, {"array": arr, "ndomain": 1},
+                           op.loc, op.name)
+            ed.events.append(Event("rewritten", i, None, f"value of {d} -> array 0..{size - 1}"))
     old = {i: op.domain for i, op in ed.ops.items()}
     touched = [i for i, dom in old.items() if d in dom]
     for i in touched:
@@ -75,6 +90,11 @@ def vectorise_dim(ed: Editor, d: Dim, size: int):
             k = old[e.src].index(d)
             ed.edges[n] = Edge(e.dst, e.src, e.slot, e.index[:k] + e.index[k + 1:], e.cond,
                                e.loc)
+            if isinstance(e.index[k], Slice) and d in old[e.dst]:  # a reduction over d
+                c = ed.ops[e.dst]
+                attrs = {**c.attrs, "whole": tuple(sorted({*c.attrs.get("whole", ()),
+                                                           (d.name, e.slot)}))}
+                ed.ops[e.dst] = Op(c.id, c.kind, c.domain, c.type, attrs, c.loc, c.name)
 
 
 @register("vectorise", "vectorise")

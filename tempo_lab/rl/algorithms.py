@@ -86,8 +86,10 @@ def value(net: ActorCritic, theta: RT, obs: RT) -> RT:
 
 # -- the training program ---------------------------------------------------------------------------
 def _per_iteration(x: RT, i, B, T) -> RT:
-    """The sum over (b, t) at each iteration."""
-    return x[i, 0:B, 0:T].sum(axis=1).sum(axis=0)
+    """The sum over (b, t) at each iteration: over t, then over b, one range per read, so the
+    environments dim b stays vectorisable (a read of all of b is then a whole leading axis)."""
+    b = x.domain[1]
+    return x[i, b, 0:T].sum(axis=0)[i, 0:B].sum(axis=0)
 
 
 def _build(ctx, env, cfg, loss_terms, targets):
