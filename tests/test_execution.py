@@ -388,9 +388,11 @@ def test_another_T_does_not_recompile_a_program_with_a_per_step_output():
     (T,) = ctx.bounds
     with ctx:
         y = tl.zeros(shape) + t
-    ctx.compile(bounds={T: 16}, outputs={"y": y}, config=INTERPRETER).run()
+    # per step, not vectorised: a vectorised t (one kernel for all steps) is sized by T
+    per_step = tl.CompileConfig(executor="interpreter", vectorise=False)
+    ctx.compile(bounds={T: 16}, outputs={"y": y}, config=per_step).run()
     before = kernel_counts()
-    run = ctx.compile(bounds={T: 24}, outputs={"y": y}, config=INTERPRETER).run()
+    run = ctx.compile(bounds={T: 24}, outputs={"y": y}, config=per_step).run()
     close(run["y"], np.broadcast_to(np.arange(24, dtype=np.float32)[:, None, None], (24,) + shape))
     assert kernel_counts() == before
 
