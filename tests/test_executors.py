@@ -24,8 +24,7 @@ from test_execution import (  # noqa: E402
     recurrence_then_read,
 )
 
-XLA_READY = True
-EXECUTORS = ("interpreter", "codegen", "xla") if XLA_READY else ("interpreter", "codegen")
+EXECUTORS = ("interpreter", "codegen", "xla")
 REFERENCE = tl.CompileConfig(executor="reference")
 
 
@@ -104,15 +103,21 @@ def weights():
     return make_weights(LAYERS, EMBED, 2 * EMBED)
 
 
-@pytest.mark.parametrize("executor", EXECUTORS)
-def test_causal_decoder(weights, executor):
-    tokens = np.random.default_rng(1).standard_normal((STEPS, EMBED)).astype(np.float32)
+def _last_layer(weights, tokens):
+    """The demo decoder over (n, t); ``y`` is the last layer's output at every step."""
     ctx = tl.Context(dims=("n", "t"))
-    n, t = ctx.dims
+    _, t = ctx.dims
     N, T = ctx.bounds
     h_out = decoder(ctx, weights, tokens, HEADS)
     with ctx:
         y = h_out[N - 1, t]
+    return ctx, N, T, y
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_causal_decoder(weights, executor):
+    tokens = np.random.default_rng(1).standard_normal((STEPS, EMBED)).astype(np.float32)
+    ctx, N, T, y = _last_layer(weights, tokens)
     prog = ctx.compile(bounds={N: LAYERS, T: STEPS}, outputs={"y": y}, config=cfg(executor))
     run = prog.run()
     close(run["y"], numpy_decoder(weights, tokens, HEADS), msg=executor)
@@ -226,7 +231,6 @@ def test_sinks(executor):
         np.testing.assert_array_equal(v, want)
 
 
-@pytest.mark.skipif(not XLA_READY, reason="XLA-loop executor not there yet")
 def test_auto_keeps_sinks_and_sources_off_xla_and_says_why():
     calls = []
     ctx, T, x = _sink_program(calls)
@@ -248,7 +252,6 @@ def test_auto_keeps_sinks_and_sources_off_xla_and_says_why():
     close(prog2.run()["y"], np.arange(3)[:, None] * np.full((1, 2), 2.0))
 
 
-@pytest.mark.skipif(not XLA_READY, reason="XLA-loop executor not there yet")
 def test_auto_picks_xla_for_a_program_without_host_callbacks():
     ctx, T, z = recurrence_then_read("window")
     prog = ctx.compile(bounds={T: 16}, outputs={"z": z})
@@ -392,12 +395,7 @@ def test_xla_splits_a_loop_whose_reads_grow_and_stays_exact(weights):
     """A causal read under a loop of T = 150 (size class 256): 8 loops of 32 steps, each
     padding ``0:t+1`` to its own largest length."""
     tokens = np.random.default_rng(4).standard_normal((150, EMBED)).astype(np.float32)
-    ctx = tl.Context(dims=("n", "t"))
-    n, t = ctx.dims
-    N, T = ctx.bounds
-    h_out = decoder(ctx, weights, tokens, HEADS)
-    with ctx:
-        y = h_out[N - 1, t]
+    ctx, N, T, y = _last_layer(weights, tokens)
     want = numpy_decoder(weights, tokens, HEADS)
     for split in (8, 1):
         prog = ctx.compile(bounds={N: LAYERS, T: 150}, outputs={"y": y},

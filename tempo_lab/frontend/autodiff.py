@@ -37,7 +37,7 @@ from ..ir.ops import TensorType, norm_dim
 from ..symbolic import TRUE, Cond, Const, Slice, and_, eq, not_, or_
 from ..symbolic import isl as I
 from .build import build_sdg
-from .context import Node
+from .context import Node, current_context
 from .tensor import RecurrentTensor, apply, as_tensor, constant
 from .vjp import BACKWARD_ONLY, COTANGENT_ONLY, NO_GRADIENT, VJPS
 
@@ -287,7 +287,7 @@ def _placeholder(ctx, domain, type_: TensorType, name: str | None = None) -> RT:
 def _full(value, type_: TensorType) -> RT:
     """``value`` everywhere, of ``type_``'s shape and dtype. A shape that depends on dims
     (``(t + 1, 3)``) makes an op over those dims."""
-    ctx = _ctx()
+    ctx = current_context()
     if type_.is_static:
         return constant(np.full(type_.shape, value, type_.dtype), ctx)
     scalar = constant(np.asarray(value, type_.dtype), ctx)
@@ -295,11 +295,6 @@ def _full(value, type_: TensorType) -> RT:
     node = ctx.add_node("broadcast_to", [scalar._input()], {"shape": tuple(type_.shape)}, dims,
                         TensorType(tuple(type_.shape), type_.dtype))
     return RT(ctx, node)
-
-
-def _ctx():
-    from .context import current_context
-    return current_context()
 
 
 def _guard(ctx, x: RT, cond: Cond, domain) -> RT:
