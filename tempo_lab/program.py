@@ -48,13 +48,15 @@ class CompileConfig:
     xla_split: int = 8
     sync_profile: bool = False
     # passes, run in this order when their switch is on (see tempo_lab/passes)
-    passes: tuple[str, ...] = ("simplify", "fold", "cse", "dce", "vectorise", "fuse")
+    passes: tuple[str, ...] = ("simplify", "fold", "cse", "dce", "tile", "vectorise", "fuse")
     simplify: bool = True
     fold_constants: bool = True
     cse: bool = True
     dce: bool = True
+    tile: bool = True
     vectorise: bool = True
     fuse: bool = True
+    tile_block: int | None = None  # points per block of a tiled range (None: about 8 blocks)
     vectorise_budget_bytes: int = 256 * 2**20  # largest single value a vectorised op may make
     check_invariants: bool = False  # check the SDG after every pass (tests turn this on)
 
@@ -164,6 +166,7 @@ def compile_context(ctx, bounds, outputs, config: CompileConfig | None = None) -
         times["validate"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     sdg, passes = run_passes(sdg, config, config.check_invariants, bounds, dynamic)
+    bounds = {**bounds, **passes.new_bounds}  # the dims a pass added (tiling's blocks)
     times["passes"] = time.perf_counter() - t0
     schedule = plan = executable = None
     if config.executor != "reference":

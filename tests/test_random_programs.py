@@ -46,7 +46,7 @@ N_DEFAULT = 20  # the default (auto) config; every executor: below
 N_EXECUTORS = 200
 N_REFERENCE = 800
 EXECUTORS = ("xla", "codegen", "interpreter")
-SWITCHES = ("simplify", "fold_constants", "cse", "dce", "vectorise", "fuse")
+SWITCHES = ("simplify", "fold_constants", "cse", "dce", "tile", "vectorise", "fuse")
 NO_EXPLAIN = tuple(p for p in Phase if p is not Phase.explain)  # its notes are noise here
 
 
@@ -63,11 +63,11 @@ def test_random_programs_match_numpy(program):
           phases=NO_EXPLAIN)
 @given(program_strategy(), st.tuples(*[st.booleans()] * len(SWITCHES)))
 def test_random_programs_on_every_executor_under_pass_switches(program, switches):
-    """Every executor, under a sampled combination of pass switches (one per program; the 64
+    """Every executor, under a sampled combination of pass switches (one per program; the 128
     combinations are each drawn a few times over the run), equals the reference interpreter
     on the SDG as built, and the independent NumPy evaluation. One compilation (schedule,
     memory plan) serves the three executors (``Program.on``)."""
-    config = tl.CompileConfig(executor="interpreter", check_invariants=True,
+    config = tl.CompileConfig(executor="interpreter", check_invariants=True, tile_block=2,
                               **dict(zip(SWITCHES, switches)))
     on = ", ".join(f"{k}={v}" for k, v in zip(SWITCHES, switches))
     ref = run_tempo(program, config=tl.CompileConfig(executor="reference"))

@@ -58,6 +58,18 @@ def _attr_str(v) -> str:
     return str(v)
 
 
+BLOCK_SUFFIX = "_tile"
+
+
+def block_dim(t: Dim) -> Dim:
+    """The dim the tiling pass adds for blocks of a range along ``t``."""
+    return Dim(t.name + BLOCK_SUFFIX)
+
+
+def is_block_dim(d: Dim) -> bool:
+    return d.name.endswith(BLOCK_SUFFIX)
+
+
 @dataclass(frozen=True)
 class Edge:
     """Consumer ``dst`` reads producer ``src`` (as its input ``slot``) at ``index``, under ``cond``.

@@ -16,7 +16,7 @@ import islpy as isl
 import numpy as np
 
 from ..ir.sdg import SDG, Op
-from ..schedule import Exec, Free, walk
+from ..schedule import Exec, For, Free, If, Seq
 from ..stage import Stage
 from ..symbolic import Const, Dim, Expr, Slice
 from ..symbolic import isl as I
@@ -218,25 +218,58 @@ def plan_memory(sdg: SDG, schedule, bounds: dict[str, int], block: int = 64) -> 
 
 
 def simulate(ast, storages: dict[int, Storage], bounds):
-    """Predicted bytes live after every executed statement, and each store's live steps."""
+    """Predicted bytes live after every executed statement, and each store's live steps.
+
+    Walks the loop AST once per statement instance (like ``schedule.walk``, without its
+    generators): a point or ring store is live at its full size from its first write, so
+    only growing stores evaluate their point."""
     extents: dict[int, list[int]] = {}
     live: dict[int, int] = {}
-    timeline, lifetimes, total = [], {}, 0
-    for step, (node, point) in enumerate(walk(ast, dict(bounds))):
-        if isinstance(node, Exec) and node.op in storages:
-            s = storages[node.op]
-            ext = extents.setdefault(node.op, [1] * len(point))
-            for k, v in enumerate(point):
-                ext[k] = max(ext[k], v + 1)
-            new = s.bytes_for(tuple(ext))
-            total += new - live.get(node.op, 0)
-            live[node.op] = new
-            a, _ = lifetimes.get(node.op, (step, step))
-            lifetimes[node.op] = (a, step)
+    first: dict[int, int] = {}
+    last: dict[int, int] = {}
+    timeline: list[int] = []
+    total = 0
+    env = dict(bounds)
+
+    def run(node):
+        nonlocal total
+        if isinstance(node, Exec):
+            i = node.op
+            s = storages.get(i)
+            if s is not None:
+                if i not in live or None in s.slots:
+                    ext = extents.setdefault(i, [1] * len(node.args))
+                    if None in s.slots:
+                        for k, a in enumerate(node.args):
+                            v = a.evaluate(env) + 1
+                            if v > ext[k]:
+                                ext[k] = v
+                    new = s.bytes_for(tuple(ext))
+                    total += new - live.get(i, 0)
+                    live[i] = new
+                first.setdefault(i, len(timeline))
+                last[i] = len(timeline)
+            timeline.append(total)
         elif isinstance(node, Free):
             for o in node.ops:
                 total -= live.pop(o, 0)
-                if o in lifetimes:
-                    lifetimes[o] = (lifetimes[o][0], step)
-        timeline.append(total)
-    return timeline, lifetimes
+                if o in first:
+                    last[o] = len(timeline)
+            timeline.append(total)
+        elif isinstance(node, Seq):
+            for n in node.body:
+                run(n)
+        elif isinstance(node, If):
+            if node.cond.evaluate(env):
+                run(node.then)
+            elif node.orelse is not None:
+                run(node.orelse)
+        elif isinstance(node, For):
+            lo, hi = node.lo.evaluate(env), node.hi.evaluate(env)
+            for v in range(lo, hi, node.step):
+                env[node.var] = v
+                run(node.body)
+            env.pop(node.var, None)
+
+    run(ast)
+    return timeline, {i: (a, last[i]) for i, a in first.items()}

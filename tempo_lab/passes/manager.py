@@ -61,6 +61,7 @@ class Editor:
         self.outputs = dict(sdg.outputs)
         self.sinks = list(sdg.sinks)
         self.events: list[Event] = []
+        self.new_bounds: dict[str, int] = {}  # bounds of dims a pass added (with their values)
         self._next = max(self.ops, default=-1) + 1
 
     # -- queries ------------------------------------------------------------------------------
@@ -107,6 +108,42 @@ class Editor:
         self.sinks = [new if s == old else s for s in self.sinks]
         self.events.append(Event("replaced", old, new, note))
         self.erase(old, note)
+
+    def renumber(self):
+        """Number the ops in a topological order again (producers before readers, except the
+        branches of placeholders), keeping the old order where it allows: later passes,
+        demand and fusion rely on it. For a pass whose new ops are read by an old one."""
+        import heapq
+
+        deps = {i: {e.src for e in self.in_edges(i)} if self.ops[i].kind != "merge" else set()
+                for i in self.ops}
+        readers: dict[int, list[int]] = {i: [] for i in self.ops}
+        for i, ds in deps.items():
+            for d in ds:
+                readers[d].append(i)
+        ready = [i for i, ds in deps.items() if not ds]
+        heapq.heapify(ready)
+        new: dict[int, int] = {}
+        while ready:
+            i = heapq.heappop(ready)
+            new[i] = len(new)
+            for r in readers[i]:
+                deps[r].discard(i)
+                if not deps[r]:
+                    heapq.heappush(ready, r)
+        if len(new) != len(self.ops):
+            raise TempoLabError(f"internal: pass {self.pass_name} made a cycle without a "
+                                "placeholder")
+        self.ops = {new[i]: Op(new[i], op.kind, op.domain, op.type, op.attrs, op.loc, op.name)
+                    for i, op in sorted(self.ops.items(), key=lambda kv: new[kv[0]])}
+        self.edges = [Edge(new[e.dst], new[e.src], e.slot, e.index, e.cond, e.loc)
+                      for e in self.edges]
+        self.outputs = {k: new[v] for k, v in self.outputs.items()}
+        self.sinks = [new[s] for s in self.sinks]
+        self.events = [Event(ev.kind, ev.op if ev.kind == "erased" else new.get(ev.op, ev.op),
+                             new.get(ev.source, ev.source) if ev.kind == "replaced"
+                             else ev.source, ev.note) for ev in self.events]
+        self._next = len(new)
 
     def result(self) -> SDG:
         return SDG(self.dims, self.ops.values(), self.edges, self.outputs, self.sinks)
@@ -194,6 +231,7 @@ class PassRecord:
     after: SDG
     events: list[Event] = field(default_factory=list)
     seconds: float = 0.0
+    new_bounds: dict[str, int] = field(default_factory=dict)
 
     def count(self, kind: str) -> int:
         return sum(1 for e in self.events if e.kind == kind)
@@ -205,6 +243,11 @@ class PassTrace(Stage):
 
     def __init__(self, initial: SDG, records: list[PassRecord]):
         self.initial, self.records = initial, list(records)
+
+    @property
+    def new_bounds(self) -> dict[str, int]:
+        """Bounds of the dims the passes added, with their values for this compilation."""
+        return {k: v for r in self.records for k, v in r.new_bounds.items()}
 
     @property
     def final(self) -> SDG:
@@ -246,7 +289,7 @@ def run_passes(sdg: SDG, config, check: bool = False, bounds=None,
                dynamic=()) -> tuple[SDG, PassTrace]:
     """Run every enabled pass in ``config.passes`` order, recording a PassTrace. ``bounds`` are
     the compiled bound values; ``dynamic`` names the data-dependent ones."""
-    records = []
+    records, bounds = [], dict(bounds or {})
     for name in config.passes:
         p = REGISTRY[name]
         if not getattr(config, p.switch):
@@ -258,6 +301,7 @@ def run_passes(sdg: SDG, config, check: bool = False, bounds=None,
         dt = time.perf_counter() - t0
         if check:
             check_invariants(after, name)
-        records.append(PassRecord(name, sdg, after, ed.events, dt))
+        records.append(PassRecord(name, sdg, after, ed.events, dt, ed.new_bounds))
+        bounds.update(ed.new_bounds)
         sdg = after
     return sdg, PassTrace(records[0].before if records else sdg, records)

@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterator, Mapping
 import islpy as isl
 
 from ..ir.demand import demand
-from ..ir.sdg import SDG
+from ..ir.sdg import SDG, is_block_dim
 from ..stage import Stage
 from ..symbolic import TRUE
 from . import build
@@ -110,7 +110,8 @@ def schedule_sdg(sdg: SDG, options: Mapping[str, int] | None = None) -> Schedule
     pctx = build.param_context(sdg)
     boxes = {i: sdg.isl_domain(i).intersect_params(pctx) for i in sdg.ops}
     maps = {e: sdg.isl_map(e) for e in sdg.edges}
-    domains = build.statement_domains(demand(sdg, boxes, maps))
+    tight = {i for i, op in sdg.ops.items() if any(map(is_block_dim, op.domain))}
+    domains = build.statement_domains(demand(sdg, boxes, maps), tight)
     dom, validity = build.constraints(sdg, domains, maps)
     ctx = build.I.CTX
     saved = {k: getattr(ctx, f"get_schedule_{k}")() for k in options}

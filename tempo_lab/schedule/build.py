@@ -54,14 +54,18 @@ def union(items, kind):
     return out
 
 
-def statement_domains(demand: dict[int, isl.Set]) -> dict[int, isl.Set]:
-    """Each op's demanded points, widened to one convex piece (its simple hull).
+def statement_domains(demand: dict[int, isl.Set], tight=frozenset()) -> dict[int, isl.Set]:
+    """Each op's demanded points, widened to one convex piece.
 
     Exact demand sets can be unions of many parametric pieces (``t = T - 1`` when ``T < 3``,
     ...); isl's scheduler is slower on them and has crashed on some. Computing a few points
     nobody reads is harmless: they are written where the plan expects them and never read.
+    That piece is isl's simple hull, except for the ops in ``tight`` (tiled blocks): they take
+    the convex hull, slower to compute but keeping constraints between dims (``2*t_tile <= t``)
+    that the simple hull can drop, adding blocks whose reads would be empty.
     """
-    return {i: d if d.is_empty() else d.simple_hull().to_set().coalesce()
+    return {i: d if d.is_empty() else (d.convex_hull() if i in tight else d.simple_hull())
+            .to_set().coalesce()
             for i, d in demand.items()}
 
 
