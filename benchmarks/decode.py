@@ -137,24 +137,28 @@ class _CompileClock:
 
 
 def compile_tempo_lab(cfg: Config, weights: dict, tokens: np.ndarray,
-                      block_size: int | None = None):
+                      block_size: int | None = None, tile_block: int | None = None):
     """The decoder compiled for ``cfg`` (output ``"y"``): a ``Program`` whose stages
     (``prog.memory.timeline``, ...) a notebook can look at; ``block_size`` sets
-    ``CompileConfig.block_size`` (None: the default)."""
+    ``CompileConfig.block_size``, ``tile_block`` its ``tile_block`` (0: tiling off; None:
+    the defaults)."""
     import tempo_lab as tl
 
     ctx = tl.Context(dims=("b", "n", "t"))
     B, N, T = ctx.bounds
     y = tempo_lab_decoder(ctx, weights, tokens, cfg.heads, cfg.window)
-    config = tl.CompileConfig() if block_size is None else tl.CompileConfig(block_size=block_size)
+    kw = {} if block_size is None else {"block_size": block_size}
+    if tile_block is not None:
+        kw.update(tile=False) if tile_block == 0 else kw.update(tile_block=tile_block)
+    config = tl.CompileConfig(**kw)
     return ctx.compile(bounds={B: cfg.batch, N: cfg.layers, T: cfg.seq_len}, outputs={"y": y},
                        config=config)
 
 
 def bench_tempo_lab(cfg: Config, weights, tokens, ref, warm_runs: int, progress: bool,
-                    block_size: int | None = None) -> dict:
+                    block_size: int | None = None, tile_block: int | None = None) -> dict:
     clock = _CompileClock()
-    prog = compile_tempo_lab(cfg, weights, tokens, block_size)
+    prog = compile_tempo_lab(cfg, weights, tokens, block_size, tile_block)
     stages = dict(prog.compile_times)
 
     clock.active = True
@@ -194,6 +198,8 @@ def bench_tempo_lab(cfg: Config, weights, tokens, ref, warm_runs: int, progress:
         "first_run_s": first.seconds,
         "executor": prog.executor,
         "block_size": prog.config.block_size,
+        "tile_block": (prog.config.tile_block or "auto") if prog.config.tile else 0,
+        "tile_blocks": prog.bounds.get("T_TILE", 0),
         "store_peak_bytes": int(last.profile.peak_bytes),
         "predicted_store_peak_bytes": int(prog.memory.peak_bytes),
         "kernel_calls": int(sum(last.profile.calls.values())),
@@ -496,7 +502,8 @@ def run_one(args) -> int:
         ref = numpy_reference(weights, tokens, cfg.heads, cfg.window)
     if args.one == "tempo_lab":
         warm = args.runs if args.tl_runs is None else args.tl_runs
-        rec = bench_tempo_lab(cfg, weights, tokens, ref, warm, progress, args.block_size)
+        rec = bench_tempo_lab(cfg, weights, tokens, ref, warm, progress, args.block_size,
+                              args.tile_block)
     else:
         rec = BENCH[args.one](cfg, weights, tokens, ref, args.runs, progress, args.kv_layout)
     out = rec.pop("_output")
@@ -525,6 +532,8 @@ def _child_cmd(system: str, cfg: Config, args) -> list[str]:
         cmd += ["--tl-runs", str(args.tl_runs)]
     if args.block_size is not None:
         cmd += ["--block-size", str(args.block_size)]
+    if args.tile_block is not None:
+        cmd += ["--tile-block", str(args.tile_block)]
     if not args.progress:
         cmd.append("--no-progress")
     return cmd
@@ -613,6 +622,9 @@ def parse_args(argv=None):
     ap.add_argument("--block-size", type=int, default=None,
                     help="tempo_lab's CompileConfig.block_size (points per block of a growing "
                          "store; default: CompileConfig's)")
+    ap.add_argument("--tile-block", type=int, default=None,
+                    help="tempo_lab's CompileConfig.tile_block (points per block of a tiled "
+                         "0:t+1 range; 0: tiling off; default: automatic)")
     ap.add_argument("--kv-layout", choices=tuple(KV_LAYOUTS), default="bhtd",
                     help="the JAX baselines' KV cache: bhtd = (layers, batch, heads, T, dh) "
                          "(default), bthd = (layers, batch, T, heads, dh)")
@@ -676,12 +688,13 @@ class BenchmarkError(RuntimeError):
 
 def measure(cfgs: list[Config], systems=SYSTEMS, runs: int = 3, tl_runs: int | None = None,
             block_size: int | None = None, kv_layout: str = "bhtd",
-            progress: bool = False) -> list[dict]:
+            progress: bool = False, tile_block: int | None = None) -> list[dict]:
     """Time every system on every configuration, each in a fresh subprocess, and return their
     records (what ``main`` prints and writes). For notebooks: this process imports neither
     JAX nor tempo_lab for it, and each record's RSS is its system's own."""
     windows = {c.window for c in cfgs if c.window is not None}
     args = argparse.Namespace(runs=runs, tl_runs=tl_runs, block_size=block_size,
+                              tile_block=tile_block,
                               kv_layout=kv_layout, progress=progress,
                               window=windows.pop() if windows else 64)
     if windows:

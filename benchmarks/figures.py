@@ -140,23 +140,27 @@ def downsample(values: list[int], points: int = 400) -> tuple[list[float], list[
     return xs, ys
 
 
-def block_size_figure(rows: list[dict]):
-    """ms/token and store peak against block size (two panels)."""
+def tile_block_figure(rows: list[dict], baseline_ms: float | None = None):
+    """ms/token, compile time and store peak against the tiling block size; rows with
+    ``tile_block`` 0 (tiling off) are drawn as dashed lines across."""
     go = _go()
-    fig = _subplots(["time per token", "store peak (measured and predicted)"])
-    bs = [r["block_size"] for r in rows]
-    fig.add_trace(go.Scatter(x=bs, y=[r["ms_per_token"] for r in rows], mode="lines+markers",
-                             name="tempo_lab ms/token"), row=1, col=1)
-    fig.add_trace(go.Scatter(x=bs, y=[r["store_peak_bytes"] / MIB for r in rows],
-                             mode="lines+markers", name="measured store peak"), row=1, col=2)
-    fig.add_trace(go.Scatter(x=bs, y=[r["predicted_store_peak_bytes"] / MIB for r in rows],
-                             mode="markers", marker={"symbol": "x", "size": 10},
-                             name="predicted store peak"), row=1, col=2)
-    for col in (1, 2):
-        fig.update_xaxes(type="log", title_text="CompileConfig.block_size", row=1, col=col)
-    fig.update_yaxes(title_text="ms per token", row=1, col=1)
-    fig.update_yaxes(title_text="MiB", row=1, col=2)
-    fig.update_layout(title="Block size of growing stores (causal decode)", height=420)
+    fig = _subplots(["time per token", "compile time", "store peak"])
+    on = [r for r in rows if r["tile_block"]]
+    off = next((r for r in rows if not r["tile_block"]), None)
+    x = [r["tile_block"] for r in on]
+    for col, key, scale, name in ((1, "ms_per_token", 1, "ms/token"), (2, "compile_s", 1, "s"),
+                                  (3, "store_peak_bytes", 1 / MIB, "MiB")):
+        fig.add_trace(go.Scatter(x=x, y=[r[key] * scale for r in on], mode="lines+markers",
+                                 name=f"tiled: {key}"), row=1, col=col)
+        if off is not None:
+            fig.add_hline(y=off[key] * scale, line_dash="dash", row=1, col=col,
+                          annotation_text="untiled")
+        fig.update_xaxes(type="log", title_text="CompileConfig.tile_block", row=1, col=col)
+        fig.update_yaxes(title_text=name, row=1, col=col)
+    if baseline_ms is not None:
+        fig.add_hline(y=baseline_ms, line_dash="dot", line_color="grey", row=1, col=1,
+                      annotation_text="jax_scan")
+    fig.update_layout(title="Tiling block size (causal decode)", height=420)
     return fig
 
 

@@ -392,14 +392,14 @@ def test_semantic_programs_under_pass_switches_on_every_executor(weights, switch
 
 
 def test_xla_splits_a_loop_whose_reads_grow_and_stays_exact(weights):
-    """A causal read under a loop of T = 150 (size class 256): 8 loops of 32 steps, each
-    padding ``0:t+1`` to its own largest length."""
+    """A causal read under a loop of T = 150 (size class 256), left untiled: 8 loops of 32
+    steps, each padding ``0:t+1`` to its own largest length. Tiled, nothing grows: one loop."""
     tokens = np.random.default_rng(4).standard_normal((150, EMBED)).astype(np.float32)
     ctx, N, T, y = _last_layer(weights, tokens)
     want = numpy_decoder(weights, tokens, HEADS)
-    for split in (8, 1):
+    for split, tile in ((8, False), (1, False), (8, True)):
         prog = ctx.compile(bounds={N: LAYERS, T: 150}, outputs={"y": y},
-                           config=cfg("xla", xla_split=split))
-        assert ("8 loops of 32 steps" in prog.executable.source) == (split == 8), \
+                           config=cfg("xla", xla_split=split, tile=tile))
+        assert ("8 loops of 32 steps" in prog.executable.source) == (split == 8 and not tile), \
             prog.executable.source
-        close(prog.run()["y"], want, msg=f"xla_split={split}")
+        close(prog.run()["y"], want, msg=f"xla_split={split}, tile={tile}")

@@ -368,6 +368,8 @@ def kernel_body(op: Op, in_types: tuple, patterns: tuple, out_shape: tuple, has_
                     continue
                 if p[2] is None and p[3]:  # 0:n on a growing axis: a plain slice, no gather
                     x = _prefix(x, ax, p[1])
+                elif p[2] is None:  # s:s+n (a tiled block): two dynamic slices, no gather
+                    x = _window(x, ax, d[j], p[1])
                 else:
                     idx = d[j] + jnp.arange(p[1], dtype=jnp.int32)
                     idx = idx % p[2] if p[2] is not None else jnp.clip(idx, 0, x.shape[ax] - 1)
@@ -412,6 +414,17 @@ def _prefix(x, axis: int, n: int):
         pads[axis] = (0, n - have)
         x = jnp.pad(x, pads)
     return x
+
+
+def _window(x, axis: int, start, n: int):
+    """Entries ``start:start+n`` of ``axis`` (zeros past the buffer's end). A dynamic slice
+    clamps its start to fit the buffer, so the window is cut where it fits and then shifted
+    back by what the clamp took off, through a buffer of twice its size."""
+    x = _prefix(x, axis, max(n, x.shape[axis]))
+    lo = jnp.clip(start, 0, x.shape[axis] - n)
+    w = lax.dynamic_slice_in_dim(x, lo, n, axis=axis)
+    return lax.dynamic_slice_in_dim(jnp.concatenate([w, jnp.zeros_like(w)], axis), start - lo,
+                                    n, axis=axis)
 
 
 def collect_outputs(sdg: SDG, env: dict, bufs: Mapping[int, object]) -> dict[str, np.ndarray]:

@@ -19,7 +19,7 @@ import warnings
 import islpy as isl
 
 from ..errors import ScheduleError
-from ..ir.sdg import SDG
+from ..ir.sdg import SDG, is_block_dim
 from ..symbolic import Bound, Const, Dim, Expr, and_, eq, floordiv, max_, min_, mod, or_
 from ..symbolic import isl as I
 from ..symbolic.cond import Cmp, Junction
@@ -74,10 +74,30 @@ def constraints(sdg: SDG, domains: dict[int, isl.Set], maps) -> tuple:
     live = {i: d for i, d in domains.items() if not d.is_empty()}
     dom = union(live.values(), isl.UnionSet)
     deps = [maps[e].intersect_domain(live[e.dst]).intersect_range(live[e.src]).reverse()
-            for e in sdg.edges if e.dst in live and e.src in live]
+            for e in sdg.edges if e.dst in live and e.src in live] + _steps_first(sdg, live)
     validity = union(deps, isl.UnionMap).coalesce() if deps else \
         isl.UnionMap.empty(dom.get_space())
     return dom, validity
+
+
+def _steps_first(sdg: SDG, live: dict[int, isl.Set]) -> list[isl.Map]:
+    """For an op over a tiled range's blocks ``(..., t, t_tile)``: every block of step ``t``
+    before any of step ``t + 1``. Not a dependence, an order that keeps the loop over blocks
+    inside the loop over steps (isl may otherwise put it outside, keeping every step's
+    partial results alive at once)."""
+    out = []
+    for i, d in live.items():
+        dims = sdg.ops[i].domain
+        k = next((j for j, x in enumerate(dims) if is_block_dim(x)), 0)
+        if k == 0:
+            continue
+        ins = [f"i{j}" for j in range(len(dims))]
+        outs = [f"i{j}" if j != k and j != k - 1 else f"i{j} + 1" if j == k - 1 else "o"
+                for j in range(len(dims))]
+        m = isl.Map(f"[{', '.join(sdg.params)}] -> {{ op{i}[{', '.join(ins)}] -> "
+                    f"op{i}[{', '.join(outs)}] }}", context=I.CTX)
+        out.append(m.intersect_domain(d).intersect_range(d))
+    return out
 
 
 def compute(sdg: SDG, dom: isl.UnionSet, validity: isl.UnionMap) -> isl.Schedule:
