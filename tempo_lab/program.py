@@ -40,6 +40,8 @@ class CompileConfig:
         largest length rather than the run's (so their cost grows with ``t``, in steps); 1
         keeps every loop whole. More segments: less padding, longer XLA compilation.
     sync_profile: wait for every kernel to finish so ``run.profile`` times are device times.
+    tile / tile_block: the tiling pass (``passes/tile.py``) and its points per block (None:
+        about 32 blocks at the longest range, 32 to 256 points).
     """
 
     executor: str = "auto"
@@ -56,7 +58,7 @@ class CompileConfig:
     tile: bool = True
     vectorise: bool = True
     fuse: bool = True
-    tile_block: int | None = None  # points per block of a tiled range (None: about 8 blocks)
+    tile_block: int | None = None
     vectorise_budget_bytes: int = 256 * 2**20  # largest single value a vectorised op may make
     check_invariants: bool = False  # check the SDG after every pass (tests turn this on)
 

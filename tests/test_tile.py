@@ -138,7 +138,7 @@ def test_the_pass_trace_and_the_switch():
 
 
 def test_auto_block_size():
-    assert [auto_block(n) for n in (10, 128, 1024, 4096, 100000)] == [16, 16, 128, 256, 256]
+    assert [auto_block(n) for n in (10, 128, 1024, 4096, 100000)] == [32, 32, 32, 128, 256]
 
 
 @pytest.mark.parametrize("executor", ["reference", "xla"])

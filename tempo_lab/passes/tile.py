@@ -36,8 +36,10 @@ COMBINE = {"sum": "add", "matmul": "add", "max": "maximum", "min": "minimum"}
 
 
 def auto_block(longest: int) -> int:
-    """About eight blocks at the longest range, 16 to 256 points each (a power of two)."""
-    return min(256, max(16, 1 << (-(-longest // 8) - 1).bit_length()))
+    """About 32 blocks at the longest range, 32 to 256 points each (a power of two): on the
+    causal decoder at T = 1024 (CPU) time per token grew with the block (32: 1.03 ms, 128:
+    1.53, 512: 2.02) while compile time grows with the number of blocks."""
+    return min(256, max(32, 1 << (-(-longest // 32) - 1).bit_length()))
 
 
 class Region:
