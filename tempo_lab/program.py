@@ -11,7 +11,7 @@ from .errors import BoundsError, ScheduleError, TempoLabError, user_location
 from .frontend.build import build_sdg
 from .frontend.tensor import RecurrentTensor
 from .frontend.validate import validate
-from .ir.sdg import SDG
+from .ir.sdg import SDG, part_dim, parted
 from .memory import plan_memory
 from .passes import run_passes
 from .runtime.reference import Reference, run_reference
@@ -50,16 +50,19 @@ class CompileConfig:
     xla_split: int = 8
     sync_profile: bool = False
     # passes, run in this order when their switch is on (see tempo_lab/passes)
-    passes: tuple[str, ...] = ("simplify", "fold", "cse", "dce", "tile", "vectorise", "fuse")
+    passes: tuple[str, ...] = ("simplify", "fold", "cse", "dce", "tile", "vectorise",
+                               "incrementalise", "fuse")
     simplify: bool = True
     fold_constants: bool = True
     cse: bool = True
     dce: bool = True
     tile: bool = True
     vectorise: bool = True
+    incrementalise: bool = True
     fuse: bool = True
     tile_block: int | None = None
-    vectorise_budget_bytes: int = 256 * 2**20  # largest single value a vectorised op may make
+    vectorise_budget_bytes: int = 256 * 2**20  # largest value a vectorised op may make (else
+    # incrementalisation vectorises the dim in blocks that fit)
     check_invariants: bool = False  # check the SDG after every pass (tests turn this on)
 
     def __post_init__(self):
@@ -290,10 +293,18 @@ class Program(Stage):
         moved = tuple(op.attrs.get("vdims", ()))
         if not moved:
             return value
+        blocks = {part_dim(Dim(v)).name: v for v in parted(op)}  # d_blk, then d's points
         have = [d.name for d in op.domain] + list(moved)
-        want = [d.name for d in self.sdg.dims if d.name in have]
+        want = [n for d in self.sdg.dims if d.name in have
+                for n in (d.name, *([blocks[d.name]] if d.name in blocks else ()))]
         perm = [have.index(n) for n in want]
-        return np.transpose(value, perm + list(range(len(have), value.ndim)))
+        value = np.transpose(value, perm + list(range(len(have), value.ndim)))
+        shape, k = [], 0
+        while k < value.ndim:  # merge each (blocks, points in a block) pair into one axis
+            merge = k < len(want) and want[k] in blocks
+            shape.append(value.shape[k] * value.shape[k + 1] if merge else value.shape[k])
+            k += 2 if merge else 1
+        return value.reshape(shape)
 
     def _reference_bounds(self) -> dict[str, int]:
         """Bound values with each data-dependent bound cut after its first ``done`` point."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import random
 import sys
 from pathlib import Path
 
@@ -18,12 +19,25 @@ from tempo_lab.passes import REGISTRY, check_invariants
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/ is not a package
 from randprog import assert_outputs_match, numpy_eval, program_strategy, run_tempo  # noqa: E402
 
-SWITCHES = ("simplify", "fold_constants", "cse", "dce", "tile", "vectorise", "fuse")
+SWITCHES = ("simplify", "fold_constants", "cse", "dce", "tile", "vectorise", "incrementalise",
+            "fuse")
+CORE = tuple(s for s in SWITCHES if s not in ("tile", "incrementalise"))
 NO_PASSES = {s: False for s in SWITCHES}
 
 
 def config(executor="reference", **switches):
-    return tl.CompileConfig(executor=executor, check_invariants=True, tile_block=2, **switches)
+    """Small blocks for tiling; with incrementalisation on, a budget so small that a dim
+    vectorises in blocks of a few points."""
+    small = {"vectorise_budget_bytes": 24} if switches.get("incrementalise") else {}
+    return tl.CompileConfig(executor=executor, check_invariants=True, tile_block=2,
+                            **small, **switches)
+
+
+def all_switches(n: int, combo) -> dict:
+    """The core switches as given, tiling and incrementalisation drawn from ``n``."""
+    rnd = random.Random(n)
+    return {**dict(zip(CORE, combo)), "tile": rnd.random() < 0.5,
+            "incrementalise": rnd.random() < 0.5}
 
 
 def redundant_program():
@@ -136,9 +150,11 @@ def test_fusion_runs_a_chain_as_one_op(executor):
     assert fuse.count("rewritten") == 1 and fuse.count("erased") == 1
 
 
-@pytest.mark.parametrize("combo", list(itertools.product([False, True], repeat=len(SWITCHES))),
-                         ids=lambda c: "".join("1" if x else "0" for x in c))
-def test_every_switch_combination_on_a_recurrence(combo):
+@pytest.mark.parametrize("n, combo", list(enumerate(itertools.product([False, True],
+                                                                        repeat=len(CORE)))),
+                         ids=lambda c: "".join("1" if x else "0" for x in c)
+                         if isinstance(c, tuple) else str(c))
+def test_every_switch_combination_on_a_recurrence(n, combo):
     ctx = tl.Context(dims=("b", "t"))
     b, t = ctx.dims
     B, T = ctx.bounds
@@ -147,10 +163,10 @@ def test_every_switch_combination_on_a_recurrence(combo):
         x[b, 0] = tl.ones((3,)) * (tl.constant(np.float32(0.5)) * 2.0)
         x[b, t] = tl.tanh(x[b, t - 1] * 1.0 + 0.0) + x[b, t - 1] * 0.5
         y = x[b, 0:t + 1].sum(axis=0) + x[b, tl.max(0, t - 2):t + 1].mean(axis=0)
-    want = ctx.compile(bounds={B: 2, T: 6}, outputs={"y": y},
+    want = ctx.compile(bounds={B: 4, T: 6}, outputs={"y": y},
                        config=config(**NO_PASSES)).run()["y"]
-    got = ctx.compile(bounds={B: 2, T: 6}, outputs={"y": y},
-                      config=config("interpreter", **dict(zip(SWITCHES, combo)))).run()["y"]
+    got = ctx.compile(bounds={B: 4, T: 6}, outputs={"y": y},
+                      config=config("interpreter", **all_switches(n, combo))).run()["y"]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
@@ -159,9 +175,8 @@ def test_every_switch_combination_on_a_recurrence(combo):
 @given(program_strategy())
 def test_random_programs_under_every_switch_combination(program):
     want = numpy_eval(program)
-    for n, combo in enumerate(itertools.product([False, True], repeat=len(SWITCHES) - 1)):
-        switches = {**dict(zip(SWITCHES[:4] + SWITCHES[5:], combo)), "tile": n % 3 == 0}
-        got = run_tempo(program, config=config(**switches))
+    for n, combo in enumerate(itertools.product([False, True], repeat=len(CORE))):
+        got = run_tempo(program, config=config(**all_switches(n, combo)))
         assert_outputs_match(program, got, what=f"reference with passes {combo}")
     got = run_tempo(program, config=config("interpreter"))
     assert_outputs_match(program, got, what="interpreter with all passes")

@@ -46,7 +46,8 @@ N_DEFAULT = 20  # the default (auto) config; every executor: below
 N_EXECUTORS = 200
 N_REFERENCE = 800
 EXECUTORS = ("xla", "codegen", "interpreter")
-SWITCHES = ("simplify", "fold_constants", "cse", "dce", "tile", "vectorise", "fuse")
+SWITCHES = ("simplify", "fold_constants", "cse", "dce", "tile", "vectorise", "incrementalise",
+            "fuse")
 NO_EXPLAIN = tuple(p for p in Phase if p is not Phase.explain)  # its notes are noise here
 
 
@@ -63,13 +64,15 @@ def test_random_programs_match_numpy(program):
           phases=NO_EXPLAIN)
 @given(program_strategy(), st.tuples(*[st.booleans()] * len(SWITCHES)))
 def test_random_programs_on_every_executor_under_pass_switches(program, switches):
-    """Every executor, under a sampled combination of pass switches (one per program; the 128
+    """Every executor, under a sampled combination of pass switches (one per program; the 256
     combinations are each drawn a few times over the run), equals the reference interpreter
     on the SDG as built, and the independent NumPy evaluation. One compilation (schedule,
     memory plan) serves the three executors (``Program.on``)."""
+    on = dict(zip(SWITCHES, switches))
+    small = {"vectorise_budget_bytes": 24} if on["incrementalise"] else {}  # blocks of a few
     config = tl.CompileConfig(executor="interpreter", check_invariants=True, tile_block=2,
-                              **dict(zip(SWITCHES, switches)))
-    on = ", ".join(f"{k}={v}" for k, v in zip(SWITCHES, switches))
+                              **small, **on)
+    shown = ", ".join(f"{k}={v}" for k, v in zip(SWITCHES, switches))
     ref = run_tempo(program, config=tl.CompileConfig(executor="reference"))
     assert_outputs_match(program, ref, what="the reference interpreter")
     prog = compile_program(program, config=config)
@@ -78,7 +81,7 @@ def test_random_programs_on_every_executor_under_pass_switches(program, switches
         for name in program.outputs:
             np.testing.assert_allclose(
                 np.asarray(run[name]), ref[name], rtol=RTOL, atol=ATOL,
-                err_msg=f"output {name!r}: executor={executor} ({on}) vs the reference "
+                err_msg=f"output {name!r}: executor={executor} ({shown}) vs the reference "
                         f"interpreter, for the program\n{to_source(program)}")
 
 

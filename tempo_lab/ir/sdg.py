@@ -70,6 +70,20 @@ def is_block_dim(d: Dim) -> bool:
     return d.name.endswith(BLOCK_SUFFIX)
 
 
+PART_SUFFIX = "_blk"
+
+
+def part_dim(d: Dim) -> Dim:
+    """The dim incrementalisation puts in place of ``d``: blocks of ``d``'s points."""
+    return Dim(d.name + PART_SUFFIX)
+
+
+def parted(op: Op) -> tuple[str, ...]:
+    """The vectorised dims of ``op`` that run in blocks (their block dim is in its domain)."""
+    names = {x.name for x in op.domain}
+    return tuple(v for v in op.attrs.get("vdims", ()) if v + PART_SUFFIX in names)
+
+
 @dataclass(frozen=True)
 class Edge:
     """Consumer ``dst`` reads producer ``src`` (as its input ``slot``) at ``index``, under ``cond``.

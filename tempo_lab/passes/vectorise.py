@@ -1,4 +1,4 @@
-"""Vectorisation: a dim that no read crosses becomes a spatial axis.
+"""Vectorisation: a dim that no read crosses becomes a spatial axis (whole, or in blocks).
 
 If every read of every op over ``d`` happens at the reader's own ``d`` (no ``b - 1``, no partial
 slice or constant point along ``d``, no condition or index that mentions ``d``), the points along
@@ -18,7 +18,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir.ops import TensorType
-from ..ir.sdg import Edge, Op
+from ..ir.sdg import Edge, Op, part_dim
 from ..symbolic import Dim, Slice
 from .manager import Editor, Event, register
 
@@ -31,7 +31,9 @@ def _whole(x, d: Dim) -> bool:
     return isinstance(x, Slice) and x.start == 0 and x.stop == d.bound
 
 
-def eligible(ed: Editor, d: Dim, size: int, budget: int) -> bool:
+def eligible(ed: Editor, d: Dim, size: int, budget: int | None) -> bool:
+    """Whether ``d`` can become a spatial axis of ``size`` (``budget`` None: whatever the
+    values' size)."""
     for e in ed.edges:
         p, c = ed.ops[e.src], ed.ops[e.dst]
         if _mentions(e.cond, d):
@@ -54,14 +56,23 @@ def eligible(ed: Editor, d: Dim, size: int, budget: int) -> bool:
             return False
         if any(not isinstance(s, int) and _mentions(s, d) for s in op.type.shape):
             return False
-        static = int(np.prod([s for s in op.type.shape if isinstance(s, int)], dtype=np.int64))
-        if static * size * op.type.dtype.itemsize > budget:
+        if budget is not None and largest_point(op) * size > budget:
             return False
     return True
 
 
-def vectorise_dim(ed: Editor, d: Dim, size: int):
-    """Rewrite every op over ``d`` in place (same ids: readers keep reading the same op)."""
+def largest_point(op: Op) -> int:
+    """Bytes of one point's value, over its static axes."""
+    static = int(np.prod([s for s in op.type.shape if isinstance(s, int)], dtype=np.int64))
+    return static * op.type.dtype.itemsize
+
+
+def vectorise_dim(ed: Editor, d: Dim, size: int, block: int | None = None):
+    """Rewrite every op over ``d`` in place (same ids: readers keep reading the same op).
+    ``block``: ``block`` points of ``d`` at a time, the blocks along a new dim ``d_blk`` that
+    takes ``d``'s place (incrementalisation)."""
+    n = block or size
+    db = part_dim(d) if block else None
     for i, op in list(ed.ops.items()):  # d's own value (domain (d,)): the array 0..D-1
         if op.kind == "dimval" and op.attrs["expr"] == d:
             arr = np.arange(size, dtype=op.type.dtype)
@@ -76,25 +87,35 @@ def vectorise_dim(ed: Editor, d: Dim, size: int):
         attrs = dict(op.attrs)
         attrs["vdims"] = (d.name,) + tuple(attrs.get("vdims", ()))
         if op.kind == "from_array":
-            attrs["array"] = np.moveaxis(attrs["array"], k, attrs["ndomain"] - 1)
-            attrs["ndomain"] -= 1
+            arr, nd = attrs["array"], attrs["ndomain"]
+            if block:
+                arr = arr.reshape(arr.shape[:k] + (size // block, block) + arr.shape[k + 1:])
+                attrs["array"] = np.moveaxis(arr, k + 1, nd)
+            else:
+                attrs["array"], attrs["ndomain"] = np.moveaxis(arr, k, nd - 1), nd - 1
         if op.kind == "merge":
             t = attrs["type"]
-            attrs["type"] = TensorType((size,) + t.shape, t.dtype, t.weak)
-        ed.ops[i] = Op(i, op.kind, tuple(x for x in op.domain if x != d),
-                       TensorType((size,) + tuple(op.type.shape), op.type.dtype, op.type.weak),
+            attrs["type"] = TensorType((n,) + t.shape, t.dtype, t.weak)
+        domain = tuple(db if x == d else x for x in op.domain if x != d or block)
+        ed.ops[i] = Op(i, op.kind, domain, TensorType((n,) + tuple(op.type.shape),
+                                                      op.type.dtype, op.type.weak),
                        attrs, op.loc, op.name)
-        ed.events.append(Event("rewritten", i, None, f"{d} -> leading axis"))
-    for n, e in enumerate(ed.edges):
+        ed.events.append(Event("rewritten", i, None, f"{d} -> leading axis" + (
+            f" of {block}-point blocks over {db}" if block else "")))
+    for m, e in enumerate(ed.edges):
         if e.src in touched:
             k = old[e.src].index(d)
-            ed.edges[n] = Edge(e.dst, e.src, e.slot, e.index[:k] + e.index[k + 1:], e.cond,
-                               e.loc)
+            rest = (db,) if block else ()
+            ed.edges[m] = Edge(e.dst, e.src, e.slot, e.index[:k] + rest + e.index[k + 1:],
+                               e.cond, e.loc)
             if isinstance(e.index[k], Slice) and d in old[e.dst]:  # a reduction over d
                 c = ed.ops[e.dst]
                 attrs = {**c.attrs, "whole": tuple(sorted({*c.attrs.get("whole", ()),
                                                            (d.name, e.slot)}))}
                 ed.ops[e.dst] = Op(c.id, c.kind, c.domain, c.type, attrs, c.loc, c.name)
+    if block:
+        ed.dims = tuple(db if x == d else x for x in ed.dims)
+        ed.new_bounds[db.bound.name] = ed.bounds[db.bound.name] = size // block
 
 
 @register("vectorise", "vectorise")
@@ -107,3 +128,32 @@ def vectorise(ed: Editor):
             continue
         if any(d in op.domain for op in ed.ops.values()) and eligible(ed, d, size, budget):
             vectorise_dim(ed, d, size)
+
+
+@register("incrementalise", "incrementalise")
+def incrementalise(ed: Editor):
+    """Incrementalisation: a dim too large to vectorise whole runs in blocks of its points.
+
+    A dim that vectorisation declined only for the memory budget becomes a new dim ``d_blk``
+    over blocks (a loop, so only a block's values need be live at once) whose points inside a
+    block form a leading spatial axis, as vectorisation would make it for the whole dim. The
+    block is the largest divisor of the bound whose values fit the budget, so no block is
+    padded. Not for a dim some op reduces over whole (``x[0:B]``) or with a block under 2.
+    """
+    budget = ed.config.vectorise_budget_bytes
+    for d in reversed(ed.dims):
+        size = ed.bounds.get(d.bound.name)
+        ops = [op for op in ed.ops.values() if d in op.domain]
+        if size is None or d.bound.name in ed.dynamic or not ops or part_dim(d).bound.name \
+                in ed.bounds or _reduced_whole(ed, d) or not eligible(ed, d, size, None):
+            continue
+        big = max(largest_point(op) for op in ops)
+        block = max((b for b in range(1, size) if size % b == 0 and b * big <= budget),
+                    default=1)
+        if block >= 2:
+            vectorise_dim(ed, d, size, block)
+
+
+def _reduced_whole(ed: Editor, d: Dim) -> bool:
+    return any(isinstance(x, Slice) for e in ed.edges for pd, x in
+               zip(ed.ops[e.src].domain, e.index) if pd == d)
