@@ -148,6 +148,8 @@ def incrementalise(ed: Editor):
                 in ed.bounds or _reduced_whole(ed, d) or not eligible(ed, d, size, None):
             continue
         big = max(largest_point(op) for op in ops)
+        if big * size <= budget:  # fits whole: not vectorised for another reason (or off)
+            continue
         block = max((b for b in range(1, size) if size % b == 0 and b * big <= budget),
                     default=1)
         if block >= 2:
