@@ -370,9 +370,8 @@ def kernel_body(op: Op, in_types: tuple, patterns: tuple, out_shape: tuple, has_
                     x = _prefix(x, ax, p[1])
                 elif p[2] is None:  # s:s+n (a tiled block): two dynamic slices, no gather
                     x = _window(x, ax, d[j], p[1])
-                else:
-                    idx = d[j] + jnp.arange(p[1], dtype=jnp.int32)
-                    idx = idx % p[2] if p[2] is not None else jnp.clip(idx, 0, x.shape[ax] - 1)
+                else:  # a ring: slots wrap around
+                    idx = (d[j] + jnp.arange(p[1], dtype=jnp.int32)) % p[2]
                     x = jnp.take(x, idx, axis=ax)
                 ax += 1
                 ln.append(ints[pos])
