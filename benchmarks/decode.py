@@ -148,8 +148,10 @@ def compile_tempo_lab(cfg: Config, weights: dict, tokens: np.ndarray,
     B, N, T = ctx.bounds
     y = tempo_lab_decoder(ctx, weights, tokens, cfg.heads, cfg.window)
     kw = {} if block_size is None else {"block_size": block_size}
-    if tile_block is not None:
-        kw.update(tile=False) if tile_block == 0 else kw.update(tile_block=tile_block)
+    if tile_block == 0:
+        kw["tile"] = False
+    elif tile_block is not None:
+        kw["tile_block"] = tile_block
     config = tl.CompileConfig(**kw)
     return ctx.compile(bounds={B: cfg.batch, N: cfg.layers, T: cfg.seq_len}, outputs={"y": y},
                        config=config)
@@ -682,6 +684,14 @@ def _write(records: list[dict], path: str) -> None:
         json.dump(records, f, indent=1)
 
 
+def write_results(records: list[dict], path: str) -> None:
+    """The final JSON; the ``.partial`` file of a finished sweep goes."""
+    _write(records, path)
+    if os.path.exists(path + ".partial"):
+        os.remove(path + ".partial")
+    print(f"wrote {path}")
+
+
 class BenchmarkError(RuntimeError):
     """A system failed or the systems' outputs disagree; the message says how to reproduce."""
 
@@ -777,10 +787,7 @@ def main(argv=None) -> int:
     executors = sorted({str(r.get("executor")) for r in records if r["system"] == "tempo_lab"})
     if executors:
         print(f"tempo_lab executor: {', '.join(executors)} (commit {env['tempo_lab_commit']})")
-    _write(records, out_path)
-    if os.path.exists(out_path + ".partial"):
-        os.remove(out_path + ".partial")
-    print(f"wrote {out_path}")
+    write_results(records, out_path)
     return 0
 
 

@@ -35,7 +35,15 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.decode import _bar, environment, loadavg, rss_peak_bytes, vm_hwm_bytes
+from benchmarks.decode import (
+    _bar,
+    _write,
+    environment,
+    loadavg,
+    rss_peak_bytes,
+    vm_hwm_bytes,
+    write_results,
+)
 
 SYSTEMS = ("tempo_lab", "cleanrl_jax")
 RESULT_PREFIX = "RL_RESULT "
@@ -408,12 +416,6 @@ def parse_args(argv=None):
     return args
 
 
-def _write(records: list[dict], path: str) -> None:
-    os.makedirs(os.path.dirname(os.path.abspath(path)), exist_ok=True)
-    with open(path, "w") as f:
-        json.dump(records, f, indent=1)
-
-
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.one:
@@ -431,10 +433,7 @@ def main(argv=None) -> int:
     print()
     print(NOTES)
     print(f"total wall time {time.perf_counter() - wall0:.0f} s")
-    _write(records, out_path)
-    if os.path.exists(out_path + ".partial"):
-        os.remove(out_path + ".partial")
-    print(f"wrote {out_path}")
+    write_results(records, out_path)
     return 0
 
 

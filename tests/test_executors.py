@@ -124,6 +124,18 @@ def test_causal_decoder(weights, executor):
     assert_peaks_agree(prog, run)
 
 
+@pytest.mark.parametrize("executor", ["reference", "xla"])
+def test_causal_decoder_tiled(weights, executor):
+    """The decoder's attention over blocks of 5 steps (passes/tile.py): 3 blocks at T = 12."""
+    tokens = np.random.default_rng(3).standard_normal((STEPS, EMBED)).astype(np.float32)
+    ctx, N, T, y = _last_layer(weights, tokens)
+    prog = ctx.compile(bounds={N: LAYERS, T: STEPS}, outputs={"y": y},
+                       config=cfg(executor, tile_block=5, check_invariants=True))
+    assert prog.bounds["T_TILE"] == 3
+    assert "softmax" not in {op.kind for op in prog.sdg.ops.values()}
+    close(prog.run()["y"], numpy_decoder(weights, tokens, HEADS), msg=executor)
+
+
 @pytest.mark.parametrize("executor", EXECUTORS)
 def test_batched_window_decoder(weights, executor):
     tokens = np.random.default_rng(2).standard_normal((BATCH, STEPS, EMBED)).astype(np.float32)

@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 
 import tempo_lab as tl
-from tempo_lab.demo import decoder, make_weights, numpy_decoder
 from tempo_lab.passes.tile import auto_block
 
 EXECUTORS = ("reference", "interpreter", "codegen", "xla")
@@ -139,22 +138,3 @@ def test_the_pass_trace_and_the_switch():
 
 def test_auto_block_size():
     assert [auto_block(n) for n in (10, 128, 1024, 4096, 100000)] == [32, 32, 32, 128, 256]
-
-
-@pytest.mark.parametrize("executor", ["reference", "xla"])
-def test_causal_decoder_tiled(executor):
-    layers, embed, heads, steps = 2, 16, 2, 13
-    weights = make_weights(layers, embed, 2 * embed)
-    tokens = np.random.default_rng(3).standard_normal((steps, embed)).astype(np.float32)
-    ctx = tl.Context(dims=("n", "t"))
-    _, t = ctx.dims
-    N, T_ = ctx.bounds
-    h_out = decoder(ctx, weights, tokens, heads)
-    with ctx:
-        y = h_out[N - 1, t]
-    prog = ctx.compile(bounds={N: layers, T_: steps}, outputs={"y": y},
-                       config=tl.CompileConfig(executor=executor, tile_block=5,
-                                               check_invariants=True))
-    assert tiled(prog) and prog.bounds["T_TILE"] == 3
-    np.testing.assert_allclose(prog.run()["y"], numpy_decoder(weights, tokens, heads),
-                               rtol=1e-4, atol=1e-4)

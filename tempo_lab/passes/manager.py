@@ -5,6 +5,7 @@ request otherwise) and keeps a ``PassTrace`` of before/after graphs, edits and t
 """
 from __future__ import annotations
 
+import heapq
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -113,8 +114,6 @@ class Editor:
         """Number the ops in a topological order again (producers before readers, except the
         branches of placeholders), keeping the old order where it allows: later passes,
         demand and fusion rely on it. For a pass whose new ops are read by an old one."""
-        import heapq
-
         deps = {i: {e.src for e in self.in_edges(i)} if self.ops[i].kind != "merge" else set()
                 for i in self.ops}
         readers: dict[int, list[int]] = {i: [] for i in self.ops}

@@ -162,7 +162,7 @@ class _Builder:
     one; ``n`` is capped by the number of blocks, so those reads have a static size too."""
 
     def __init__(self, ed: Editor, reg: Region, k: Dim):
-        self.ed, self.reg, self.k = ed, reg, k
+        self.ed, self.reg = ed, reg
         self.block = tuple(d for d in ed.dims if d in reg.domain or d == k)
         kb = k * reg.block
         self.slice = Slice(kb, min_(kb + reg.block, reg.t + reg.c))
@@ -181,10 +181,10 @@ class _Builder:
 
     def clone(self, i: int, new: dict[int, int], note: str) -> int:
         op = self.ed.ops[i]
-        return self._add(op.kind, [self.edge(e, new) for e in self.ed.in_edges(i)],
-                         dict(op.attrs), self.block, note)
+        return self.add(op.kind, [self.edge(e, new) for e in self.ed.in_edges(i)],
+                        dict(op.attrs), self.block, note)
 
-    def _add(self, kind, edges, attrs, domain, note) -> int:
+    def add(self, kind, edges, attrs, domain, note) -> int:
         typ = infer(kind, [_read_type(self.ed, e) for e in edges], attrs)
         op = Op(-1, kind, domain, typ, attrs, self.loc)
         return self.ed.add(op, edges, self.reg.terminal, note)
@@ -196,8 +196,8 @@ class _Builder:
         pairs = [a if isinstance(a, tuple) else (a, self.block if per_block else
                                                  self.reg.domain) for a in args]
         edges = [Edge(-1, src, n, index, TRUE, self.loc) for n, (src, index) in enumerate(pairs)]
-        return self._add(kind, edges, attrs or {}, self.block if per_block else self.reg.domain,
-                         note)
+        return self.add(kind, edges, attrs or {}, self.block if per_block else self.reg.domain,
+                        note)
 
     def combine(self, kind: str, args: list, attrs: dict | None = None, note: str = "") -> int:
         return self.op(kind, args, attrs, note, per_block=False)
@@ -233,8 +233,8 @@ def _online_softmax(ed: Editor, reg: Region, b: _Builder, new: dict[int, int]):
     z, soft = ed.ops[reg.terminal], ed.ops[reg.softmax]
     (e_s,) = ed.in_edges(reg.softmax)
     ax = soft.attrs["axis"] % soft.type.ndim
-    scores = new[e_s.src] if e_s.src in new else b._add("identity", [b.edge(e_s, new)], {},
-                                                         b.block, "block scores")
+    scores = new[e_s.src] if e_s.src in new else b.add("identity", [b.edge(e_s, new)], {},
+                                                        b.block, "block scores")
     dt = soft.type.dtype
     lowest = ed.add(Op(-1, "const", (), TensorType((), dt), {"value": np.array(
         np.finfo(dt).min, dt)}, soft.loc), [], reg.softmax, "lowest finite score")
