@@ -32,10 +32,18 @@ def user_location() -> Location:
     frame = sys._getframe(1)
     while frame is not None:
         fname = os.path.abspath(frame.f_code.co_filename)
-        if not fname.startswith(_PACKAGE_DIR + os.sep) and "importlib" not in fname:
+        if not fname.startswith(_PACKAGE_DIR + os.sep) and "importlib" not in fname \
+                and not _generated_method(frame):
             return Location(frame.f_code.co_filename, frame.f_lineno)
         frame = frame.f_back
     return UNKNOWN
+
+
+def _generated_method(frame) -> bool:
+    """A method of one of our classes that Python generated (a dataclass ``__init__``)."""
+    if not frame.f_code.co_filename.startswith("<") or frame.f_code.co_name != "__init__":
+        return False
+    return type(frame.f_locals.get("self")).__module__.startswith("tempo_lab")
 
 
 class TempoLabError(Exception):

@@ -68,6 +68,11 @@ class CompileConfig:
     def __post_init__(self):
         if self.executor not in EXECUTORS:
             raise TempoLabError(f"unknown executor {self.executor!r}; choose one of {EXECUTORS}")
+        if self.tile_block is not None and (isinstance(self.tile_block, bool) or not isinstance(
+                self.tile_block, (int, np.integer)) or self.tile_block < 1):
+            raise TempoLabError(f"tile_block={self.tile_block!r}: give a positive number of "
+                                "points per block, or None for the automatic size (tile=False "
+                                "turns tiling off)")
 
 
 def _bound_name(key, ctx) -> str:

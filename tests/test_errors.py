@@ -842,3 +842,13 @@ def test_integer_to_a_negative_power_at_run_time():
     prog = ctx.compile(bounds={T: 3}, outputs={"y": y},
                        config=tl.CompileConfig(executor="reference"))
     raises(tl.DTypeError, prog.run, line)
+
+
+# ================================================================================================
+# Compile switches
+# ================================================================================================
+@pytest.mark.parametrize("kw", [{"tile_block": 0}, {"tile_block": -4}, {"tile_block": 2.5},
+                                {"tile_block": True}, {"executor": "fast"}])
+def test_bad_compile_config_names_the_users_line(kw):
+    err = raises(tl.TempoLabError, lambda: tl.CompileConfig(**kw), here(0))
+    assert ("tile_block" in str(err)) == ("tile_block" in kw)
