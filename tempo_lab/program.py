@@ -50,12 +50,13 @@ class CompileConfig:
     xla_split: int = 8
     sync_profile: bool = False
     # passes, run in this order when their switch is on (see tempo_lab/passes)
-    passes: tuple[str, ...] = ("simplify", "fold", "cse", "dce", "tile", "vectorise",
-                               "incrementalise", "fuse")
+    passes: tuple[str, ...] = ("simplify", "fold", "cse", "contract", "dce", "tile",
+                               "vectorise", "incrementalise", "fuse")
     simplify: bool = True
     fold_constants: bool = True
     cse: bool = True
     dce: bool = True
+    contract: bool = True
     tile: bool = True
     vectorise: bool = True
     incrementalise: bool = True

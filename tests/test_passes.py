@@ -19,9 +19,10 @@ from tempo_lab.passes import REGISTRY, check_invariants
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/ is not a package
 from randprog import assert_outputs_match, numpy_eval, program_strategy, run_tempo  # noqa: E402
 
-SWITCHES = ("simplify", "fold_constants", "cse", "dce", "tile", "vectorise", "incrementalise",
-            "fuse")
-CORE = tuple(s for s in SWITCHES if s not in ("tile", "incrementalise"))
+SWITCHES = ("simplify", "fold_constants", "cse", "contract", "dce", "tile", "vectorise",
+            "incrementalise", "fuse")
+DRAWN = ("contract", "tile", "incrementalise")  # drawn at random, not enumerated
+CORE = tuple(s for s in SWITCHES if s not in DRAWN)
 NO_PASSES = {s: False for s in SWITCHES}
 
 
@@ -34,10 +35,9 @@ def config(executor="reference", **switches):
 
 
 def all_switches(n: int, combo) -> dict:
-    """The core switches as given, tiling and incrementalisation drawn from ``n``."""
+    """The core switches as given, the ``DRAWN`` ones drawn from ``n``."""
     rnd = random.Random(n)
-    return {**dict(zip(CORE, combo)), "tile": rnd.random() < 0.5,
-            "incrementalise": rnd.random() < 0.5}
+    return {**dict(zip(CORE, combo)), **{s: rnd.random() < 0.5 for s in DRAWN}}
 
 
 def redundant_program():
@@ -136,6 +136,21 @@ def test_duplicate_elimination_keeps_distinct_reads_apart():
     want = data[np.maximum(0, np.arange(5) - 1)] * 2 + data * 2
     np.testing.assert_allclose(prog.run()["y"], want)
 
+
+
+@pytest.mark.parametrize("executor", ["reference", "interpreter", "codegen", "xla"])
+def test_a_sum_over_a_middle_vectorised_dim(executor):
+    """Vectorised over (i, b, t), a reduction over all of b reads b's axis where it sits, in
+    the middle of the producer's leading axes (it used to be taken as the first)."""
+    ctx = tl.Context(dims=("i", "b", "t"))
+    (i, _, t), bounds = ctx.dims, dict(zip(ctx.bounds, (2, 3, 4)))
+    data = np.arange(24 * 2, dtype=np.float32).reshape(2, 3, 4, 2)
+    with ctx:
+        x = tl.exp(tl.from_array(data, domain=ctx.dims) * 0.01)
+        y = x[i, 0:ctx.bounds[1], t].sum(axis=0)
+    prog = ctx.compile(bounds=bounds, outputs={"y": y}, config=config(executor))
+    assert prog.sdg.ops[prog.sdg.outputs["y"]].attrs["vdims"] == ("i", "t")
+    np.testing.assert_allclose(prog.run()["y"], np.exp(data * 0.01).sum(axis=1), rtol=1e-6)
 
 @pytest.mark.parametrize("executor", ["reference", "interpreter"])
 def test_fusion_runs_a_chain_as_one_op(executor):

@@ -46,8 +46,8 @@ N_DEFAULT = 20  # the default (auto) config; every executor: below
 N_EXECUTORS = 200
 N_REFERENCE = 800
 EXECUTORS = ("xla", "codegen", "interpreter")
-SWITCHES = ("simplify", "fold_constants", "cse", "dce", "tile", "vectorise", "incrementalise",
-            "fuse")
+SWITCHES = ("simplify", "fold_constants", "cse", "contract", "dce", "tile", "vectorise",
+            "incrementalise", "fuse")
 NO_EXPLAIN = tuple(p for p in Phase if p is not Phase.explain)  # its notes are noise here
 
 
@@ -64,7 +64,7 @@ def test_random_programs_match_numpy(program):
           phases=NO_EXPLAIN)
 @given(program_strategy(), st.tuples(*[st.booleans()] * len(SWITCHES)))
 def test_random_programs_on_every_executor_under_pass_switches(program, switches):
-    """Every executor, under a sampled combination of pass switches (one per program; the 256
+    """Every executor, under a sampled combination of pass switches (one per program; the 512
     combinations are each drawn a few times over the run), equals the reference interpreter
     on the SDG as built, and the independent NumPy evaluation. One compilation (schedule,
     memory plan) serves the three executors (``Program.on``)."""

@@ -154,19 +154,47 @@ def _lift(node, g, xs, y):
     from .api import lift
 
     fn, k = node.attrs["jax_fn"], node.attrs["out"]
-
-    def cotangent(j):
-        def ct(*args):
-            import jax
-
-            *primals, gk = args
-            _, pullback = jax.vjp(lambda *p: fn(*p) if k is None else fn(*p)[k], *primals)
-            return pullback(gk)[j]
-        ct.__name__ = f"vjp{j}_{getattr(fn, '__name__', 'fn')}"
-        return ct
-
-    return [lift(cotangent(j))(*xs, g) if x.dtype.kind == "f" else None
+    return [lift(Cotangent(fn, k, j))(*xs, g) if x.dtype.kind == "f" else None
             for j, x in enumerate(xs)]
+
+
+class Cotangent:
+    """``(*primals, g) -> `` the cotangent of argument ``j`` of ``fn`` (its output ``out``):
+    ``jax.vjp``, lifted as an op of its own.
+
+    ``levels`` (from ``summed``) stacks points: each level is one ``jax.vmap`` of ``fn`` with
+    its ``in_axes`` (the last entry is ``g``'s), and the result is summed over every stacked
+    point. Argument ``j`` is then the same at every point (a parameter), so this is one
+    ``jax.vjp`` of the batched function, which contracts the batch in matmuls instead of
+    making one parameter-sized value per point (passes/contract.py)."""
+
+    def __init__(self, fn, out, j: int, levels: tuple = ()):
+        self.fn, self.out, self.j, self.levels = fn, out, j, tuple(levels)
+        name = getattr(fn, "__name__", type(fn).__name__)
+        self.__name__ = f"{'sum_' * len(self.levels)}vjp{j}_{name}"
+
+    def summed(self, axes) -> Cotangent | None:
+        """This cotangent summed over one more stacked axis (``axes``: per argument, its axis
+        or None), or None where argument ``j`` or ``g`` would not fit that form."""
+        axes = tuple(axes)
+        if axes[self.j] is not None or axes[-1] is None:
+            return None
+        return Cotangent(self.fn, self.out, self.j, self.levels + (axes,))
+
+    def __call__(self, *args):
+        import jax
+        import jax.numpy as jnp
+
+        *primals, g = args
+
+        def f(*p):
+            return self.fn(*p) if self.out is None else self.fn(*p)[self.out]
+        for axes in self.levels:  # innermost first
+            f = jax.vmap(f, in_axes=axes[:-1])
+        for m, axes in enumerate(reversed(self.levels)):  # g's stacked axes, outermost first
+            g = jnp.moveaxis(g, axes[-1] + m, m)
+        _, pullback = jax.vjp(f, *primals)
+        return pullback(g)[self.j]
 
 
 def _pow(node, g, xs, y):

@@ -29,13 +29,17 @@ def base_op(op: Op) -> Op:
 
 def in_axes(sdg: SDG, op: Op, edges: list[Edge]) -> list[list[int | None]]:
     """Per vectorised dim of ``op`` (outermost first), per input: the axis to map over, or
-    None if that input does not vary along the dim (after peeling the outer dims)."""
-    levels = []
+    None if that input does not vary along the dim (after peeling the outer dims). An input's
+    value has the axes of its read's slices over unvectorised dims, then the producer's
+    vectorised axes in its ``vdims`` order (a whole read's among them)."""
+    levels = [[] for _ in vdims(op)]
     whole = set(op.attrs.get("whole", ()))  # inputs read over all of d (see passes/vectorise)
-    for d in vdims(op):
-        row = []
-        for e in edges:
-            carried = d in vdims(sdg.ops[e.src]) and (d, e.slot) not in whole
-            row.append(sum(isinstance(x, Slice) for x in e.index) if carried else None)
-        levels.append(row)
+    for e in edges:
+        left = list(vdims(sdg.ops[e.src]))
+        lead = sum(isinstance(x, Slice) for x in e.index)
+        for row, d in zip(levels, vdims(op)):
+            carried = d in left and (d, e.slot) not in whole
+            row.append(lead + left.index(d) if carried else None)
+            if carried:
+                left.remove(d)
     return levels
