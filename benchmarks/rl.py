@@ -293,19 +293,15 @@ def check_agreement(by: dict[str, dict]) -> dict:
 
 
 def measure(cfgs: list[Config], systems=SYSTEMS, runs: int = 1, progress: bool = False,
-            on_record=None, tl_max_points: int | None = None) -> list[dict]:
+            on_record=None) -> list[dict]:
     """Every system on every configuration, each in a fresh subprocess; the systems' curves
-    are checked against each other per configuration. tempo_lab is left out where
-    ``iterations x num_envs x ep_len > tl_max_points`` (its compile and run take minutes
-    there). For notebooks too (this process imports neither JAX nor tempo_lab for it)."""
+    are checked against each other per configuration. For notebooks too (this process
+    imports neither JAX nor tempo_lab for it)."""
     root = Path(__file__).resolve().parent.parent
     args = argparse.Namespace(runs=runs)
     records = []
-    jobs = [(cfg, [s for s in systems if s != "tempo_lab" or tl_max_points is None
-                   or cfg.iterations * cfg.num_envs * cfg.ep_len <= tl_max_points])
-            for cfg in cfgs]
-    bar = _bar(sum(len(s) for _, s in jobs), "rl benchmark", progress, position=0)
-    for cfg, systems in jobs:
+    bar = _bar(len(cfgs) * len(systems), "rl benchmark", progress, position=0)
+    for cfg in cfgs:
         by = {}
         for system in systems:
             bar.set_description(f"{system} {cfg.label()}")
@@ -372,8 +368,6 @@ def configs(args) -> list[Config]:
     parameter around the base, like the paper's Figure 13)."""
     base = Config(args.num_envs, args.ep_len, args.hidden, args.iterations)
     out = [base]
-    if args.quick:          # both systems at the size tempo_lab compiles in about a minute
-        out.append(Config(8, 32, args.hidden, 3))
     for name in args.sweep or ():
         for value in getattr(args, f"sweep_{name}"):
             cfg = replace(base, **{name: value})
@@ -395,13 +389,8 @@ def parse_args(argv=None):
     ap.add_argument("--sweep-num_envs", type=int, nargs="+", default=[4, 8, 16, 32])
     ap.add_argument("--sweep-hidden", type=int, nargs="+", default=[32, 64, 128, 256])
     ap.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
-    ap.add_argument("--tl-max-points", type=int, default=None,
-                    help="leave tempo_lab out of configurations with more than this many "
-                         "iterations x num_envs x ep_len points (--quick: 2000)")
     ap.add_argument("--quick", action="store_true",
-                    help="PPO at 32 envs x 250 steps, 2x64 MLP, 5 iterations, for the baseline "
-                         "only, and both systems at 8 envs x 32 steps, 3 iterations (tempo_lab "
-                         "takes minutes per iteration at 32 x 250; see the README)")
+                    help="PPO at 32 envs x 250 steps, 2x64 MLP, 5 iterations")
     ap.add_argument("--out", default=None,
                     help=f"JSON file (default {DEFAULT_OUT}, with --quick {QUICK_OUT})")
     ap.add_argument("--no-progress", action="store_true")
@@ -409,8 +398,6 @@ def parse_args(argv=None):
     args = ap.parse_args(argv)
     if args.quick:
         args.num_envs, args.ep_len, args.hidden, args.iterations = 32, 250, 64, 5
-        if args.tl_max_points is None:
-            args.tl_max_points = 2000
     if args.one and (len(configs(args)) != 1 or args.quick):
         ap.error("--one takes one configuration (no --sweep)")
     return args
@@ -424,8 +411,7 @@ def main(argv=None) -> int:
     wall0 = time.perf_counter()
     try:
         records = measure(configs(args), args.systems, args.runs, not args.no_progress,
-                          on_record=lambda recs: _write(recs, out_path + ".partial"),
-                          tl_max_points=args.tl_max_points)
+                          on_record=lambda recs: _write(recs, out_path + ".partial"))
     except BenchmarkError as e:
         print(f"ABORT: {e}", file=sys.stderr)
         return 2

@@ -193,11 +193,12 @@ def compile_context(ctx, bounds, outputs, config: CompileConfig | None = None) -
 
 def _best_schedule(sdg: SDG, bounds, config, times):
     """Schedule under each of the isl option sets and keep the one whose memory plan has the
-    lowest predicted peak (the first on ties)."""
+    lowest predicted peak (the first on ties). The other sets are there for rings that a
+    schedule makes grow: once a plan has none, they are not tried."""
     best = None
     times["schedule"] = times["memory"] = 0.0
     for options in OPTION_SETS + FALLBACK_OPTION_SETS:
-        if best is not None and options in FALLBACK_OPTION_SETS:
+        if best is not None and (options in FALLBACK_OPTION_SETS or not best[1].grown):
             break
         t0 = time.perf_counter()
         try:

@@ -87,9 +87,10 @@ class MemoryPlan(Stage):
     """Storage per op, buffer lifetimes (schedule steps) and predicted live bytes per step."""
 
     def __init__(self, sdg: SDG, storages: dict[int, Storage], timeline: list[int],
-                 lifetimes: dict[int, tuple[int, int]]):
+                 lifetimes: dict[int, tuple[int, int]], grown: tuple[int, ...] = ()):
         self.sdg, self.storages, self.timeline, self.lifetimes = (sdg, storages, timeline,
                                                                   lifetimes)
+        self.grown = grown  # ops with a window reader whose ring this schedule makes grow
 
     @property
     def peak_bytes(self) -> int:
@@ -184,6 +185,7 @@ def plan_memory(sdg: SDG, schedule, bounds: dict[str, int], block: int = 64) -> 
     smap = I.fix(schedule.order, bounds)
     domains = {i: I.fix(d, bounds) for i, d in schedule.domains.items()}
     storages: dict[int, Storage] = {}
+    grown = []
     for i, op in sdg.ops.items():
         readers = [e for e in sdg.out_edges(i) if not domains[e.dst].is_empty()]
         if domains[i].is_empty() or op.kind == "sink" or (not readers and
@@ -198,11 +200,16 @@ def plan_memory(sdg: SDG, schedule, bounds: dict[str, int], block: int = 64) -> 
                 m = isl.UnionMap.from_map(I.fix(sdg.isl_map(e), bounds)
                                           .intersect_domain(domains[e.dst]))
                 rmap = m if rmap is None else rmap.union(m)
+            wanted = slots
             for _ in range(len(slots) + 1):
                 if not _conflicts(op, slots, domains[i], rmap, smap):
                     break
                 rings = [j for j, s in enumerate(slots) if s is not None]
                 slots = tuple(None if j == rings[-1] else s for j, s in enumerate(slots))
+            if any(w is not None and s is None and any(isinstance(e.index[k], Slice)
+                                                       for e in readers)
+                   for k, (w, s) in enumerate(zip(wanted, slots))):
+                grown.append(i)
         spatial = tuple(x if isinstance(x, int) else pad(x, I.max_over(x, domains[i], op.domain, bounds))
                         for x in op.type.shape)
         # The innermost growing dim grows in blocks of ``block`` points whatever its bound, so
@@ -214,7 +221,7 @@ def plan_memory(sdg: SDG, schedule, bounds: dict[str, int], block: int = 64) -> 
         storages[i] = Storage(i, tuple(d.name for d in op.domain), slots, spatial,
                               op.type.dtype, blocks)
     timeline, lifetimes = simulate(schedule.ast, storages, bounds)
-    return MemoryPlan(sdg, storages, timeline, lifetimes)
+    return MemoryPlan(sdg, storages, timeline, lifetimes, tuple(grown))
 
 
 def simulate(ast, storages: dict[int, Storage], bounds):

@@ -28,8 +28,11 @@ def dead_code(ed: Editor):
 def _value_key(v):
     if isinstance(v, np.ndarray):
         return ("array", v.dtype.str, v.shape, v.tobytes()) if v.size <= 4096 else ("id", id(v))
-    if callable(v):
-        return ("id", id(v))
+    if callable(v):  # by equality: two reads of ``net.policy`` are equal bound methods
+        try:
+            return ("fn", v, hash(v))
+        except TypeError:
+            return ("id", id(v))
     return repr(v)
 
 
@@ -93,13 +96,35 @@ def _passthrough(ed: Editor, op: Op, slot: int) -> int | None:
     return p.id if p.type == op.type else None
 
 
+def _reaches(ed: Editor, start: int, target: int, same_point: bool) -> bool:
+    """Whether op ``start`` reads ``target``: through ops other than placeholders, or with
+    ``same_point`` through any op but only at the point itself (no shift)."""
+    srcs: dict[int, list[int]] = {}
+    for e in ed.edges:
+        if not same_point or tuple(e.index) == tuple(ed.ops[e.src].domain):
+            srcs.setdefault(e.dst, []).append(e.src)
+    seen, stack = set(), [start]
+    while stack:
+        i = stack.pop()
+        if i == target:
+            return True
+        if i not in seen and (same_point or i == start or ed.ops[i].kind != "merge"):
+            seen.add(i)
+            stack.extend(srcs.get(i, ()))
+    return False
+
+
 @register("simplify", "simplify")
 def simplify(ed: Editor):
     """Algebraic simplification. Rules (each only when the result has the operand's exact
     domain, shape, dtype and weak type, so no broadcast or promotion is lost):
     x + 0, 0 + x, x - 0 -> x;  x * 1, 1 * x, x / 1 -> x;  -(-x) -> x;  ~~x -> x;
     identity(x) -> x;  reshape/broadcast_to to x's own shape, transpose by the identity
-    permutation, cast to x's own dtype -> x."""
+    permutation, cast to x's own dtype -> x;  a placeholder with one unconditional branch
+    -> that branch (so ops on it and on the branch become duplicates: ``tl.rl``'s loss reuses
+    the acting forward pass), unless the branch reads the placeholder back other than through
+    another placeholder, or at the same point (a cycle the scheduler reports as written)."""
+    forwarded = False
     for i in sorted(ed.ops):
         op = ed.ops.get(i)
         if op is None:
@@ -120,5 +145,11 @@ def simplify(ed: Editor):
         elif k in ("identity", "reshape", "broadcast_to", "cast") or (
                 k == "transpose" and tuple(op.attrs["perm"]) == tuple(range(op.type.ndim))):
             keep = _passthrough(ed, op, 0)
+        elif k == "merge" and len(ins) == 1 and not any(
+                _reaches(ed, ins[0].src, i, same) for same in (False, True)):
+            keep = _passthrough(ed, op, 0)
+            forwarded = forwarded or keep is not None
         if keep is not None:
             ed.replace(i, keep, f"{k} is a no-op")
+    if forwarded:  # readers of a placeholder may come before its branch: ids in order again
+        ed.renumber()

@@ -124,7 +124,7 @@ def _build(ctx, env, cfg, loss_terms, targets):
         obs[i, b, t] = ro.obs
         action[i, b, t] = ro.action
         weight[i, b, t] = ro.alive / count
-        values = targets(ro, value(net, theta, ro.next_obs), count)
+        values = targets(ro, _next_value(ro, value(net, theta, ro.next_obs), t, T), count)
         for k in ("adv", "target", "old_logp"):
             stopped[k][i, b, t] = values[k]
         n_envs = as_tensor(B, ctx).astype("float32")
@@ -133,6 +133,18 @@ def _build(ctx, env, cfg, loss_terms, targets):
     return Training(dict(p), _per_iteration(ro.reward, i, B, T) / n_envs,
                     _per_iteration(ro.alive, i, B, T) / n_envs, mean["loss"],
                     mean["policy_loss"], mean["value_loss"], mean["entropy"], ro)
+
+
+def _next_value(ro, at_next_obs: RT, t, T) -> RT:
+    """The value of the state each transition leads to: the next step's value (the state
+    after a transition that does not end the episode is the next step's), and at the horizon
+    the value of ``next_obs``. Where an episode ends it is multiplied by 0 either way. One
+    value forward pass per step instead of two."""
+    i, b, _ = ro.obs.domain
+    nv = placeholder((), "float32", ro.obs.domain, "next_value")
+    nv[i, b, T - 1] = at_next_obs
+    nv[i, b, t] = ro.extras["value"][i, b, t + 1]
+    return nv
 
 
 def _normalised(x: RT, ro, count, i, B, T) -> RT:
