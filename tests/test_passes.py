@@ -138,6 +138,30 @@ def test_duplicate_elimination_keeps_distinct_reads_apart():
 
 
 
+def test_a_placeholder_with_one_branch_is_its_branch():
+    """Simplification forwards ``p`` to its only branch, so ``exp(p)`` and ``exp(x)`` become
+    duplicates; a same-point cycle is left for the scheduler to report as written."""
+    ctx = tl.Context(dims=("t",))
+    (t,), (T,) = ctx.dims, ctx.bounds
+    data = np.arange(8, dtype=np.float32).reshape(4, 2) * 0.1
+    with ctx:
+        x = tl.from_array(data, domain=(t,))
+        p = tl.placeholder((2,), domain=(t,), name="p")
+        y = tl.exp(p) + tl.exp(x)
+        p[t] = x
+    prog = ctx.compile(bounds={T: 4}, outputs={"y": y}, config=config(fuse=False))
+    assert kinds(prog.sdg).count("exp") == 1 and "merge" not in kinds(prog.sdg)
+    assert [op.kind for op in prog.sdg.ops.values() if op.name == "p"] == ["from_array"]
+    np.testing.assert_allclose(prog.run()["y"], 2 * np.exp(data), rtol=1e-6)
+    with ctx:
+        q = tl.placeholder((), domain=(t,), name="q")
+        r = tl.placeholder((), domain=(t,), name="r")
+        q[t] = r[t] + 1.0
+        r[t] = q[t] * 2.0
+    with pytest.raises(tl.ScheduleError, match=r"\bq\b"):
+        ctx.compile(bounds={T: 4}, outputs={"q": q}, config=config("interpreter"))
+
+
 @pytest.mark.parametrize("executor", ["reference", "interpreter", "codegen", "xla"])
 def test_a_sum_over_a_middle_vectorised_dim(executor):
     """Vectorised over (i, b, t), a reduction over all of b reads b's axis where it sits, in

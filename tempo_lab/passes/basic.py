@@ -1,6 +1,8 @@
 """Clean-up passes: dead code, duplicates, constant folding and algebraic simplification."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from ..ir.sdg import Op
@@ -150,6 +152,9 @@ def simplify(ed: Editor):
             keep = _passthrough(ed, op, 0)
             forwarded = forwarded or keep is not None
         if keep is not None:
-            ed.replace(i, keep, f"{k} is a no-op")
+            ed.replace(i, keep, "a placeholder with one branch" if k == "merge"
+                       else f"{k} is a no-op")
+            if k == "merge" and op.name and not ed.ops[keep].name:  # the user's name stays
+                ed.ops[keep] = dataclasses.replace(ed.ops[keep], name=op.name)
     if forwarded:  # readers of a placeholder may come before its branch: ids in order again
         ed.renumber()
