@@ -158,6 +158,11 @@ def _wanted_slots(sdg: SDG, op: Op, k: int) -> int | None:
     return hi - lo + 1
 
 
+def _window(x, d: Dim) -> bool:
+    """A slice that starts a constant distance from ``d`` (``max(0, t - 3):t + 1``)."""
+    return isinstance(x, Slice) and _offset(x.start, d) is not None
+
+
 def _conflicts(op: Op, slots, dom: isl.Set, readers: isl.UnionMap, smap: isl.UnionMap) -> bool:
     """Would a ring of ``slots`` lose a value before its last read (per the schedule)?"""
     n = len(op.domain)
@@ -206,7 +211,7 @@ def plan_memory(sdg: SDG, schedule, bounds: dict[str, int], block: int = 64) -> 
                     break
                 rings = [j for j, s in enumerate(slots) if s is not None]
                 slots = tuple(None if j == rings[-1] else s for j, s in enumerate(slots))
-            if any(w is not None and s is None and any(isinstance(e.index[k], Slice)
+            if any(w is not None and s is None and any(_window(e.index[k], op.domain[k])
                                                        for e in readers)
                    for k, (w, s) in enumerate(zip(wanted, slots))):
                 grown.append(i)
