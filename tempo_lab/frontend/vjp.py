@@ -162,37 +162,35 @@ class Cotangent:
     """``(*primals, g) -> `` the cotangent of argument ``j`` of ``fn`` (its output ``out``):
     ``jax.vjp``, lifted as an op of its own.
 
-    ``levels`` (from ``summed``) stacks points: each level is one ``jax.vmap`` of ``fn`` with
-    its ``in_axes`` (the last entry is ``g``'s), and the result is summed over every stacked
-    point. Argument ``j`` is then the same at every point (a parameter), so this is one
-    ``jax.vjp`` of the batched function, which contracts the batch in matmuls instead of
-    making one parameter-sized value per point (passes/contract.py)."""
+    ``axes`` (from ``summed``) stacks points: ``fn`` is vmapped with those ``in_axes`` (the
+    last entry is ``g``'s) and the result summed over the points. Argument ``j`` is the same at
+    every point (a parameter), so this is one ``jax.vjp`` of the batched function, which
+    contracts the points in matmuls instead of making one parameter-sized value per point
+    (passes/contract.py)."""
 
-    def __init__(self, fn, out, j: int, levels: tuple = ()):
-        self.fn, self.out, self.j, self.levels = fn, out, j, tuple(levels)
+    def __init__(self, fn, out, j: int, axes: tuple | None = None):
+        self.fn, self.out, self.j, self.axes = fn, out, j, axes
         name = getattr(fn, "__name__", type(fn).__name__)
-        self.__name__ = f"{'sum_' * len(self.levels)}vjp{j}_{name}"
+        self.__name__ = f"{'sum_' if axes else ''}vjp{j}_{name}"
 
     def summed(self, axes) -> Cotangent | None:
-        """This cotangent summed over one more stacked axis (``axes``: per argument, its axis
-        or None), or None where argument ``j`` or ``g`` would not fit that form."""
+        """This cotangent summed over stacked points (``axes``: per argument, its stacked
+        axis or None), or None where it is summed already or argument ``j`` varies."""
         axes = tuple(axes)
-        if axes[self.j] is not None or axes[-1] is None:
+        if self.axes is not None or axes[self.j] is not None or axes[-1] is None:
             return None
-        return Cotangent(self.fn, self.out, self.j, self.levels + (axes,))
+        return Cotangent(self.fn, self.out, self.j, axes)
 
     def __call__(self, *args):
         import jax
-        import jax.numpy as jnp
 
         *primals, g = args
 
         def f(*p):
             return self.fn(*p) if self.out is None else self.fn(*p)[self.out]
-        for axes in self.levels:  # innermost first
-            f = jax.vmap(f, in_axes=axes[:-1])
-        for m, axes in enumerate(reversed(self.levels)):  # g's stacked axes, outermost first
-            g = jnp.moveaxis(g, axes[-1] + m, m)
+        if self.axes is not None:
+            f = jax.vmap(f, in_axes=self.axes[:-1])
+            g = jax.numpy.moveaxis(g, self.axes[-1], 0)
         _, pullback = jax.vjp(f, *primals)
         return pullback(g)[self.j]
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Hashable
 
 import numpy as np
 
@@ -31,10 +32,7 @@ def _value_key(v):
     if isinstance(v, np.ndarray):
         return ("array", v.dtype.str, v.shape, v.tobytes()) if v.size <= 4096 else ("id", id(v))
     if callable(v):  # by equality: two reads of ``net.policy`` are equal bound methods
-        try:
-            return ("fn", v, hash(v))
-        except TypeError:
-            return ("id", id(v))
+        return ("fn", v) if isinstance(v, Hashable) else ("id", id(v))
     return repr(v)
 
 
