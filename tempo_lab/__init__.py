@@ -2,11 +2,15 @@
 from . import nn, optim, random, rl
 from .config import config
 from .errors import (
+                     ArgumentError,
                      BoundsError,
+                     CallbackError,
                      DefinitionError,
                      DTypeError,
                      ExprError,
                      GradientError,
+                     InternalError,
+                     OutputError,
                      ScheduleError,
                      ShapeError,
                      TempoLabError,
@@ -62,7 +66,7 @@ Context.compile = compile_context
 __version__ = "0.1.0"
 
 __all__ = [
-    "BoundsError", "Bound", "CompileConfig", "Context", "DTypeError", "DefinitionError", "Dim",
+    "ArgumentError", "BoundsError", "Bound", "CallbackError", "InternalError", "OutputError", "CompileConfig", "Context", "DTypeError", "DefinitionError", "Dim",
     "ExprError", "GradientError", "Program", "RecurrentTensor", "Run", "SDG", "ScheduleError", "ShapeError",
     "Slice", "TempoLabError", "Trace", "abs", "arange", "concatenate", "config", "constant",
     "cos", "eq", "exp", "expand_dims", "from_array", "full", "grad", "lift", "log", "matmul", "max", "maximum",

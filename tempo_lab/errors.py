@@ -2,6 +2,8 @@
 terminal shows where the mistake is, and ends with how to fix it."""
 from __future__ import annotations
 
+import dis
+import functools
 import linecache
 import os
 import sys
@@ -28,15 +30,59 @@ class Location:
 UNKNOWN = Location("<unknown>", 0)
 
 
-def user_location() -> Location:
+def user_frame():
+    """The innermost stack frame outside the tempo_lab package (the user's code), or None."""
     frame = sys._getframe(1)
     while frame is not None:
         fname = os.path.abspath(frame.f_code.co_filename)
         if not fname.startswith(_PACKAGE_DIR + os.sep) and "importlib" not in fname \
                 and not _generated_method(frame):
-            return Location(frame.f_code.co_filename, frame.f_lineno)
+            return frame
         frame = frame.f_back
-    return UNKNOWN
+    return None
+
+
+def user_location() -> Location:
+    frame = user_frame()
+    return UNKNOWN if frame is None else Location(frame.f_code.co_filename, frame.f_lineno)
+
+
+_STORES = {"STORE_NAME", "STORE_FAST", "STORE_GLOBAL", "STORE_DEREF"}
+
+
+# Modules whose functions a user calls to make one op (tl.exp, x * y, tl.placeholder): the
+# value made there is what the user's line assigns. Library code (tl.nn, tl.grad, ...) makes
+# many ops per call, and the user's variable names only the last of them.
+_DIRECT = tuple(os.path.join(_PACKAGE_DIR, *p) for p in (("frontend", "api.py"),
+                                                        ("frontend", "tensor.py"), ("random.py",)))
+
+
+def assigned_name() -> str | None:
+    """The variable the user's current line assigns the value being made to (``x`` in
+    ``x = a * b``), when the call being evaluated is the last thing before the store and the
+    user called the op directly; None for a value used inside a larger expression, a tuple
+    target, an attribute, or an op made inside a library function."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        fname = os.path.abspath(frame.f_code.co_filename)
+        if not fname.startswith(_PACKAGE_DIR + os.sep):
+            break
+        if fname != os.path.join(_PACKAGE_DIR, "errors.py") and not fname.startswith(_DIRECT):
+            return None
+        frame = frame.f_back
+    if frame is None or frame.f_code.co_name == "<listcomp>":
+        return None
+    ins = _instructions(frame.f_code)
+    k = max((j for j, x in enumerate(ins) if x.offset <= frame.f_lasti), default=None)
+    if k is None or k + 1 >= len(ins):  # f_lasti may point into the call's inline caches
+        return None
+    nxt = ins[k + 1]
+    return str(nxt.argval) if nxt.opname in _STORES else None
+
+
+@functools.lru_cache(maxsize=512)
+def _instructions(code) -> list:
+    return list(dis.get_instructions(code))
 
 
 def _generated_method(frame) -> bool:
@@ -57,6 +103,9 @@ class TempoLabError(Exception):
         if src:
             text += f"\n    {src}"
         super().__init__(text)
+
+    def __str__(self) -> str:  # the text as given, also where a base (KeyError) would quote it
+        return self.args[0]
 
 
 class ShapeError(TempoLabError):
@@ -85,3 +134,47 @@ class ScheduleError(TempoLabError):
 
 class GradientError(TempoLabError):
     """A gradient that tl.grad cannot build (an unsupported read or op, or a second order)."""
+
+
+class ArgumentError(TempoLabError):
+    """An argument of the wrong type or value: a config switch, a seed, bounds, a name."""
+
+
+class OutputError(ArgumentError, KeyError):
+    """``run[name]`` for a name that is not an output (also a ``KeyError``)."""
+
+
+class CallbackError(TempoLabError):
+    """A function given to ``tl.sink`` or ``tl.source`` raised; the user's exception is the
+    ``__cause__`` and the location is the ``tl.sink``/``tl.source`` line."""
+
+
+class InternalError(TempoLabError):
+    """A bug in tempo_lab itself, reported at the user's line with the original exception as
+    its ``__cause__``: please report it with the program."""
+
+
+def user_api(fn):
+    """Run a public entry point so that nothing but a ``TempoLabError`` leaves it: any other
+    exception from inside the package becomes an ``InternalError`` at the user's line."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except TempoLabError:
+            raise
+        except Exception as e:
+            raise InternalError(f"internal error in tempo_lab ({type(e).__name__}: {e}); please "
+                                "report it with the program") from e
+    return wrapper
+
+
+def run_callback(fn, args: tuple, what: str, loc: Location, point: dict):
+    """Call a user's ``tl.sink``/``tl.source`` function; what it raises becomes a
+    ``CallbackError`` at the line that registered it (the original is the ``__cause__``)."""
+    try:
+        return fn(*args)
+    except Exception as e:
+        name = getattr(fn, "__name__", type(fn).__name__)
+        raise CallbackError(f"the function {name} given to {what} raised {type(e).__name__} at "
+                            f"{point}: {e}", loc) from e

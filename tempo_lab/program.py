@@ -3,11 +3,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
-from .errors import BoundsError, ScheduleError, TempoLabError, user_location
+from .errors import (
+    ArgumentError,
+    BoundsError,
+    OutputError,
+    ScheduleError,
+    TempoLabError,
+    user_api,
+    user_location,
+)
 from .frontend.build import build_sdg
 from .frontend.tensor import RecurrentTensor
 from .frontend.validate import validate
@@ -68,12 +76,33 @@ class CompileConfig:
 
     def __post_init__(self):
         if self.executor not in EXECUTORS:
-            raise TempoLabError(f"unknown executor {self.executor!r}; choose one of {EXECUTORS}")
-        if self.tile_block is not None and (isinstance(self.tile_block, bool) or not isinstance(
-                self.tile_block, (int, np.integer)) or self.tile_block < 1):
-            raise TempoLabError(f"tile_block={self.tile_block!r}: give a positive number of "
+            raise ArgumentError(f"unknown executor {self.executor!r}; choose one of {EXECUTORS}")
+        if self.tile_block is not None and not _positive_int(self.tile_block):
+            raise ArgumentError(f"tile_block={self.tile_block!r}: give a positive number of "
                                 "points per block, or None for the automatic size (tile=False "
                                 "turns tiling off)")
+        for name in ("block_size", "xla_split", "vectorise_budget_bytes"):
+            if not _positive_int(getattr(self, name)):
+                raise ArgumentError(f"{name}={getattr(self, name)!r}: give a positive int")
+        for f in fields(self):
+            if f.type == "bool" and not isinstance(getattr(self, f.name), (bool, np.bool_)):
+                raise ArgumentError(f"{f.name}={getattr(self, f.name)!r}: give True or False")
+        from .passes import REGISTRY
+
+        passes = self.passes
+        if isinstance(passes, str) or not isinstance(passes, (tuple, list)):
+            raise ArgumentError(f"passes={passes!r}: give a tuple of pass names, from "
+                                f"{', '.join(REGISTRY)}")
+        unknown = [p for p in passes if p not in REGISTRY]
+        if unknown or len(set(passes)) != len(passes):
+            what = f"unknown pass {unknown[0]!r}" if unknown else "a pass named twice"
+            raise ArgumentError(f"passes={tuple(passes)!r}: {what}; passes run in the order "
+                                f"given, each at most once, from {', '.join(REGISTRY)}")
+        object.__setattr__(self, "passes", tuple(passes))
+
+
+def _positive_int(v) -> bool:
+    return not isinstance(v, bool) and isinstance(v, (int, np.integer)) and v >= 1
 
 
 def _bound_name(key, ctx) -> str:
@@ -101,15 +130,26 @@ def until(done: RecurrentTensor, max: int) -> Until:  # noqa: A002 - the documen
     ``N`` steps); outputs have the length actually reached."""
     if not isinstance(done, RecurrentTensor):
         raise BoundsError("tl.until needs a boolean recurrent tensor: tl.until(done, max=N)")
-    if isinstance(max, bool) or not isinstance(max, (int, np.integer)) or max < 1:
-        raise BoundsError(f"tl.until: max must be a positive int, got {max!r}")
+    if not _positive_int(max) or max > MAX_BOUND:
+        raise BoundsError(f"tl.until: max must be a positive int up to {MAX_BOUND}, got "
+                          f"{max!r}")
     return Until(done, int(max))
 
 
+MAX_BOUND = 2**31 - 1  # kernels index with int32
+
+
 def _normalise_bounds(ctx, bounds) -> tuple[dict[str, int], dict[str, RecurrentTensor]]:
+    if bounds is None:
+        bounds = {}
+    if not isinstance(bounds, Mapping):
+        raise BoundsError(f"bounds={bounds!r}: give a dict from bounds to values, e.g. "
+                          f"bounds={{{', '.join(f'{b.name}: 8' for b in ctx.bounds)}}}")
     out, dynamic = {}, {}
-    for k, v in dict(bounds or {}).items():
+    for k, v in bounds.items():
         name = _bound_name(k, ctx)
+        if name in out:
+            raise BoundsError(f"the bound {name} is given twice in bounds=; give it once")
         if isinstance(v, Until):
             d = next(d for d in ctx.dims if d.bound.name == name)
             if v.done.domain != (d,) or v.done.dtype != np.bool_ or v.done.shape != ():
@@ -121,11 +161,14 @@ def _normalise_bounds(ctx, bounds) -> tuple[dict[str, int], dict[str, RecurrentT
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise BoundsError(f"the bound {name} must be a positive int or tl.until(done, max=N),"
                               f" got {v!r}")
+        if v > MAX_BOUND:
+            raise BoundsError(f"the bound {name} = {v} exceeds {MAX_BOUND}, the largest index "
+                              "the kernels can address (int32); split the dim in two")
         out[name] = int(v)
     return out, dynamic
 
 
-def _normalise_outputs(outputs) -> dict[str, RecurrentTensor]:
+def _normalise_outputs(outputs, ctx) -> dict[str, RecurrentTensor]:
     if isinstance(outputs, RecurrentTensor):
         outputs = [outputs]
     if isinstance(outputs, Mapping):
@@ -133,11 +176,18 @@ def _normalise_outputs(outputs) -> dict[str, RecurrentTensor]:
     else:
         items = [(rt.node.name if isinstance(rt, RecurrentTensor) and rt.node.name
                   and rt.index is None else f"out{k}", rt) for k, rt in enumerate(outputs)]
-    if not items:
-        raise TempoLabError("compile needs at least one output: outputs={'y': y} or [y]")
+    if not items and not ctx._sinks:
+        raise TempoLabError("compile needs at least one output or a tl.sink: "
+                            "outputs={'y': y} or [y]")
     for name, rt in items:
+        if not isinstance(name, str) or not name:
+            raise ArgumentError(f"output name {name!r} is not a string; name outputs with "
+                                "strings: outputs={'y': y}")
         if not isinstance(rt, RecurrentTensor):
-            raise TempoLabError(f"output {name!r} is {type(rt).__name__}, not a recurrent tensor")
+            raise ArgumentError(f"output {name!r} is {type(rt).__name__}, not a recurrent "
+                                "tensor")
+    if len({n for n, _ in items}) != len(items):
+        raise ArgumentError("two outputs have the same name; name each output once")
     return dict(items)
 
 
@@ -154,13 +204,16 @@ def _used_bounds(sdg: SDG) -> set[str]:
     return used
 
 
+@user_api
 def compile_context(ctx, bounds, outputs, config: CompileConfig | None = None) -> Program:
     config = config or CompileConfig()
+    if not isinstance(config, CompileConfig):
+        raise ArgumentError(f"config={config!r}: give a tl.CompileConfig(...)")
     loc = user_location()
     times = {}
     t0 = time.perf_counter()
     bounds, dynamic = _normalise_bounds(ctx, bounds)
-    outs = _normalise_outputs(outputs)
+    outs = _normalise_outputs(outputs, ctx)
     for rt in outs.values():
         if rt.ctx is not ctx:
             raise TempoLabError("an output belongs to another tl.Context", loc)
@@ -215,7 +268,7 @@ def _best_schedule(sdg: SDG, bounds, config, times):
     if best is None:
         raise ScheduleError("isl returned no complete schedule for this program under any of "
                             "the option sets tried; please report it with the program",
-                            sdg.ops[next(iter(sdg.outputs.values()))].loc)
+                            sdg.ops[sdg.roots[0]].loc)
     return best
 
 
@@ -257,6 +310,7 @@ class Program(Stage):
                 "executor": self.executor, "outputs": list(self._outputs),
                 "trace": self.trace.to_dict(), "sdg": self.sdg.to_dict()}
 
+    @user_api
     def on(self, executor: str) -> Program:
         """This compiled program (same SDG, schedule and memory plan) on another executor:
         "xla", "codegen", "interpreter", "auto" or "reference"."""
@@ -277,9 +331,10 @@ class Program(Stage):
         for name, o in self._outputs.items():
             if o is rt or (o.node is rt.node and o.index == rt.index):
                 return name
-        raise KeyError(f"{rt!r} is not an output of this program; pass it in outputs= "
-                       "when compiling")
+        raise OutputError(f"{rt.name} is not an output of this program; pass it in outputs= "
+                          "when compiling")
 
+    @user_api
     def run(self) -> Run:
         t0 = time.perf_counter()
         if self.executable is None:
@@ -335,6 +390,10 @@ class Run(Stage):
 
     def __getitem__(self, key) -> np.ndarray:
         name = self.program.name_of(key) if isinstance(key, RecurrentTensor) else key
+        if not isinstance(name, str) or name not in self._values:
+            have = ", ".join(repr(k) for k in self._values) or "none"
+            raise OutputError(f"{key!r} is not an output of this run (outputs: {have}); "
+                              "index the run by an output name or tensor")
         return self._values[name]
 
     def keys(self):

@@ -793,7 +793,7 @@ def test_compile_without_outputs_or_with_a_non_tensor():
     line = here()
     raises(tl.TempoLabError, lambda: ctx.compile(bounds={B: 1, T: 1}, outputs={}), line)
     line = here()
-    raises(tl.TempoLabError, lambda: ctx.compile(bounds={B: 1, T: 1}, outputs={"y": 3}), line)
+    raises(tl.ArgumentError, lambda: ctx.compile(bounds={B: 1, T: 1}, outputs={"y": 3}), line)
 
 
 def test_output_from_another_context():
@@ -831,24 +831,11 @@ def test_max_over_an_empty_range(executor):
     assert "empty" in str(err)
 
 
-def test_integer_to_a_negative_power_at_run_time():
-    """On the reference interpreter (NumPy refuses it; XLA's result is undefined)."""
-    ctx, t, T = ctx1()
-    with ctx:
-        e = tl.zeros((), "int32") - t
-        line = here()
-        y = tl.full((), 2, "int32") ** e
-    # The reference checks values point by point; the JAX executor follows XLA here.
-    prog = ctx.compile(bounds={T: 3}, outputs={"y": y},
-                       config=tl.CompileConfig(executor="reference"))
-    raises(tl.DTypeError, prog.run, line)
-
-
 # ================================================================================================
 # Compile switches
 # ================================================================================================
 @pytest.mark.parametrize("kw", [{"tile_block": 0}, {"tile_block": -4}, {"tile_block": 2.5},
                                 {"tile_block": True}, {"executor": "fast"}])
 def test_bad_compile_config_names_the_users_line(kw):
-    err = raises(tl.TempoLabError, lambda: tl.CompileConfig(**kw), here(0))
+    err = raises(tl.ArgumentError, lambda: tl.CompileConfig(**kw), here(0))
     assert ("tile_block" in str(err)) == ("tile_block" in kw)

@@ -202,6 +202,24 @@ def test_pow():
           [((3,), "int32")], kind="pos")
 
 
+@pytest.mark.parametrize("dtype", ["int32", "int8", "uint8"])
+def test_integer_division_by_zero_and_negative_powers_follow_jax_numpy(dtype):
+    """One semantics everywhere (the reference interpreter included): jax.numpy's, with
+    x // 0, x % 0 and negative integer exponents."""
+    signed = dtype != "uint8"
+    vals = np.array([7, -7, 3, 0, 1, -1, 100, -100] if signed else [7, 3, 0, 1, 200, 255], dtype)
+    a, b = (x.ravel() for x in np.meshgrid(vals, vals))
+    for name, fn in (("//", jnp.floor_divide), ("%", jnp.mod), ("**", jnp.power)):
+        ctx = tl.Context(dims=("t",))
+        (t,), (T,) = ctx.dims, ctx.bounds
+        with ctx:
+            x = tl.from_array(a[None], domain=(t,))
+            y = tl.from_array(b[None], domain=(t,))
+            z = {"//": x // y, "%": x % y, "**": x ** y}[name]
+        out = compile_(ctx, {T: 1}, {"z": z}).run()["z"][0]
+        np.testing.assert_array_equal(out, np.asarray(fn(a, b)), err_msg=f"{dtype} {name}")
+
+
 # Python scalars are weakly typed: they never widen a tensor's dtype (jax.numpy rules).
 SCALAR_CASES = [
     ("f32*2", lambda a: a * 2, "float32", lambda a: a * 2.0),

@@ -9,27 +9,36 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ..errors import DefinitionError, ExprError, ShapeError, user_location
+from ..errors import DefinitionError, ExprError, ShapeError, assigned_name, user_location
 from ..ir.ops import TensorType, canonical_dtype
 from ..symbolic import eq as _eq
 from ..symbolic import max_, min_
 from ..symbolic import ne as _ne
 from .context import current_context
-from .tensor import RecurrentTensor, apply, constant
+from .tensor import RecurrentTensor, apply, constant, numeric_array
 
 RT = RecurrentTensor
 
 
-def _static_shape(shape) -> tuple[int, ...]:
-    shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
-    if any(not isinstance(s, (int, np.integer)) or s < 0 for s in shape):
-        raise ShapeError(f"shape {shape} must be a tuple of non-negative ints")
+def static_shape(shape) -> tuple[int, ...]:
+    try:
+        shape = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
+    except TypeError:
+        shape = None
+    if shape is None or any(isinstance(s, bool) or not isinstance(s, (int, np.integer)) or s < 0
+                            for s in shape):
+        raise ShapeError(f"shape {shape!r} must be a tuple of non-negative ints")
     return tuple(int(s) for s in shape)
 
 
 # -- creation -------------------------------------------------------------------------------------
 def full(shape, fill_value, dtype="float32") -> RT:
-    return constant(np.full(_static_shape(shape), fill_value), current_context(), dtype)
+    fill = numeric_array(fill_value, "tl.full's fill value")
+    if fill.ndim:
+        raise ShapeError(f"tl.full: the fill value must be a scalar, got shape {fill.shape}; "
+                         "use tl.constant for an array")
+    return constant(np.full(static_shape(shape), fill), current_context(), dtype,
+                    assigned_name())
 
 
 def zeros(shape, dtype="float32") -> RT:
@@ -41,12 +50,14 @@ def ones(shape, dtype="float32") -> RT:
 
 
 def arange(n, dtype="int32") -> RT:
-    return constant(np.arange(int(n)), current_context(), dtype)
+    if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0:
+        raise ShapeError(f"tl.arange needs a non-negative int, got {n!r}")
+    return constant(np.arange(int(n)), current_context(), dtype, assigned_name())
 
 
 def constant_(value, dtype=None) -> RT:
     """``tl.constant(array_like)``: the same value at every point (empty domain)."""
-    return constant(value, current_context(), dtype)
+    return constant(value, current_context(), dtype, assigned_name())
 
 
 def from_array(array, domain, name: str | None = None) -> RT:
@@ -54,14 +65,15 @@ def from_array(array, domain, name: str | None = None) -> RT:
     ctx = current_context()
     loc = user_location()
     domain = ctx.check_domain(domain)
-    arr = np.asarray(array)
+    arr = numeric_array(array, "tl.from_array", loc)
     if arr.ndim < len(domain):
         raise ShapeError(f"from_array: the array has {arr.ndim} axes but the domain "
                          f"({', '.join(map(str, domain))}) needs at least {len(domain)}", loc)
     arr = arr.astype(canonical_dtype(arr.dtype))
     attrs = {"array": arr, "ndomain": len(domain)}
     t = TensorType(arr.shape[len(domain):], arr.dtype)
-    node = ctx.add_node("from_array", [], attrs, domain, t, name=name, loc=loc)
+    node = ctx.add_node("from_array", [], attrs, domain, t, name=name or assigned_name(),
+                        loc=loc)
     ctx.record("from_array", f"%{node.id} = from_array(array({TensorType(arr.shape, arr.dtype)}), "
                f"domain=({', '.join(map(str, domain))}))", node, loc)
     return RT(ctx, node)
@@ -71,10 +83,13 @@ def source(fn: Callable[[dict], object], shape, dtype, domain, name: str | None 
     """Value at a point is ``fn({dim name: int})`` (checked against ``shape`` and ``dtype``)."""
     ctx = current_context()
     loc = user_location()
+    if not callable(fn):
+        raise DefinitionError(f"tl.source needs a callable fn(point), got {type(fn).__name__}",
+                              loc)
     domain = ctx.check_domain(domain)
-    t = TensorType(_static_shape(shape), canonical_dtype(dtype))
+    t = TensorType(static_shape(shape), canonical_dtype(dtype))
     node = ctx.add_node("source", [], {"fn": fn, "shape": t.shape, "dtype": t.dtype}, domain, t,
-                        name=name, loc=loc)
+                        name=name or assigned_name(), loc=loc)
     ctx.record("source", f"%{node.id} = source({getattr(fn, '__name__', 'fn')}, {t})", node,
                loc)
     return RT(ctx, node)
@@ -85,8 +100,9 @@ def placeholder(shape, dtype="float32", domain=(), name: str | None = None) -> R
     ctx = current_context()
     loc = user_location()
     domain = ctx.check_domain(domain)
-    t = TensorType(_static_shape(shape), canonical_dtype(dtype))
-    node = ctx.add_node("merge", [], {"type": t}, domain, t, name=name, loc=loc)
+    t = TensorType(static_shape(shape), canonical_dtype(dtype))
+    node = ctx.add_node("merge", [], {"type": t}, domain, t, name=name or assigned_name(),
+                        loc=loc)
     ctx.record("placeholder", f"{node.name or '%' + str(node.id)} = placeholder({t}, "
                f"domain=({', '.join(map(str, domain))}))", node, loc)
     return RT(ctx, node)

@@ -54,6 +54,10 @@ def grad(loss: RT, wrt):
         raise GradientError("tl.grad needs a recurrent tensor as the loss", loc)
     if loss.dtype.kind != "f":
         raise GradientError(f"the loss is {loss.dtype.name}; tl.grad needs a floating loss", loc)
+    if loss.shape != ():
+        raise GradientError(f"the loss {loss.name} has shape {tuple(loss.shape)}; tl.grad needs "
+                            "a scalar at each point (as jax.grad does): sum it first, e.g. "
+                            "tl.grad(loss.sum(), ...)", loc)
     for x in targets:
         if not isinstance(x, RT) or x.ctx is not loss.ctx:
             raise GradientError("tl.grad differentiates with respect to tensors of the loss's "

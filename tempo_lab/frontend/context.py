@@ -9,10 +9,21 @@ import contextvars
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from ..errors import DefinitionError, ExprError, Location, TempoLabError, user_location
+from ..errors import (
+    ArgumentError,
+    DefinitionError,
+    ExprError,
+    Location,
+    TempoLabError,
+    user_location,
+)
 from ..ir.ops import TensorType
 from ..symbolic import TRUE, Cond, Dim, Expr, Slice
 from .trace import Trace, TraceEntry
+
+# Words of isl's textual set notation: a dim (or bound) of that name cannot be read back.
+RESERVED = frozenset({"and", "or", "not", "exists", "implies", "mod", "min", "max", "floor",
+                      "ceil", "floord", "ceild", "infty", "nan", "true", "false", "rat"})
 
 _CURRENT: contextvars.ContextVar[tuple[Context, ...]] = contextvars.ContextVar(
     "tempo_lab_ctx", default=())
@@ -45,13 +56,21 @@ class Context:
     """Declares the dims (outermost first) and records the program written inside ``with ctx:``."""
 
     def __init__(self, dims: Sequence[str]):
-        if isinstance(dims, str):
-            dims = (dims,)
+        if isinstance(dims, str) or not isinstance(dims, Sequence):
+            raise ArgumentError(f"dims={dims!r}: give the dim names as a tuple, outermost "
+                                "first, e.g. tl.Context(dims=('b', 't'))")
         names = list(dims)
+        if not names:
+            raise ArgumentError("a context needs at least one dim, e.g. tl.Context(dims=('t',))")
         for n in names:
-            if not isinstance(n, str) or not n.isidentifier() or n != n.lower() or n == n.upper():
-                raise ExprError(f"dim name {n!r} must be a lower-case identifier (its bound is "
-                                "the upper-case name, e.g. t -> T)")
+            if not isinstance(n, str) or not n.isascii() or not n.isidentifier() \
+                    or n != n.lower() or n == n.upper():
+                raise ExprError(f"dim name {n!r} must be a lower-case ASCII identifier (its "
+                                "bound is the upper-case name, e.g. t -> T)")
+            if n in RESERVED:
+                raise ExprError(f"dim name {n!r} is a word of isl's set notation, which the "
+                                f"scheduler uses; choose another name (reserved: "
+                                f"{', '.join(sorted(RESERVED))})")
         if len(set(names)) != len(names):
             raise ExprError(f"dim names repeat in {names}")
         self.dims: tuple[Dim, ...] = tuple(Dim(n) for n in names)
@@ -108,9 +127,23 @@ class Context:
             raise ExprError(f"{what} uses {', '.join(sorted(map(str, extra)))}, which are not "
                             "dims or bounds of this context")
 
+    @property
+    def active(self) -> bool:
+        """Whether the program is being written: inside ``with ctx:``."""
+        return self in _CURRENT.get()
+
+    def check_open(self, what: str, loc: Location | None = None):
+        """New ops and branches belong inside ``with ctx:``; after it closes the program is
+        what was compiled, and a later addition would silently be left out or change it."""
+        if not self.active:
+            raise DefinitionError(f"{what} is written outside 'with ctx:'; the context's "
+                                  "program is only written inside its with block (open it "
+                                  "again with 'with ctx:' to add to the program)", loc)
+
     def add_node(self, kind: str, inputs: list[Input], attrs: dict, domain, type_: TensorType,
                  name: str | None = None, loc: Location | None = None) -> Node:
         loc = loc or user_location()
+        self.check_open(f"this op ({kind})", loc)
         node = Node(len(self._nodes), kind, attrs, self.order(domain), type_, loc, inputs,
                     name)
         self._nodes.append(node)

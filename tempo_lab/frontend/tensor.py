@@ -8,7 +8,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..errors import DefinitionError, DTypeError, ExprError, ShapeError, user_location
+from ..errors import (
+    DefinitionError,
+    DTypeError,
+    ExprError,
+    ShapeError,
+    assigned_name,
+    user_location,
+)
 from ..ir.ops import TensorType, broadcast_shapes, canonical_dtype, infer, norm_dim, promote
 from ..symbolic import TRUE, Cond, Const, Dim, Expr, Slice, and_, as_expr, eq
 from .context import Context, Input, Node, current_context
@@ -215,6 +222,7 @@ class RecurrentTensor:
     # -- definitions --------------------------------------------------------------------------
     def __setitem__(self, key, value):
         loc = user_location()
+        self.ctx.check_open(f"this branch of {self.name}", loc)
         if self.index is not None or self.node.kind != "merge":
             raise DefinitionError(f"{self.name} is not a placeholder: only tensors made with "
                                   "tl.placeholder(...) can be defined by assignment", loc)
@@ -334,20 +342,28 @@ def as_tensor(x, ctx: Context) -> RecurrentTensor:
     return constant(x, ctx)
 
 
-def constant(value, ctx: Context, dtype=None) -> RecurrentTensor:
-    weak = isinstance(value, (bool, int, float, complex)) and dtype is None
-    weak = weak and not isinstance(value, bool)
+def numeric_array(value, what: str, loc=None) -> np.ndarray:
+    """``value`` as a numeric NumPy array, or a DTypeError that says what it was."""
     try:
         arr = np.asarray(value)
-    except Exception as e:
-        raise DTypeError(f"cannot turn {type(value).__name__} into a constant") from e
-    if arr.dtype == object:
-        raise DTypeError(f"cannot turn {value!r} into a numeric constant")
+    except Exception as e:  # ragged nested lists
+        raise DTypeError(f"{what}: cannot turn {type(value).__name__} into an array ({e}); "
+                         "give a rectangular array of numbers", loc) from None
+    if arr.dtype.kind not in "biuf":
+        raise DTypeError(f"{what}: the values are {arr.dtype} ({type(value).__name__}), not "
+                         "numbers; give an array of bools, ints or floats", loc)
+    return arr
+
+
+def constant(value, ctx: Context, dtype=None, name: str | None = None) -> RecurrentTensor:
+    weak = isinstance(value, (bool, int, float, complex)) and dtype is None
+    weak = weak and not isinstance(value, bool)
+    loc = user_location()
+    arr = numeric_array(value, "a constant", loc)
     dt = canonical_dtype(dtype if dtype is not None else arr.dtype)
     arr = arr.astype(dt)
-    loc = user_location()
     node = ctx.add_node("const", [], {"value": arr, "weak": weak}, (),
-                        TensorType(arr.shape, dt, weak), loc=loc)
+                        TensorType(arr.shape, dt, weak), name=name, loc=loc)
     shown = arr.item() if arr.ndim == 0 else f"array({TensorType(arr.shape, dt)})"
     ctx.record("const", f"%{node.id} = const({shown})", node, loc)
     return RecurrentTensor(ctx, node)
@@ -358,10 +374,12 @@ def apply(kind: str, args, attrs: dict | None = None) -> RecurrentTensor:
     attrs = attrs or {}
     ctx = current_context(*args)
     loc = user_location()
+    ctx.check_open(f"this op ({kind})", loc)
     rts = [as_tensor(a, ctx) for a in args]
     type_ = infer(kind, [r.type for r in rts], attrs)
     domain = set().union(*(r.domain for r in rts)) if rts else set()
-    node = ctx.add_node(kind, [r._input() for r in rts], attrs, domain, type_, loc=loc)
+    node = ctx.add_node(kind, [r._input() for r in rts], attrs, domain, type_,
+                        name=assigned_name(), loc=loc)
     shown = [f"{k}={v}" for k, v in attrs.items() if k not in ("value", "array", "fn")]
     ctx.record(kind, f"%{node.id} = {kind}({', '.join([r._ref() for r in rts] + shown)})",
                node, loc)

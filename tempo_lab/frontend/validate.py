@@ -16,6 +16,7 @@ import islpy as isl
 from ..errors import BoundsError, DefinitionError, ShapeError
 from ..ir.demand import demand
 from ..ir.sdg import SDG, Edge
+from ..symbolic import Slice
 from ..symbolic import isl as I
 
 
@@ -68,7 +69,8 @@ class _Checker:
     def reads(self):
         demand(self.sdg, self.boxes, self.maps, self._read)
 
-    def _read(self, e: Edge, m: isl.Map):
+    def _read(self, e: Edge, m: isl.Map, demanded: isl.Set):
+        self._lengths(e, demanded)
         outside = m.range() - self.boxes[e.src]
         if outside.is_empty():
             return
@@ -84,6 +86,27 @@ class _Checker:
             f"{_point_str(at)} it reads {_point_str({k.rstrip(chr(39)): v for k, v in reads.items()})}"
             f". Guard it with a branch for those points (e.g. {p.label}[0] = ...), clip the index "
             "with tl.max/tl.min, or shorten the slice", e.loc)
+
+    def _lengths(self, e: Edge, demanded: isl.Set):
+        """A slice must not end before it starts wherever the read happens (its length would
+        be negative: no such range of points exists)."""
+        slices = [x for x in e.index if isinstance(x, Slice)]
+        if not slices:
+            return
+        demanded = I.named(demanded, self.sdg.ops[e.dst].domain)
+        where = demanded & I.cond_set(e.cond, demanded.get_space())
+        for x in slices:
+            bad = where & I.cond_set(x.stop < x.start, where.get_space())
+            if bad.is_empty():
+                continue
+            at = I.sample(bad)
+            p = self.sdg.ops[e.src]
+            raise BoundsError(
+                f"the range {x} of {p.label}[{e.index_str()}] ends before it starts at "
+                f"{_point_str(at)}, where {x.start} = {x.start.evaluate({**self.bounds, **at})} "
+                f"and {x.stop} = {x.stop.evaluate({**self.bounds, **at})}; a range start:stop "
+                "needs start <= stop (clip it with tl.max/tl.min, or guard those points with a "
+                "branch)", e.loc)
 
     # -- shapes -------------------------------------------------------------------------------
     def shapes(self):

@@ -15,9 +15,11 @@ from .sdg import SDG, Edge
 
 
 def demand(sdg: SDG, boxes: Mapping[int, isl.Set], maps: Mapping[Edge, isl.Map],
-           on_read: Callable[[Edge, isl.Map], None] | None = None) -> dict[int, isl.Set]:
+           on_read: Callable[[Edge, isl.Map, isl.Set], None] | None = None
+           ) -> dict[int, isl.Set]:
     """The demanded points of every op. ``on_read(edge, map restricted to the demanded
-    consumer points)`` is called once per edge, e.g. to check reads against domains."""
+    consumer points, those consumer points)`` is called once per edge, e.g. to check reads
+    against domains."""
     roots = set(sdg.sinks) | set(sdg.outputs.values())
     merges = [i for i, op in sdg.ops.items() if op.kind == "merge"]
     out = {i: boxes[i] if (i in roots or i in merges) else boxes[i].subtract(boxes[i])
@@ -26,7 +28,7 @@ def demand(sdg: SDG, boxes: Mapping[int, isl.Set], maps: Mapping[Edge, isl.Map],
         for e in sdg.in_edges(i):
             m = maps[e].intersect_domain(out[i])
             if on_read is not None:
-                on_read(e, m)
+                on_read(e, m, out[i])
             if e.src not in merges and e.src not in roots:
                 out[e.src] = out[e.src] | (m.range() & boxes[e.src])
     return out

@@ -65,9 +65,13 @@ def infer(kind: str, inputs: list[TensorType], attrs: dict) -> TensorType:
 def canonical_dtype(dtype) -> np.dtype:
     """A dtype as JAX will hold it (float64 -> float32 unless x64 is on)."""
     try:
-        return np.dtype(jax.dtypes.canonicalize_dtype(np.dtype(dtype)))
-    except TypeError as e:
-        raise DTypeError(f"{dtype!r} is not a dtype; use e.g. 'float32', 'int32', 'bool'") from e
+        dt = np.dtype(dtype)
+    except (TypeError, ValueError):
+        dt = None
+    if dt is None or dt.kind not in "biufc":
+        raise DTypeError(f"{dtype!r} is not a numeric dtype; use e.g. 'float32', 'int32', "
+                         "'bool'")
+    return np.dtype(jax.dtypes.canonicalize_dtype(dt))
 
 
 def _weak_proxy(t: TensorType):

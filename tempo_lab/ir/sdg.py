@@ -127,6 +127,11 @@ class SDG(Stage):
         return self._out[op_id]
 
     @property
+    def roots(self) -> tuple[int, ...]:
+        """What the program is for: its outputs, then its sinks."""
+        return tuple(self.outputs.values()) + self.sinks
+
+    @property
     def params(self) -> tuple[str, ...]:
         return tuple(d.bound.name for d in self.dims)
 

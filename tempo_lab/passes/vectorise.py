@@ -17,9 +17,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.ops import TensorType
+from ..ir.ops import TensorType, norm_dim
 from ..ir.sdg import Edge, Op, part_dim
-from ..symbolic import Dim, Slice
+from ..symbolic import Bound, Dim, Expr, Slice
 from .manager import Editor, Event, register
 
 
@@ -116,6 +116,31 @@ def vectorise_dim(ed: Editor, d: Dim, size: int, block: int | None = None):
     if block:
         ed.dims = tuple(db if x == d else x for x in ed.dims)
         ed.new_bounds[db.bound.name] = ed.bounds[db.bound.name] = size // block
+    _pin_bound(ed, d.bound, size)
+
+
+def _pin_bound(ed: Editor, bound: Bound, value: int):
+    """Write ``bound``'s value into every shape that mentions it. A vectorised dim's axis has
+    the bound's exact size, so a value shaped by the bound (``x[0:T]``, a gradient's
+    ``broadcast_to((T,))``) must have it too, not a padded size class."""
+    def pin(v):
+        if isinstance(v, Expr) and bound in v.symbols():
+            return norm_dim(v.substitute({bound: value}))
+        if isinstance(v, TensorType):
+            return TensorType(tuple(map(pin, v.shape)), v.dtype, v.weak)
+        if isinstance(v, tuple) and not (v and isinstance(v[0], tuple) and v[0]
+                                         and isinstance(v[0][0], Op)):  # not a fused body
+            return tuple(map(pin, v))
+        return v
+
+    for i, op in list(ed.ops.items()):
+        keys = [k for k in ("shape", "size", "type") if k in op.attrs]
+        new_type = pin(op.type)
+        if new_type == op.type and all(pin(op.attrs[k]) == op.attrs[k] for k in keys):
+            continue
+        attrs = {**op.attrs, **{k: pin(op.attrs[k]) for k in keys}}
+        ed.ops[i] = Op(i, op.kind, op.domain, new_type, attrs, op.loc, op.name)
+        ed.events.append(Event("rewritten", i, None, f"{bound} = {value} in its shape"))
 
 
 @register("vectorise", "vectorise")

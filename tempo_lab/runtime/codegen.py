@@ -16,6 +16,7 @@ from collections.abc import Mapping
 import jax.numpy as jnp
 import numpy as np
 
+from ..errors import run_callback
 from ..ir.sdg import SDG
 from ..memory.plan import MemoryPlan, size_class
 from ..schedule import Exec, For, Free, If, Schedule, Seq
@@ -80,7 +81,8 @@ class Generated:
     def sink(self, s: int, point: tuple, y, lens: list):
         op = self.stmts[s].op
         value = np.asarray(y)[tuple(slice(0, n) for n in lens if n is not None)]
-        op.attrs["fn"]({d.name: v for d, v in zip(op.domain, point)}, value)
+        at = {d.name: v for d, v in zip(op.domain, point)}
+        run_callback(op.attrs["fn"], (at, value), "tl.sink", op.loc, at)
 
     def check(self, s: int, lens: list, point: tuple):
         _check_nonempty(self.stmts[s].op, lens, point)
@@ -281,7 +283,7 @@ class CodegenExecutor(Stage):
         if op.kind in ("const", "from_array"):
             host = f"R.host_array({i})"
         elif op.kind == "dimval":
-            host = f"R.dimval({s}, {ic.expr_src(st.host)})"
+            host = f"R.dimval({s}, {ic.value_src(st.host)})"
         elif op.kind == "source":
             host = f"R.source({s}, {point})"
         else:

@@ -18,7 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from ..errors import ShapeError
+from ..errors import ShapeError, run_callback
 from ..ir.sdg import SDG, Edge, Op
 from ..ir.vmap import base_op, in_axes, vdims
 from ..memory.plan import MemoryPlan, Storage, pad
@@ -269,7 +269,8 @@ class Executor(Stage):
             written[op.id] = max(written.get(op.id, -1), point[0] if point else 0)
         elif op.kind == "sink":
             value = np.asarray(y)[tuple(slice(0, n) for n in read_lens[0] if n is not None)]
-            op.attrs["fn"]({d.name: v for d, v in zip(op.domain, point)}, value)
+            at = {d.name: v for d, v in zip(op.domain, point)}
+            run_callback(op.attrs["fn"], (at, value), "tl.sink", op.loc, at)
 
     def _host_value(self, op: Op, env: dict, point: tuple):
         if op.kind == "const":

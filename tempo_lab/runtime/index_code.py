@@ -112,5 +112,16 @@ def jax_bool(c: Cond, env: dict):
     raise TypeError(f"cannot evaluate condition {c!r}")
 
 
+def value_src(x) -> str:
+    """Python source of a dim value: an integer expression or a condition (``tl.where(t < 2,
+    ...)`` makes a bool value of a condition)."""
+    return cond_src(x) if isinstance(x, Cond) else expr_src(x)
+
+
+def jax_value(x, env: dict):
+    """A dim value (integer expression or condition) as a traced JAX scalar."""
+    return jax_bool(x, env) if isinstance(x, Cond) else jax_int(x, env)
+
+
 def is_expr(x) -> bool:
     return isinstance(x, (int, Expr))

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 import jax.numpy as jnp
 import numpy as np
 
-from ..errors import DTypeError, ScheduleError, ShapeError
+from ..errors import DTypeError, ScheduleError, ShapeError, run_callback
 from ..ir.ops import promote
 from ..ir.sdg import SDG, Edge, Op
 from ..ir.vmap import base_op, in_axes, vdims
@@ -33,12 +33,58 @@ def _sigmoid(x):
     return 1.0 / (1.0 + np.exp(-x))
 
 
+def _int_floordiv(x, y):
+    """Integer ``//`` as JAX (XLA) defines it: a quotient truncated towards zero (``x / 0`` is
+    all ones: -1 signed, the maximum unsigned), then floored; so ``x // 0`` is -2 for a
+    signed ``x != 0``, -1 for ``0 // 0``. NumPy gives 0 (with a warning) instead."""
+    zero = y == 0
+    safe = np.where(zero, 1, y)
+    if x.dtype.kind == "u":
+        return np.where(zero, np.iinfo(x.dtype).max, x // safe).astype(x.dtype)
+    trunc = _trunc_div(x, safe)
+    q = np.where(zero, -1, trunc)
+    r = np.where(zero, x, x - trunc * safe)
+    return np.where((np.sign(x) != np.sign(y)) & (r != 0), q - 1, q).astype(x.dtype)
+
+
+def _trunc_div(x, y):
+    """Integer division truncated towards zero (C and XLA), exact for every integer width."""
+    q = np.floor_divide(x, y)
+    return q + ((q * y != x) & ((x < 0) != (y < 0)))
+
+
+def _int_mod(x, y):
+    """Integer ``%`` as ``jax.numpy`` defines it: the sign of the divisor, and ``x % 0`` is
+    0 (the divisor is taken as 1)."""
+    return np.mod(x, np.where(y == 0, 1, y)).astype(x.dtype)
+
+
+def _int_power(x, y):
+    """Integer ``**`` as ``jax.numpy`` computes it: binary exponentiation over the low 6 bits
+    of the exponent, wrapping on overflow (a negative exponent gives what those bits give,
+    not an error)."""
+    bits = y.astype(np.dtype(f"u{y.dtype.itemsize}"))
+    acc = np.where((x == 0) & (y != 0), 0, 1).astype(x.dtype)
+    for _ in range(6):
+        acc = np.where(bits & 1, acc * x, acc).astype(x.dtype)
+        x = (x * x).astype(x.dtype)
+        bits = bits >> 1
+    return acc
+
+
+def _integer_aware(float_fn, int_fn):
+    def f(x, y):
+        return int_fn(x, y) if x.dtype.kind in "iu" else float_fn(x, y)
+    return f
+
+
 UNARY = {"neg": np.negative, "abs": np.abs, "exp": np.exp, "log": np.log, "sqrt": np.sqrt,
          "tanh": np.tanh, "sigmoid": _sigmoid, "relu": lambda x: np.maximum(x, 0),
          "sin": np.sin, "cos": np.cos, "not": np.logical_not}
 BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide,
-          "pow": np.power, "maximum": np.maximum, "minimum": np.minimum,
-          "floordiv": np.floor_divide, "mod": np.mod, "lt": np.less, "le": np.less_equal,
+          "pow": _integer_aware(np.power, _int_power), "maximum": np.maximum,
+          "minimum": np.minimum, "floordiv": _integer_aware(np.floor_divide, _int_floordiv),
+          "mod": _integer_aware(np.mod, _int_mod), "lt": np.less, "le": np.less_equal,
           "gt": np.greater, "ge": np.greater_equal, "eq": np.equal, "ne": np.not_equal,
           "and": np.logical_and, "or": np.logical_or}
 REDUCE = {"sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min}
@@ -53,12 +99,7 @@ def _compute(op: Op, ins: list[np.ndarray], in_types, env: dict[str, int]) -> np
     if k in BINARY:
         dt, _ = promote(in_types)
         with np.errstate(all="ignore"):
-            try:
-                return BINARY[k](ins[0].astype(dt), ins[1].astype(dt))
-            except ValueError as e:  # integers to negative integer powers
-                point = {d.name: env[d.name] for d in op.domain}
-                raise DTypeError(f"{k} at {point}: {e}; cast to a float dtype first",
-                                 op.loc) from None
+            return BINARY[k](ins[0].astype(dt), ins[1].astype(dt))
     if k in REDUCE:
         axis = a.get("axis")
         axis = tuple(axis) if isinstance(axis, (list, tuple)) else axis
@@ -135,7 +176,11 @@ def _compute(op: Op, ins: list[np.ndarray], in_types, env: dict[str, int]) -> np
 def call_source(op: Op, env) -> np.ndarray:
     """``tl.source``'s fn at one point (env has the dims), checked against its shape/dtype."""
     point = {d.name: env[d.name] for d in op.domain}
-    v = np.asarray(op.attrs["fn"](point))
+    got = run_callback(op.attrs["fn"], (dict(point),), "tl.source", op.loc, point)
+    try:
+        v = np.asarray(got)
+    except ValueError:  # a ragged nested list
+        v = np.asarray(None)
     if v.shape != tuple(op.type.shape):
         raise ShapeError(f"tl.source: fn returned shape {v.shape} at {point}, expected "
                          f"{tuple(op.type.shape)}", op.loc)
@@ -289,7 +334,8 @@ class Reference:
                 for q in qs:
                     self.value(e.src, q)
                 val = self._gather(e, qs, shape)
-                op.attrs["fn"]({d.name: v for d, v in zip(op.domain, pt)}, val)
+                point = {d.name: v for d, v in zip(op.domain, pt)}
+                run_callback(op.attrs["fn"], (point, val), "tl.sink", op.loc, point)
 
 
 def run_reference(sdg: SDG, bounds: Mapping[str, int]) -> dict[str, np.ndarray]:

@@ -92,7 +92,7 @@ class XlaExecutor(Stage):
                  until_ops: Mapping[str, int] | None = None, sync: bool = False,
                  forced: bool = False, reasons: list[str] | None = None, split: int = 8):
         if reasons:
-            op = sdg.ops[next(iter(sdg.outputs.values()))]
+            op = sdg.ops[sdg.roots[0]]
             raise TempoLabError("executor='xla' cannot run this program: " + "; ".join(reasons)
                                 + " (use executor='auto' or 'codegen')", op.loc)
         self.sdg, self.schedule, self.plan, self.sync = sdg, schedule, plan, sync
@@ -495,7 +495,7 @@ class _Trace:
         if op.kind in ("const", "from_array"):
             host = self.hosts[op.id]
         elif op.kind == "dimval":
-            host = jnp.asarray(ic.jax_int(st.host, env)).astype(op.type.dtype)
+            host = jnp.asarray(ic.jax_value(st.host, env)).astype(op.type.dtype)
         return fn(tuple(bufs), ints, host, None)
 
 
