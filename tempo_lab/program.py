@@ -22,14 +22,13 @@ from .frontend.validate import validate
 from .ir.sdg import SDG, part_dim, parted
 from .memory import plan_memory
 from .passes import run_passes
-from .runtime.reference import Reference, run_reference
+from .runtime.reference import reference_bounds, run_reference
 from .runtime.select import make_executable
 from .schedule import FALLBACK_OPTION_SETS, OPTION_SETS, IncompleteSchedule, schedule_sdg
 from .stage import Stage
 from .symbolic import Bound, Dim
 
 EXECUTORS = ("auto", "xla", "codegen", "interpreter", "reference")
-UNTIL_PREFIX = "__until_"
 
 
 @dataclass(frozen=True)
@@ -217,8 +216,7 @@ def compile_context(ctx, bounds, outputs, config: CompileConfig | None = None) -
     for rt in outs.values():
         if rt.ctx is not ctx:
             raise TempoLabError("an output belongs to another tl.Context", loc)
-    hidden = {f"{UNTIL_PREFIX}{name}": done for name, done in dynamic.items()}
-    sdg = build_sdg(ctx, {**outs, **hidden})
+    sdg = build_sdg(ctx, outs, untils=dynamic)
     missing = sorted(_used_bounds(sdg) - set(bounds))
     if missing:
         raise BoundsError(f"no value for the bound(s) {', '.join(missing)}; pass them in "
@@ -236,12 +234,11 @@ def compile_context(ctx, bounds, outputs, config: CompileConfig | None = None) -
     if config.executor != "reference":
         schedule, plan = _best_schedule(sdg, bounds, config, times)
         t0 = time.perf_counter()
-        until_ops = {name: sdg.outputs[f"{UNTIL_PREFIX}{name}"] for name in dynamic}
-        executable = make_executable(config.executor, sdg, schedule, plan, bounds, until_ops,
+        executable = make_executable(config.executor, sdg, schedule, plan, bounds,
                                      config.sync_profile, config.xla_split)
         times["lower"] = time.perf_counter() - t0
     return Program(ctx.trace, sdg, bounds, outs, config, times, schedule, plan, executable,
-                   {name: sdg.outputs[f"{UNTIL_PREFIX}{name}"] for name in dynamic}, passes)
+                   passes)
 
 
 def _best_schedule(sdg: SDG, bounds, config, times):
@@ -277,12 +274,11 @@ class Program(Stage):
     ``executable``) and ``run()``."""
 
     def __init__(self, trace, sdg: SDG, bounds: dict[str, int], outputs, config, times,
-                 schedule=None, memory=None, executable=None, until=None, passes=None):
+                 schedule=None, memory=None, executable=None, passes=None):
         self.trace, self.sdg, self.bounds, self.config = trace, sdg, dict(bounds), config
         self.passes = passes  # PassTrace: the SDG as built is passes.initial; sdg is the result
         self.schedule, self.memory, self.executable = schedule, memory, executable
         self._outputs = dict(outputs)
-        self._until: dict[str, int] = dict(until or {})  # bound name -> done op id
         self.compile_times: dict[str, float] = dict(times)
 
     def __repr__(self) -> str:
@@ -321,11 +317,9 @@ class Program(Stage):
                 raise TempoLabError("this program was compiled for the reference interpreter "
                                     "and has no schedule; compile it with another executor")
             executable = make_executable(executor, self.sdg, self.schedule, self.memory,
-                                         self.bounds, self._until, config.sync_profile,
-                                         config.xla_split)
+                                         self.bounds, config.sync_profile, config.xla_split)
         return Program(self.trace, self.sdg, self.bounds, self._outputs, config,
-                       self.compile_times, self.schedule, self.memory, executable, self._until,
-                       self.passes)
+                       self.compile_times, self.schedule, self.memory, executable, self.passes)
 
     def name_of(self, rt: RecurrentTensor) -> str:
         for name, o in self._outputs.items():
@@ -337,15 +331,14 @@ class Program(Stage):
     @user_api
     def run(self) -> Run:
         t0 = time.perf_counter()
-        if self.executable is None:
-            bounds = self._reference_bounds()
-            values, profile = run_reference(self.sdg, bounds), None
+        if self.executable is None:  # the SDG as built: no pass stands between it and NumPy
+            sdg = self.passes.initial if self.passes is not None else self.sdg
+            bounds = reference_bounds(sdg, self.bounds)
+            values, profile = run_reference(sdg, bounds), None
         else:
-            until = {n: (i, self.bounds[n]) for n, i in self._until.items()}
-            values, profile, reached = self.executable.run(self.bounds, until)
+            values, profile, reached = self.executable.run(self.bounds)
             bounds = {**self.bounds, **reached}
-        values = {k: self._universe_order(k, v) for k, v in values.items()
-                  if not k.startswith(UNTIL_PREFIX)}
+            values = {k: self._universe_order(k, v) for k, v in values.items()}
         return Run(self, values, time.perf_counter() - t0, profile, bounds)
 
     def _universe_order(self, name: str, value: np.ndarray) -> np.ndarray:
@@ -368,14 +361,6 @@ class Program(Stage):
             k += 2 if merge else 1
         return value.reshape(shape)
 
-    def _reference_bounds(self) -> dict[str, int]:
-        """Bound values with each data-dependent bound cut after its first ``done`` point."""
-        bounds = dict(self.bounds)
-        for name, done in self._until.items():
-            ref = Reference(self.sdg, bounds)
-            bounds[name] = next((v + 1 for v in range(bounds[name])
-                                 if bool(ref.value(done, (v,)))), bounds[name])
-        return bounds
 
 
 class Run(Stage):

@@ -1,19 +1,22 @@
 """Random small recurrent-tensor programs for differential testing (DESIGN §6).
 
-A program is plain data (:class:`RProgram`: dims, bounds, a list of statements, the outputs) that
-can be
+A program is plain data (:class:`RProgram`: dims, bounds, a list of statements, the outputs,
+and optionally a ``tl.until`` bound, a loss to differentiate and sinks) that can be
 
 * built with the tempo_lab API: :func:`build` -> ``(ctx, outputs, bounds)``;
-* evaluated independently with NumPy: :func:`numpy_eval` -> ``{name: array}`` (every tensor is
-  materialised over its whole domain with explicit loops, ``t`` in increasing order; no tempo_lab
-  code is used);
+* evaluated independently: :func:`numpy_eval` -> ``{name: array}`` (every tensor computed
+  point by point with plain NumPy loops, ``t`` in increasing order; no tempo_lab code), and
+  :func:`jax_grads` -> the gradients of the loss by ``jax.grad`` of the same point-by-point
+  evaluation written with ``jax.numpy``;
 * printed as readable RT code: :func:`to_source` (Python source with ``tl.`` calls that, when
-  executed, leaves the compiled program in ``prog``).
+  executed, leaves the compiled program in ``prog``, its run in ``out`` and the sink calls in
+  ``calls``).
 
 :func:`program_strategy` is the hypothesis strategy. Every program it draws is valid by
-construction: reads stay inside their domains, placeholders are fully and disjointly covered, and
-value magnitudes stay small (expressions whose bound could exceed 4 are scaled by a power of two),
-so float32 results agree to ``rtol=1e-4, atol=1e-5``.
+construction: reads stay inside their domains, placeholders are fully and disjointly covered, a
+``tl.until`` condition reads only earlier points, a loss reads only what ``tl.grad`` can turn
+around, and value magnitudes stay small (expressions whose bound could exceed 4 are scaled by a
+power of two), so float32 results agree to ``rtol=1e-4, atol=1e-5``.
 
 Usage from another test (tests/ is not a package)::
 
@@ -24,14 +27,15 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 from hypothesis import strategies as st
 
 __all__ = [
     "RProgram", "Input", "Let", "Rec", "Read", "Const", "Unary", "Scale", "Binary", "SpatialRed",
-    "Ix", "build", "compile_program", "run_tempo", "numpy_eval", "to_source", "program_strategy",
+    "DimWhere", "DimVal", "IntOp", "Until", "Loss", "Ix", "build", "compile_program",
+    "run_tempo", "numpy_eval", "jax_grads", "expected", "to_source", "program_strategy",
     "features", "ALL_FEATURES", "input_array", "assert_outputs_match", "expr_source",
     "mk_read", "mk_unary", "mk_scale", "mk_binary", "mk_sred", "limit", "prune", "reads_of",
     "RTOL", "ATOL",
@@ -40,6 +44,7 @@ __all__ = [
 RTOL, ATOL = 1e-4, 1e-5
 F32 = np.float32
 MAG_LIMIT = 4.0  # an expression whose magnitude bound exceeds this is scaled down
+SINK = "sink:"   # run_tempo / expected: the calls of the sink on a statement, by point
 
 
 # =================================================================================================
@@ -69,6 +74,10 @@ class Ix:
 
     SLICES = ("causal", "window", "suffix", "all", "prefix", "prev_win")
     REMOVES = ("first", "last", "all")
+    # along t: reads that need the bound T (a tl.until condition may not depend on them)
+    NEEDS_BOUND = ("clamp_fwd", "last", "suffix", "all")
+    # reads tl.grad cannot turn around (a point index must be a dim plus a constant)
+    NO_GRADIENT = ("clamp_back", "clamp_fwd")
 
     @property
     def is_slice(self) -> bool:
@@ -142,6 +151,43 @@ class SpatialRed:
     mag: float
 
 
+@dataclass(frozen=True)
+class DimWhere:
+    """``tl.where(d < k, a, b)``: a condition on a dim used as a value."""
+
+    dim: str
+    k: int
+    a: object
+    b: object
+    dom: tuple[str, ...]
+    shape: tuple[int, ...]
+    mag: float
+
+
+@dataclass(frozen=True)
+class DimVal:
+    """``(tl.zeros(()) + d) * c``: a dim's own value, as a float."""
+
+    dim: str
+    c: float
+    dom: tuple[str, ...]
+    shape: tuple[int, ...] = ()
+    mag: float = 0.0
+
+
+@dataclass(frozen=True)
+class IntOp:
+    """``((x * 4.0).astype('int32') {// | %} k).astype('float32')``: integer arithmetic (no
+    gradient flows through it)."""
+
+    op: str  # floordiv | mod
+    k: int
+    x: object
+    dom: tuple[str, ...]
+    shape: tuple[int, ...]
+    mag: float
+
+
 # -- statements -----------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class Input:
@@ -199,15 +245,45 @@ class Rec:
         return 1 if self.init_kind[0] == "t0" else self.init_kind[1]
 
 
+@dataclass(frozen=True)
+class Until:
+    """``bounds={T: tl.until(done, max=T)}`` with ``done = src[.max(axis=-1)] > thr``; ``src``
+    is over ``(t,)`` and reads only earlier points along ``t``."""
+
+    src: str
+    thr: float
+
+
+@dataclass(frozen=True)
+class Loss:
+    """``d_x, ... = tl.grad(src[.sum(axis=-1)], [x, ...])``: the gradients (outputs ``d_x``)
+    of ``src`` summed over all its points and elements, with respect to inputs."""
+
+    src: str
+    wrt: tuple[str, ...]
+
+
 @dataclass(frozen=True, repr=False)
 class RProgram:
-    dims: tuple[str, ...]          # ("t",) or ("b", "t")
-    bounds: dict                   # {"T": 5} or {"B": 2, "T": 5}
+    dims: tuple[str, ...]          # ("t",), ("b", "t") or ("a", "b", "t")
+    bounds: dict                   # {"T": 5}, {"B": 2, "T": 5}, ... (T is the max under until)
     stmts: tuple
     outputs: tuple[str, ...]       # statement names to compile as outputs
+    until: Until | None = None
+    loss: Loss | None = None
+    sinks: tuple[str, ...] = field(default=())
 
     def stmt(self, name):
         return next(s for s in self.stmts if s.name == name)
+
+    @property
+    def grad_names(self) -> tuple[str, ...]:
+        return tuple(f"d_{x}" for x in self.loss.wrt) if self.loss else ()
+
+    @property
+    def result_names(self) -> tuple[str, ...]:
+        """Every value a run is checked on: outputs, gradients, sink calls."""
+        return self.outputs + self.grad_names + tuple(SINK + s for s in self.sinks)
 
     def __str__(self) -> str:
         return to_source(self)
@@ -279,6 +355,20 @@ def mk_sred(op, keepdims, x) -> SpatialRed:
     return SpatialRed(op, keepdims, x, x.dom, (1,) if keepdims else (), mag)
 
 
+def mk_where(dims, dim, k, a, b) -> DimWhere:
+    return DimWhere(dim, k, a, b, _union_dom(dims, a.dom, b.dom, (dim,)),
+                    _bshape(a.shape, b.shape), max(a.mag, b.mag))
+
+
+def mk_dimval(bounds, dim, c) -> DimVal:
+    return DimVal(dim, float(c), (dim,), (), abs(c) * (bounds[bound_of(dim)] - 1))
+
+
+def mk_intop(op, k, x) -> IntOp:
+    mag = x.mag * 4 / k + 1 if op == "floordiv" else float(k)
+    return IntOp(op, k, x, x.dom, x.shape, mag)
+
+
 def limit(x, lim=MAG_LIMIT):
     """``x`` scaled by a power of two so that its magnitude bound is at most ``lim / 2``...``lim``."""
     if x.mag <= lim:
@@ -312,15 +402,17 @@ def _reduce_rt(x, red, axis, keepdims=False):
     return getattr(x, red)(axis=axis, keepdims=keepdims)
 
 
-def build(program: RProgram):
+def build(program: RProgram, calls: dict | None = None):
     """Build ``program`` with tempo_lab. Returns ``(ctx, outputs, bounds)`` for
-    ``ctx.compile(bounds=bounds, outputs=outputs)`` (outputs: name -> RecurrentTensor)."""
+    ``ctx.compile(bounds=bounds, outputs=outputs)`` (outputs: name -> RecurrentTensor; the
+    gradients are outputs ``d_x``). ``calls``: where the sinks append ``(point, value)``."""
     import tempo_lab as tl
 
     ctx = tl.Context(dims=program.dims)
     dim_of = {d.name: d for d in ctx.dims}
     bound_obj = {d.name: d.bound for d in ctx.dims}
     env: dict[str, object] = {}
+    calls = {} if calls is None else calls
 
     def ev(e):
         if isinstance(e, Const):
@@ -346,6 +438,13 @@ def build(program: RProgram):
                     "minimum": lambda: tl.minimum(a, b)}[e.op]()
         if isinstance(e, SpatialRed):
             return _reduce_rt(ev(e.x), e.op, -1, e.keepdims)
+        if isinstance(e, DimWhere):
+            return tl.where(dim_of[e.dim] < e.k, ev(e.a), ev(e.b))
+        if isinstance(e, DimVal):
+            return (tl.zeros(()) + dim_of[e.dim]) * e.c
+        if isinstance(e, IntOp):
+            n = (ev(e.x) * 4.0).astype("int32")
+            return (n // e.k if e.op == "floordiv" else n % e.k).astype("float32")
         raise TypeError(e)
 
     with ctx:
@@ -379,33 +478,73 @@ def build(program: RProgram):
                     f()
             else:
                 raise TypeError(s)
-    outputs = {name: env[name] for name in program.outputs}
+        outputs = {name: env[name] for name in program.outputs}
+        if program.loss is not None:
+            grads = tl.grad(_spatial_sum(env[program.loss.src], program.stmt(program.loss.src)),
+                            [env[x] for x in program.loss.wrt])
+            outputs.update(zip(program.grad_names, grads))
+        for name in program.sinks:
+            calls[name] = []
+            tl.sink(env[name], lambda p, v, name=name: calls[name].append((p, np.array(v))))
+        done = _until_done(program, env)
     bounds = {bound_obj[d]: program.bounds[bound_of(d)] for d in program.dims}
+    if done is not None:
+        bounds[bound_obj["t"]] = tl.until(done, max=program.bounds["T"])
     return ctx, outputs, bounds
 
 
-def compile_program(program: RProgram, **kw):
+def _spatial_sum(x, stmt):
+    return x.sum(axis=-1) if stmt.shape else x
+
+
+def _until_done(program, env):
+    if program.until is None:
+        return None
+    src = env[program.until.src]
+    if program.stmt(program.until.src).shape:
+        src = src.max(axis=-1)
+    return src > program.until.thr
+
+
+def compile_program(program: RProgram, calls: dict | None = None, **kw):
     """``build`` then ``ctx.compile`` (extra keyword arguments go to ``compile``)."""
-    ctx, outputs, bounds = build(program)
+    ctx, outputs, bounds = build(program, calls)
     return ctx.compile(bounds=bounds, outputs=outputs, **kw)
 
 
-def run_tempo(program: RProgram, **kw) -> dict[str, np.ndarray]:
-    """Outputs of ``program`` as computed by tempo_lab (``compile(...).run()``)."""
-    run = compile_program(program, **kw).run()
-    return {name: np.asarray(run[name]) for name in program.outputs}
+def run_tempo(program: RProgram, prog=None, calls: dict | None = None, **kw) -> dict:
+    """What tempo_lab computes for ``program``: every output and gradient, ``"_bounds"`` (the
+    bounds reached) and, for each sink, ``"sink:<name>"`` -> ``{point: value}`` (a point called
+    twice fails). ``prog``: an already compiled program whose sinks append to ``calls``."""
+    if prog is None:
+        calls = {}
+        prog = compile_program(program, calls, **kw)
+    for v in (calls or {}).values():
+        v.clear()
+    run = prog.run()
+    out = {name: np.asarray(run[name]) for name in program.outputs + program.grad_names}
+    for name in program.sinks:
+        got: dict = {}
+        for p, v in calls[name]:
+            key = tuple(p[d] for d in program.stmt(name).dom)
+            assert key not in got, f"the sink on {name} was called twice at {p}"
+            got[key] = v
+        out[SINK + name] = got
+    out["_bounds"] = dict(run.bounds)
+    return out
 
 
 # =================================================================================================
-# (b) Independent NumPy evaluation
+# (b) Independent evaluation, point by point (NumPy, or jax.numpy for gradients)
 # =================================================================================================
-def _dom_shape(program, dom):
-    return tuple(program.bounds[bound_of(d)] for d in dom)
+def _dom_shape(program, dom, sizes=None):
+    sizes = sizes or program.bounds
+    return tuple(sizes[bound_of(d)] for d in dom)
 
 
 def _np_index(ix: Ix, v: int | None, n: int):
-    """The NumPy index (int or slice) of entry ``ix`` at dim value ``v`` of a dim of size n
-    (``v`` is None when the reader's domain lacks the dim: only ``first/last/all`` then)."""
+    """The index (int or range) of entry ``ix`` at dim value ``v`` of a dim of size n (``v``
+    is None when the reader's domain lacks the dim: only ``first/last/all`` then)."""
     k = ix.kind
     if k == "cur":
         return v
@@ -421,65 +560,86 @@ def _np_index(ix: Ix, v: int | None, n: int):
     if k == "last":
         return n - 1
     if k == "all":
-        return slice(0, n)
+        return range(0, n)
     lo, hi = {"causal": (0, v + 1), "window": (max(0, v - ix.k + 1), v + 1), "suffix": (v, n),
               "prefix": (0, v), "prev_win": (max(0, v - ix.k), v)}[k]
     assert hi > lo, "generator bug: empty slice"
-    return slice(lo, hi)
+    return range(lo, hi)
 
 
-_NP_UNARY = {"tanh": np.tanh, "neg": np.negative, "relu": lambda x: np.maximum(x, F32(0)),
-             "sigmoid": lambda x: F32(1) / (F32(1) + np.exp(-x)), "abs": np.abs}
-_NP_BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "maximum": np.maximum,
-              "minimum": np.minimum}
-_NP_RED = {"sum": np.sum, "mean": np.mean, "max": np.max}
+class _Ops:
+    """The elementwise vocabulary of one array library, in float32."""
+
+    def __init__(self, xp):
+        self.xp = xp
+        self.unary = {"tanh": xp.tanh, "neg": xp.negative, "abs": xp.abs,
+                      "relu": lambda x: xp.maximum(x, F32(0)),
+                      "sigmoid": lambda x: F32(1) / (F32(1) + xp.exp(-x))}
+        self.binary = {"add": xp.add, "sub": xp.subtract, "mul": xp.multiply,
+                       "maximum": xp.maximum, "minimum": xp.minimum}
+        self.red = {"sum": xp.sum, "mean": xp.mean, "max": xp.max}
+
+    def f32(self, x):
+        return self.xp.asarray(x, dtype=F32)
 
 
-def numpy_eval(program: RProgram, all_tensors: bool = False) -> dict[str, np.ndarray]:
-    """Every output (or every statement, with ``all_tensors``) as a float32 array over its whole
-    domain: domain axes in universe order, then spatial axes. Plain loops, no tempo_lab."""
-    sizes = {d: program.bounds[bound_of(d)] for d in program.dims}
-    arrays: dict[str, np.ndarray] = {}
+def _points(program, dom, sizes):
+    """The points of ``dom``, ``t`` outermost in increasing order (a recurrence may read other
+    batch entries of its earlier points), as tuples in ``dom``'s order."""
+    order = sorted(range(len(dom)), key=lambda i: dom[i] != "t")
+    shape = _dom_shape(program, dom, sizes)
+    for opt in itertools.product(*(range(shape[i]) for i in order)):
+        yield tuple(opt[order.index(i)] for i in range(len(dom)))
 
-    def ev(e, point: dict[str, int]) -> np.ndarray:
-        """The value of expression ``e`` at ``point`` (dim name -> int)."""
+
+def _evaluate(program: RProgram, xp, inputs: dict, sizes: dict) -> dict[str, dict]:
+    """Every statement's value at every point (``{name: {point: value}}``), computed point by
+    point with array library ``xp`` from the ``inputs`` arrays, for bound values ``sizes``."""
+    o = _Ops(xp)
+    vals: dict[str, dict] = {}
+
+    def ev(e, point: dict[str, int]):
         if isinstance(e, Const):
-            return np.asarray(e.value, F32)
+            return o.f32(e.value)
         if isinstance(e, Read):
             src = program.stmt(e.src)
-            idx = tuple(_np_index(ix, point.get(d), sizes[d])
-                        for d, ix in zip(src.dom, e.entries))
-            v = arrays[e.src][idx]
-            assert not np.isnan(v).any(), f"generator bug: {e.src} read before it is computed"
-            nsl = sum(ix.is_slice for ix in e.entries)
-            if nsl:
-                v = _NP_RED[e.red](v, axis=tuple(range(nsl)))
-            return np.asarray(v, F32)
+            idx = [_np_index(ix, point.get(d), sizes[bound_of(d)])
+                   for d, ix in zip(src.dom, e.entries)]
+            axes = [list(x) if isinstance(x, range) else [x] for x in idx]
+            got = [vals[e.src].get(q) for q in itertools.product(*axes)]
+            assert all(v is not None for v in got), \
+                f"generator bug: {e.src} read before it is computed"
+            lens = tuple(len(x) for x in idx if isinstance(x, range))
+            if not lens:
+                return got[0]
+            v = xp.reshape(xp.stack(got), lens + tuple(src.shape))
+            return o.f32(o.red[e.red](v, axis=tuple(range(len(lens)))))
         if isinstance(e, Unary):
-            out = _NP_UNARY[e.op](ev(e.x, point))
-        elif isinstance(e, Scale):
-            out = ev(e.x, point) * F32(e.c)
-        elif isinstance(e, Binary):
-            out = _NP_BINARY[e.op](ev(e.a, point), ev(e.b, point))
-        elif isinstance(e, SpatialRed):
-            out = _NP_RED[e.op](ev(e.x, point), axis=-1, keepdims=e.keepdims)
-        else:
-            raise TypeError(e)
-        return np.asarray(out, F32)
+            return o.f32(o.unary[e.op](ev(e.x, point)))
+        if isinstance(e, Scale):
+            return ev(e.x, point) * F32(e.c)
+        if isinstance(e, Binary):
+            return o.f32(o.binary[e.op](ev(e.a, point), ev(e.b, point)))
+        if isinstance(e, SpatialRed):
+            return o.f32(o.red[e.op](ev(e.x, point), axis=-1, keepdims=e.keepdims))
+        if isinstance(e, DimWhere):
+            return o.f32(xp.where(point[e.dim] < e.k, ev(e.a, point), ev(e.b, point)))
+        if isinstance(e, DimVal):
+            return o.f32(point[e.dim] * e.c)
+        if isinstance(e, IntOp):
+            n = (ev(e.x, point) * F32(4)).astype(np.int32)
+            n = xp.floor_divide(n, e.k) if e.op == "floordiv" else xp.mod(n, e.k)
+            return n.astype(F32)
+        raise TypeError(e)
 
     for s in program.stmts:
-        dshape = _dom_shape(program, s.dom)
-        arr = np.full(dshape + tuple(s.shape), np.nan, F32)
+        vals[s.name] = {}
         if isinstance(s, Input):
-            arr[...] = input_array(s.seed, dshape + s.shape)
-            arrays[s.name] = arr
+            arr = inputs[s.name]
+            for pt in _points(program, s.dom, sizes):
+                vals[s.name][pt] = arr[pt]
             continue
-        arrays[s.name] = arr  # a recurrence reads its own earlier points while being filled
-        # t outermost, in increasing order (a recurrence may read other batch entries of its
-        # earlier points), then the other dims
-        order = sorted(range(len(s.dom)), key=lambda i: s.dom[i] != "t")
-        for opt in itertools.product(*(range(dshape[i]) for i in order)):
-            pt = tuple(opt[order.index(i)] for i in range(len(s.dom)))
+        for pt in _points(program, s.dom, sizes):
             point = dict(zip(s.dom, pt))
             if isinstance(s, Let):
                 val = ev(s.expr, point)
@@ -491,22 +651,112 @@ def numpy_eval(program: RProgram, all_tensors: bool = False) -> dict[str, np.nda
                     val = ev(s.step, {**point, "t": t - c})
                 else:
                     val = ev(s.step, point)
-            arr[pt] = np.broadcast_to(val, s.shape)
-        assert not np.isnan(arr).any(), f"generator bug: {s.name} not fully defined"
+            vals[s.name][pt] = xp.broadcast_to(o.f32(val), s.shape)
+    return vals
+
+
+def _inputs(program: RProgram, sizes: dict) -> dict[str, np.ndarray]:
+    """Each input's array, generated at the program's bounds and cut to ``sizes``."""
+    out = {}
+    for s in program.stmts:
+        if isinstance(s, Input):
+            arr = input_array(s.seed, _dom_shape(program, s.dom) + s.shape)
+            out[s.name] = arr[tuple(slice(0, n) for n in _dom_shape(program, s.dom, sizes))]
+    return out
+
+
+def reached_bounds(program: RProgram) -> dict[str, int]:
+    """The bound values a run reaches: ``T`` cut after the first point of the ``tl.until``
+    condition (the condition reads only earlier points, so it is the same for every ``T``)."""
+    sizes = dict(program.bounds)
+    if program.until is None:
+        return sizes
+    src = program.stmt(program.until.src)
+    vals = _evaluate(program, np, _inputs(program, sizes), sizes)[src.name]
+    for t in range(sizes["T"]):
+        v = vals[(t,)]
+        if (np.max(v) if src.shape else v) > F32(program.until.thr):
+            sizes["T"] = t + 1
+            break
+    return sizes
+
+
+def _stack(program, s, vals, sizes, xp=np):
+    dshape = _dom_shape(program, s.dom, sizes)
+    items = [vals[pt] for pt in itertools.product(*(range(n) for n in dshape))]
+    if not items:
+        return xp.zeros(dshape + tuple(s.shape), F32)
+    return xp.reshape(xp.stack(items), dshape + tuple(s.shape))
+
+
+def numpy_eval(program: RProgram, all_tensors: bool = False) -> dict[str, np.ndarray]:
+    """Every output (or every statement, with ``all_tensors``) as a float32 array over its whole
+    domain (the bounds reached): domain axes in universe order, then spatial axes."""
+    sizes = reached_bounds(program)
+    vals = _evaluate(program, np, _inputs(program, sizes), sizes)
     names = [s.name for s in program.stmts] if all_tensors else program.outputs
-    return {n: arrays[n] for n in names}
+    return {n: _stack(program, program.stmt(n), vals[n], sizes) for n in names}
+
+
+def jax_grads(program: RProgram) -> dict[str, np.ndarray]:
+    """The loss's gradients (``d_x`` for each input ``x`` in ``loss.wrt``) by ``jax.grad`` of
+    the point-by-point evaluation written with ``jax.numpy`` (the program unrolled)."""
+    import jax
+    import jax.numpy as jnp
+
+    if program.loss is None:
+        return {}
+    sizes = reached_bounds(program)
+    inputs = _inputs(program, sizes)
+    wrt = program.loss.wrt
+
+    def total(xs):
+        vals = _evaluate(program, jnp, {**inputs, **dict(zip(wrt, xs))}, sizes)
+        return sum(jnp.sum(v) for v in vals[program.loss.src].values())
+
+    grads = jax.grad(total)([jnp.asarray(inputs[x]) for x in wrt])
+    return {f"d_{x}": np.asarray(g) for x, g in zip(wrt, grads)}
+
+
+def expected(program: RProgram) -> dict:
+    """What every result of ``program`` should be (the keys of ``run_tempo``): outputs and
+    sink calls from NumPy, gradients from ``jax.grad``."""
+    sizes = reached_bounds(program)
+    vals = _evaluate(program, np, _inputs(program, sizes), sizes)
+    out = {n: _stack(program, program.stmt(n), vals[n], sizes) for n in program.outputs}
+    out.update(jax_grads(program))
+    for name in program.sinks:
+        out[SINK + name] = dict(vals[name])
+    out["_bounds"] = sizes
+    return out
 
 
 def assert_outputs_match(program: RProgram, got, what: str = "tempo_lab",
-                         rtol: float = RTOL, atol: float = ATOL) -> None:
-    """Compare ``got[name]`` (any mapping, e.g. a ``Run``) with :func:`numpy_eval` for every
-    output; the failure message shows the program as RT code."""
-    expected = numpy_eval(program)
-    for name in program.outputs:
-        g = np.asarray(got[name])
-        np.testing.assert_allclose(
-            g, expected[name], rtol=rtol, atol=atol,
-            err_msg=f"output {name!r}: {what} vs NumPy, for the program\n{to_source(program)}")
+                         rtol: float = RTOL, atol: float = ATOL, want=None) -> None:
+    """Compare the results in ``got`` (a ``run_tempo`` dict, a ``Run``, any mapping with the
+    outputs) with :func:`expected` (or ``want``); the failure message shows the program."""
+    want = expected(program) if want is None else want
+    src = to_source(program)
+    have = set(got.keys())
+    if "_bounds" in have:
+        assert got["_bounds"]["T"] == want["_bounds"]["T"], (
+            f"T reached: {what} {got['_bounds']['T']}, expected {want['_bounds']['T']}, for the "
+            f"program\n{src}")
+    for name in program.result_names:
+        if name not in have:  # a Run has no sink calls
+            continue
+        g, w = got[name], want[name]
+        if name.startswith(SINK):
+            assert set(g) == set(w), (f"{name}: {what} called the sink at {sorted(g)}, "
+                                      f"expected {sorted(w)}, for the program\n{src}")
+            for pt in w:
+                np.testing.assert_allclose(
+                    np.asarray(g[pt]), np.asarray(w[pt]), rtol=rtol, atol=atol,
+                    err_msg=f"{name} at {pt}: {what} vs NumPy, for the program\n{src}")
+            continue
+        oracle = "jax.grad" if name in program.grad_names else "NumPy"
+        np.testing.assert_allclose(np.asarray(g), w, rtol=rtol, atol=atol,
+                                   err_msg=f"{name!r}: {what} vs {oracle}, for the program\n{src}")
 
 
 # =================================================================================================
@@ -568,6 +818,17 @@ def _expr_src(program, e) -> tuple[str, int]:
         x, p = _expr_src(program, e.x)
         kd = ", keepdims=True" if e.keepdims else ""
         return f"{_paren(x, p, _PREC_ATOM)}.{e.op}(axis=-1{kd})", _PREC_ATOM
+    if isinstance(e, DimWhere):
+        a, _ = _expr_src(program, e.a)
+        b, _ = _expr_src(program, e.b)
+        return f"tl.where({e.dim} < {e.k}, {a}, {b})", _PREC_ATOM
+    if isinstance(e, DimVal):
+        return f"(tl.zeros(()) + {e.dim}) * {e.c!r}", _PREC_MUL
+    if isinstance(e, IntOp):
+        x, p = _expr_src(program, e.x)
+        sym = "//" if e.op == "floordiv" else "%"
+        return (f"(({_paren(x, p, _PREC_MUL)} * 4.0).astype('int32') {sym} {e.k})"
+                ".astype('float32')", _PREC_ATOM)
     raise TypeError(e)
 
 
@@ -580,14 +841,17 @@ def expr_source(program: RProgram, e) -> str:
 
 
 def to_source(program: RProgram) -> str:
-    """Readable RT code; ``exec`` it and ``prog`` (compiled) and ``out`` (its run) are defined."""
+    """Readable RT code; ``exec`` it and ``prog`` (compiled), ``out`` (its run) and ``calls``
+    (each sink's ``(point, value)`` calls) are defined."""
     dims = program.dims
     dims_t = ", ".join(f'"{d}"' for d in dims) + ("," if len(dims) == 1 else "")
     names = ", ".join(dims) + ("," if len(dims) == 1 else "")
     bnames = ", ".join(map(bound_of, dims)) + ("," if len(dims) == 1 else "")
     lines = ["import numpy as np", "import tempo_lab as tl", "",
-             f"ctx = tl.Context(dims=({dims_t})); {names} = ctx.dims; {bnames} = ctx.bounds",
-             "with ctx:"]
+             f"ctx = tl.Context(dims=({dims_t})); {names} = ctx.dims; {bnames} = ctx.bounds"]
+    if program.sinks:
+        lines.append("calls = {" + ", ".join(f'"{n}": []' for n in program.sinks) + "}")
+    lines.append("with ctx:")
 
     def dom_text(dom):
         return "(" + ", ".join(dom) + ("," if len(dom) == 1 else "") + ")"
@@ -613,19 +877,43 @@ def to_source(program: RProgram) -> str:
             init = f"    {s.name}[{init_key}] = {expr_source(program, s.init)}"
             step = f"    {s.name}[{step_key}] = {expr_source(program, s.step)}"
             lines += [init, step] if s.init_first else [step, init]
-    bounds = ", ".join(f"{bound_of(d)}: {program.bounds[bound_of(d)]}" for d in dims)
-    outs = ", ".join(f'"{n}": {n}' for n in program.outputs)
-    lines += [f"prog = ctx.compile(bounds={{{bounds}}}, outputs={{{outs}}})", "out = prog.run()"]
+    outs = [f'"{n}": {n}' for n in program.outputs]
+    if program.loss is not None:
+        src = program.loss.src + (".sum(axis=-1)" if program.stmt(program.loss.src).shape
+                                  else "")
+        targets = ", ".join(program.grad_names)
+        lines.append(f"    {targets}{',' if len(program.grad_names) == 1 else ''} = "
+                     f"tl.grad({src}, [{', '.join(program.loss.wrt)}])")
+        outs += [f'"{n}": {n}' for n in program.grad_names]
+    for n in program.sinks:
+        lines.append(f"    tl.sink({n}, lambda p, v: calls[{n!r}].append((p, v)))")
+    if program.until is not None:
+        src = program.until.src + (".max(axis=-1)" if program.stmt(program.until.src).shape
+                                   else "")
+        lines.append(f"    done = {src} > {program.until.thr!r}")
+    bounds = []
+    for d in dims:
+        b = bound_of(d)
+        if b == "T" and program.until is not None:
+            bounds.append(f"T: tl.until(done, max={program.bounds['T']})")
+        else:
+            bounds.append(f"{b}: {program.bounds[b]}")
+    lines += [f"prog = ctx.compile(bounds={{{', '.join(bounds)}}}, outputs={{{', '.join(outs)}}})",
+              "out = prog.run()"]
     return "\n".join(lines) + "\n"
 
 
 # =================================================================================================
 # Features (for coverage checks)
 # =================================================================================================
+_DOMS = {("t",): "t", ("b", "t"): "bt", ("b",): "b", (): "scalar_dom", ("a", "b", "t"): "abt",
+         ("a", "t"): "at", ("a",): "a"}
 ALL_FEATURES = frozenset(
-    ["dims1", "dims2", "input_t", "input_bt", "input_b", "input_scalar_dom", "spatial_scalar",
-     "spatial_vec", "rec_t0", "rec_lt", "rec_key", "rec_tanh", "rec_damped", "init_second",
-     "broadcast_t_bt", "spatial_red", "spatial_keepdims", "two_slices"]
+    ["dims1", "dims2", "dims3", "spatial_scalar", "spatial_vec", "rec_t0", "rec_lt", "rec_key",
+     "rec_tanh", "rec_damped", "init_second", "broadcast_t_bt", "spatial_red",
+     "spatial_keepdims", "two_slices", "until", "until_never", "loss", "loss_through_until",
+     "sink", "dim_where", "dim_val", "int_floordiv", "int_mod", "whole_read_odd_bound"]
+    + [f"input_{v}" for v in _DOMS.values()]
     + [f"ix_{k}" for k in ("shift", "clamp_back", "clamp_fwd", "first", "last", "causal",
                            "window", "suffix", "all", "prefix", "prev_win")]
     + [f"red_{r}" for r in ("sum", "mean", "max")]
@@ -634,12 +922,20 @@ ALL_FEATURES = frozenset(
     + ["scale", "const", "const_init", "view_output"])
 
 
+_CHILDREN = ("x", "a", "b")
+
+
 def _walk(e):
     yield e
-    for f in ("x", "a", "b"):
+    for f in _CHILDREN:
         child = getattr(e, f, None)
         if child is not None and not isinstance(child, (int, float, str)):
             yield from _walk(child)
+
+
+def _roots(stmt):
+    return ([stmt.expr] if isinstance(stmt, Let) else
+            [stmt.init, stmt.step] if isinstance(stmt, Rec) else [])
 
 
 def features(program: RProgram) -> set[str]:
@@ -649,8 +945,7 @@ def features(program: RProgram) -> set[str]:
     for s in program.stmts:
         out.add("spatial_vec" if s.shape else "spatial_scalar")
         if isinstance(s, Input):
-            out.add({("t",): "input_t", ("b", "t"): "input_bt", ("b",): "input_b"}.get(
-                s.dom, "input_scalar_dom"))
+            out.add(f"input_{_DOMS[s.dom]}")
         elif isinstance(s, Let):
             exprs.append(s.expr)
             if isinstance(s.expr, Read) and s.name in program.outputs and any(
@@ -672,6 +967,10 @@ def features(program: RProgram) -> set[str]:
                     out.add(f"red_{e.red}")
                 if sum(ix.is_slice for ix in e.entries) == 2:
                     out.add("two_slices")
+                src = program.stmt(e.src)
+                if any(ix.kind == "all" and program.bounds[bound_of(d)] & (
+                        program.bounds[bound_of(d)] - 1) for d, ix in zip(src.dom, e.entries)):
+                    out.add("whole_read_odd_bound")
             elif isinstance(e, Unary):
                 out.add(f"un_{e.op}")
             elif isinstance(e, Binary):
@@ -684,6 +983,20 @@ def features(program: RProgram) -> set[str]:
                 out.add("const")
             elif isinstance(e, SpatialRed):
                 out.add("spatial_keepdims" if e.keepdims else "spatial_red")
+            elif isinstance(e, DimWhere):
+                out.add("dim_where")
+            elif isinstance(e, DimVal):
+                out.add("dim_val")
+            elif isinstance(e, IntOp):
+                out.add(f"int_{e.op}")
+    if program.until is not None:
+        out.add("until" if reached_bounds(program)["T"] < program.bounds["T"] else "until_never")
+    if program.loss is not None:
+        out.add("loss")
+        if program.until is not None:
+            out.add("loss_through_until")
+    if program.sinks:
+        out.add("sink")
     return out & ALL_FEATURES
 
 
@@ -697,6 +1010,7 @@ class _Gen:
         self.draw, self.dims, self.bounds, self.k = draw, dims, bounds, k
         self.max_depth = max_depth
         self.stmts: list = []
+        self.others = tuple(d for d in dims if d != "t")
 
     # -- helpers ------------------------------------------------------------------------------
     def pick(self, options):
@@ -741,7 +1055,7 @@ class _Gen:
 
     # -- expressions --------------------------------------------------------------------------
     def expr(self, allowed, rec=None, depth=0):
-        choice = self.draw(st.integers(0, 9)) if depth < self.max_depth else 0
+        choice = self.draw(st.integers(0, 12)) if depth < self.max_depth else 0
         if choice <= 3:
             e = self.read(allowed, rec)
         elif choice == 4:
@@ -759,12 +1073,23 @@ class _Gen:
             if op == "mul":
                 a, b = limit(a, 2.0), limit(b, 2.0)
             e = mk_binary(self.dims, op, a, b)
-        else:
+        elif choice == 9:
             x = self.expr(allowed, rec, depth + 1)
             if len(x.shape) == 1:
                 e = mk_sred(self.pick(["sum", "mean", "max"]), self.draw(st.booleans()), x)
             else:
                 e = x
+        elif choice == 10:
+            d = self.pick([d for d in self.dims if d in allowed])
+            k = self.draw(st.integers(1, self.bounds[bound_of(d)]))
+            e = mk_where(self.dims, d, k, self.expr(allowed, rec, depth + 1),
+                         self.expr(allowed, rec, depth + 1))
+        elif choice == 11:
+            d = self.pick([d for d in self.dims if d in allowed])
+            e = mk_dimval(self.bounds, d, self.pick([0.25, -0.5]))
+        else:
+            e = mk_intop(self.pick(["floordiv", "mod"]), self.pick([2, 3]),
+                         self.expr(allowed, rec, depth + 1))
         return limit(e)
 
     def fit(self, e, shape):
@@ -781,17 +1106,18 @@ class _Gen:
         return self.pick([(), (self.k,)])
 
     def input(self):
-        if len(self.dims) == 1:
-            dom = self.pick([("t",), ("t",), ("t",), ()])
-        else:
-            dom = self.pick([("b", "t"), ("b", "t"), ("t",), ("b",)])
+        dom = self.pick({("t",): [("t",), ("t",), ("t",), ()],
+                         ("b", "t"): [("b", "t"), ("b", "t"), ("t",), ("b",)],
+                         ("a", "b", "t"): [("a", "b", "t"), ("a", "b", "t"), ("b", "t"),
+                                           ("a", "t"), ("t",), ("a",)]}[self.dims])
         return Input(self.name(), dom, self.shape(), self.draw(st.integers(0, 2**16)))
 
     def let(self):
         return Let(self.name(), self.expr(self.dims))
 
     def rec(self):
-        dom = self.dims if len(self.dims) == 1 else self.pick([("b", "t"), ("t",)])
+        dom = self.pick({1: [("t",)], 2: [("b", "t"), ("t",)],
+                         3: [("a", "b", "t"), ("b", "t"), ("t",)]}[len(self.dims)])
         shape = self.shape()
         kind = self.pick([("t0",), ("t0",), ("lt", 1), ("lt", 2), ("key", 1), ("key", 2)])
         name = self.name()
@@ -813,18 +1139,91 @@ class _Gen:
         return Rec(name, dom, shape, kind, init, step, mag, init_first=self.draw(st.booleans()))
 
 
+def _ancestry(program: RProgram, name: str) -> set[str]:
+    """``name`` and every statement it reads, transitively."""
+    seen, todo = set(), [name]
+    while todo:
+        n = todo.pop()
+        if n not in seen:
+            seen.add(n)
+            todo.extend(reads_of(program.stmt(n)))
+    return seen
+
+
+def _entries_along(program: RProgram, names, dim: str) -> set[str]:
+    """The kinds of index entries along ``dim`` in the reads of the statements ``names``."""
+    out = set()
+    for n in names:
+        for r in _roots(program.stmt(n)):
+            for e in _walk(r):
+                if isinstance(e, Read):
+                    out |= {ix.kind for d, ix in zip(program.stmt(e.src).dom, e.entries)
+                            if d == dim}
+    return out
+
+
+def _causal(program: RProgram, name: str) -> bool:
+    """Whether ``name`` reads only earlier points along ``t`` (never ``T``): a valid
+    ``tl.until`` condition."""
+    return not _entries_along(program, _ancestry(program, name), "t") & set(Ix.NEEDS_BOUND)
+
+
+def _differentiable(program: RProgram, name: str) -> bool:
+    """Whether ``tl.grad`` can differentiate ``name``: no clamped point reads on the way."""
+    anc = _ancestry(program, name)
+    return not any(_entries_along(program, anc, d) & set(Ix.NO_GRADIENT) for d in program.dims)
+
+
+def _until(draw, program: RProgram) -> Until | None:
+    """A ``tl.until`` condition on a causal statement over ``(t,)`` whose threshold lies in a
+    gap of its values (so float rounding cannot move the end)."""
+    cands = [s.name for s in program.stmts if s.dom == ("t",) and _causal(program, s.name)]
+    if not cands:
+        return None
+    src = program.stmt(cands[draw(st.integers(0, len(cands) - 1))])
+    vals = numpy_eval(replace(program, outputs=(src.name,), until=None, loss=None, sinks=()))
+    v = vals[src.name].max(axis=-1) if src.shape else vals[src.name]
+    levels = np.unique(np.concatenate([v, [v.max() + 1.0]]))
+    gaps = [(a + b) / 2 for a, b in zip(levels[:-1], levels[1:]) if b - a > 4e-3]
+    if not gaps:
+        return None
+    return Until(src.name, float(np.float32(gaps[draw(st.integers(0, len(gaps) - 1))])))
+
+
+def _loss(draw, program: RProgram) -> Loss | None:
+    cands = [s.name for s in program.stmts if not isinstance(s, Input)
+             and _differentiable(program, s.name)]
+    if not cands:
+        return None
+    src = cands[draw(st.integers(0, len(cands) - 1))]
+    inputs = [s.name for s in program.stmts if isinstance(s, Input)]
+    used = [n for n in inputs if n in _ancestry(program, src)]
+    if not used:
+        return None
+    mask = draw(st.lists(st.booleans(), min_size=len(inputs), max_size=len(inputs)))
+    wrt = tuple(n for n, m in zip(inputs, mask) if m or n == used[0])
+    return Loss(src, wrt)
+
+
 @st.composite
-def program_strategy(draw, max_stmts: int = 7, max_depth: int = 2, dims=None):
-    """Random valid programs: 1 or 2 dims, T in 1..7, B in 1..3, spatial () or (k,), k in 1..3.
+def program_strategy(draw, max_stmts: int = 7, max_depth: int = 2, dims=None,
+                     extras: bool = True):
+    """Random valid programs: 1 to 3 dims, T in 1..9, B in 1..3, A in 1..2, spatial () or
+    (k,), k in 1..3.
 
     The first statement is an input; later ones are inputs, elementwise expressions over earlier
-    tensors (with point / causal / window / suffix / constant reads and reductions), or
-    recurrences. Outputs: a random non-empty subset of the statements.
+    tensors (point / causal / window / suffix / constant reads and reductions, conditions on
+    dims as values, dims' values, integer arithmetic), or recurrences. Outputs: a random
+    non-empty subset of the statements. With ``extras``, some programs also get a ``tl.until``
+    bound, a loss to differentiate with ``tl.grad`` and sinks.
     """
-    ndims = draw(st.sampled_from([1, 2])) if dims is None else len(dims)
-    dims = ("t",) if ndims == 1 else ("b", "t")
-    T = draw(st.integers(1, 7))
-    bounds = {"T": T} if ndims == 1 else {"B": draw(st.integers(1, 3)), "T": T}
+    ndims = draw(st.sampled_from([1, 2, 2, 3])) if dims is None else len(dims)
+    dims = {1: ("t",), 2: ("b", "t"), 3: ("a", "b", "t")}[ndims]
+    bounds = {"T": draw(st.integers(1, 9))}
+    if ndims >= 2:
+        bounds["B"] = draw(st.integers(1, 3))
+    if ndims == 3:
+        bounds["A"] = draw(st.integers(1, 2))
     k = draw(st.integers(1, 3))
     g = _Gen(draw, dims, bounds, k, max_depth)
     g.stmts.append(g.input())
@@ -836,22 +1235,32 @@ def program_strategy(draw, max_stmts: int = 7, max_depth: int = 2, dims=None):
     names = [s.name for s in g.stmts]
     mask = draw(st.lists(st.booleans(), min_size=len(names), max_size=len(names)))
     outs = tuple(nm for nm, m in zip(names, mask) if m) or (names[-1],)
-    return prune(RProgram(dims, bounds, tuple(g.stmts), outs))
+    program = RProgram(dims, bounds, tuple(g.stmts), outs)
+    if extras:
+        until = _until(draw, program) if draw(st.integers(0, 3)) == 0 else None
+        loss = _loss(draw, program) if draw(st.integers(0, 2)) == 0 else None
+        kept = prune(program).stmts
+        sinks = (kept[draw(st.integers(0, len(kept) - 1))].name,) \
+            if draw(st.integers(0, 4)) == 0 else ()
+        program = replace(program, until=until, loss=loss, sinks=sinks)
+    return prune(program)
 
 
 def reads_of(stmt) -> set[str]:
     """Names of the statements that ``stmt`` reads (itself included, for a recurrence)."""
-    roots = ([stmt.expr] if isinstance(stmt, Let) else
-             [stmt.init, stmt.step] if isinstance(stmt, Rec) else [])
-    return {e.src for r in roots for e in _walk(r) if isinstance(e, Read)}
+    return {e.src for r in _roots(stmt) for e in _walk(r) if isinstance(e, Read)}
 
 
 def prune(program: RProgram) -> RProgram:
-    """``program`` without the statements no output depends on (names are kept), so that a
+    """``program`` without the statements nothing depends on (names are kept), so that a
     shrunk failing example shows only what matters."""
-    live = set(program.outputs)
+    live = set(program.outputs) | set(program.sinks)
+    if program.until is not None:
+        live.add(program.until.src)
+    if program.loss is not None:
+        live |= {program.loss.src, *program.loss.wrt}
     for s in reversed(program.stmts):
         if s.name in live:
             live |= reads_of(s)
     stmts = tuple(s for s in program.stmts if s.name in live)
-    return RProgram(program.dims, program.bounds, stmts, program.outputs)
+    return replace(program, stmts=stmts)

@@ -442,7 +442,8 @@ def test_until_with_a_second_dim_and_a_sink():
         x[b, 0] = tl.zeros(()) + b
         x[b, t] = x[b, t - 1] + c
         tl.sink(x, lambda p, v: seen.append((p["b"], p["t"], float(v))))
-    bounds = {B: 2, T: tl.until(c >= 3.0, max=10)}
+        done = c >= 3.0
+    bounds = {B: 2, T: tl.until(done, max=10)}
     want = np.array([[0, 1, 3, 6], [1, 2, 4, 7]], np.float32)
     for config in (tl.CompileConfig(), REFERENCE):
         seen.clear()
@@ -463,13 +464,14 @@ def test_until_errors():
         over_bt = (c + b) >= 3.0             # bool, but over (b, t)
         over_nothing = c[T - 1] >= 3.0       # bool, but over ()
         vector = (tl.zeros((2,)) + c) >= 3.0  # bool[2]
+        done = c >= 3.0
     for bad in (c, over_bt, over_nothing, vector):
         with pytest.raises(tl.BoundsError, match="tl.until"):
             ctx.compile(bounds={B: 2, T: tl.until(bad, max=10)}, outputs={"c": c})
     with pytest.raises(tl.BoundsError):
         tl.until(np.zeros(3, bool), max=3)
     with pytest.raises(tl.BoundsError):
-        tl.until(c >= 3.0, max=0)
+        tl.until(done, max=0)
 
 
 # ================================================================================================
@@ -542,7 +544,8 @@ def test_sinks_over_two_dims_follow_the_dependences():
         h[b, 0] = x[b, 0]
         h[b, t] = h[b, t - 1] + x
         tl.sink(h, lambda p, v: calls.append(((p["b"], p["t"]), np.array(v))))
-    ctx.compile(bounds={B: 3, T: 4}, outputs={"s": h[0:B, T - 1].sum(axis=0)}).run()
+        s = h[0:B, T - 1].sum(axis=0)
+    ctx.compile(bounds={B: 3, T: 4}, outputs={"s": s}).run()
     points = [p for p, _ in calls]
     assert sorted(points) == [(i, j) for i in range(3) for j in range(4)]  # once each
     for i in range(3):  # h[b, t] after h[b, t - 1]

@@ -180,7 +180,8 @@ def test_until_with_a_second_dim(executor):
         x = tl.placeholder((), "float32", domain=(b, t), name="x")
         x[b, 0] = tl.zeros(()) + b
         x[b, t] = x[b, t - 1] + c
-    bounds = {B: 2, T: tl.until(c >= 3.0, max=10)}
+        done = c >= 3.0
+    bounds = {B: 2, T: tl.until(done, max=10)}
     run = ctx.compile(bounds=bounds, outputs={"x": x}, config=cfg(executor)).run()
     assert run.bounds == {"B": 2, "T": 4}
     np.testing.assert_array_equal(run["x"], [[0, 1, 3, 6], [1, 2, 4, 7]])

@@ -66,7 +66,8 @@ def test_outputs_over_a_blocked_dim_keep_their_layout(executor):
             h = tl.placeholder((D,), domain=(b, t))
             h[b, 0] = x + tl.random.normal((D,), seed=1)
             h[b, t] = tl.tanh(h[b, t - 1] * 0.5 + x) + (tl.zeros(()) + b) * 0.01
-        return ctx, {"h": h, "s": (h * h).sum(axis=0)}
+            s = (h * h).sum(axis=0)
+        return ctx, {"h": h, "s": s}
     ctx, outs = build()
     want = compile_(ctx, outs, vectorise=False, incrementalise=False).run()
     ctx, outs = build()

@@ -27,6 +27,7 @@ from randprog import (  # noqa: E402
     assert_outputs_match,
     build,
     compile_program,
+    expected,
     features,
     input_array,
     mk_binary,
@@ -39,13 +40,13 @@ from randprog import (  # noqa: E402
     to_source,
 )
 
-# Budget (2 cores): compiling a program costs ~150 ms (isl schedule, memory plan), a run on the
-# interpreter or generated code ~100 ms (JAX kernels, most cached across programs), on XLA loops
-# ~200 ms (one XLA compilation per program), the reference interpreter ~15 ms.
+# Budget (2 cores): compiling a program costs ~150 ms (isl schedule, memory plan), more with a
+# gradient; a run on the interpreter or generated code ~100 ms (JAX kernels, most cached across
+# programs), on XLA loops ~200 ms (one XLA compilation per program), the reference ~15 ms.
 N_DEFAULT = 20  # the default (auto) config; every executor: below
-N_EXECUTORS = 200
-N_REFERENCE = 800
-EXECUTORS = ("xla", "codegen", "interpreter")
+N_EXECUTORS = 300
+N_REFERENCE = 400
+EXECUTORS = ("reference", "xla", "codegen", "interpreter")
 SWITCHES = ("simplify", "fold_constants", "cse", "contract", "dce", "tile", "vectorise",
             "incrementalise", "fuse")
 NO_EXPLAIN = tuple(p for p in Phase if p is not Phase.explain)  # its notes are noise here
@@ -56,7 +57,8 @@ NO_EXPLAIN = tuple(p for p in Phase if p is not Phase.explain)  # its notes are 
           phases=NO_EXPLAIN)
 @given(program_strategy())
 def test_random_programs_match_numpy(program):
-    """``prog.run()`` (default compile config) agrees with the independent NumPy evaluation."""
+    """``prog.run()`` (default compile config) agrees with the independent NumPy evaluation
+    (and ``jax.grad`` for gradients, the sinks' calls, the bound a ``tl.until`` reaches)."""
     assert_outputs_match(program, run_tempo(program), what="prog.run()")
 
 
@@ -64,25 +66,21 @@ def test_random_programs_match_numpy(program):
           phases=NO_EXPLAIN)
 @given(program_strategy(), st.tuples(*[st.booleans()] * len(SWITCHES)))
 def test_random_programs_on_every_executor_under_pass_switches(program, switches):
-    """Every executor, under a sampled combination of pass switches (one per program; the 512
-    combinations are each drawn a few times over the run), equals the reference interpreter
-    on the SDG as built, and the independent NumPy evaluation. One compilation (schedule,
-    memory plan) serves the three executors (``Program.on``)."""
+    """Every executor, the reference interpreter included, under a sampled combination of pass
+    switches (one per program; the 512 combinations are each drawn a few times over the run),
+    equals the independent evaluation: outputs, gradients, sink calls and the bound reached.
+    One compilation (schedule, memory plan) serves every executor (``Program.on``)."""
     on = dict(zip(SWITCHES, switches))
     small = {"vectorise_budget_bytes": 24} if on["incrementalise"] else {}  # blocks of a few
     config = tl.CompileConfig(executor="interpreter", check_invariants=True, tile_block=2,
                               **small, **on)
     shown = ", ".join(f"{k}={v}" for k, v in zip(SWITCHES, switches))
-    ref = run_tempo(program, config=tl.CompileConfig(executor="reference"))
-    assert_outputs_match(program, ref, what="the reference interpreter")
-    prog = compile_program(program, config=config)
+    want = expected(program)
+    calls: dict = {}
+    prog = compile_program(program, calls, config=config)
     for executor in EXECUTORS:
-        run = prog.on(executor).run()
-        for name in program.outputs:
-            np.testing.assert_allclose(
-                np.asarray(run[name]), ref[name], rtol=RTOL, atol=ATOL,
-                err_msg=f"output {name!r}: executor={executor} ({shown}) vs the reference "
-                        f"interpreter, for the program\n{to_source(program)}")
+        got = run_tempo(program, prog.on(executor), calls)
+        assert_outputs_match(program, got, what=f"executor={executor} ({shown})", want=want)
 
 
 @settings(max_examples=N_REFERENCE, deadline=None, derandomize=True, database=None,
@@ -109,7 +107,7 @@ def test_to_source_executes_to_the_same_outputs_as_build(program):
     note(src)
     out = _exec_source(program)
     ref = run_tempo(program)
-    for name in program.outputs:
+    for name in program.outputs + program.grad_names:
         np.testing.assert_array_equal(out[name], ref[name], err_msg=f"{name}\n{src}")
 
 

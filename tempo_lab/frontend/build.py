@@ -8,11 +8,15 @@ from .context import Context, Node
 from .tensor import RecurrentTensor
 
 
-def build_sdg(ctx: Context, outputs: dict[str, RecurrentTensor], partial: bool = False) -> SDG:
+def build_sdg(ctx: Context, outputs: dict[str, RecurrentTensor], partial: bool = False,
+              untils: dict[str, RecurrentTensor] | None = None) -> SDG:
     """Ops are numbered in trace order (producers before consumers, except recurrences through
     placeholders); an output that is a view (``x[T - 1]``) gets an identity op of its own.
-    ``partial``: the program as written so far (placeholders may still lack branches)."""
-    roots: list[Node] = [rt.node for rt in outputs.values()] + list(ctx._sinks)
+    ``partial``: the program as written so far (placeholders may still lack branches).
+    ``untils``: the ``done`` tensor of each data-dependent bound."""
+    untils = dict(untils or {})
+    roots: list[Node] = ([rt.node for rt in outputs.values()] + list(ctx._sinks)
+                         + [rt.node for rt in untils.values()])
     seen: dict[int, Node] = {}
     stack = list(roots)
     while stack:
@@ -35,13 +39,16 @@ def build_sdg(ctx: Context, outputs: dict[str, RecurrentTensor], partial: bool =
             cond = not_(or_(*others)) if i.default and others else i.cond
             edges.append(Edge(renum[n.id], renum[i.node.id], slot, i.index, cond,
                               i.loc or n.loc))
-    out_ids = {}
-    for name, rt in outputs.items():
+
+    def op_of(rt: RecurrentTensor) -> int:
+        """The op holding ``rt``'s value: a view (``x[T - 1]``) gets an identity op."""
         if rt.index is None:
-            out_ids[name] = renum[rt.node.id]
-            continue
+            return renum[rt.node.id]
         op = Op(len(ops), "identity", rt.domain, rt.type, {}, rt.loc, None)
         ops.append(op)
         edges.append(Edge(op.id, renum[rt.node.id], 0, rt.index, TRUE, rt.loc))
-        out_ids[name] = op.id
-    return SDG(ctx.dims, ops, edges, out_ids, [renum[n.id] for n in ctx._sinks])
+        return op.id
+
+    out_ids = {name: op_of(rt) for name, rt in outputs.items()}
+    return SDG(ctx.dims, ops, edges, out_ids, [renum[n.id] for n in ctx._sinks],
+               {b: op_of(rt) for b, rt in untils.items()})

@@ -20,7 +20,7 @@ def demand(sdg: SDG, boxes: Mapping[int, isl.Set], maps: Mapping[Edge, isl.Map],
     """The demanded points of every op. ``on_read(edge, map restricted to the demanded
     consumer points, those consumer points)`` is called once per edge, e.g. to check reads
     against domains."""
-    roots = set(sdg.sinks) | set(sdg.outputs.values())
+    roots = set(sdg.roots)
     merges = [i for i, op in sdg.ops.items() if op.kind == "merge"]
     out = {i: boxes[i] if (i in roots or i in merges) else boxes[i].subtract(boxes[i])
            for i in sdg.ops}

@@ -107,12 +107,17 @@ class Edge:
 
 
 class SDG(Stage):
-    def __init__(self, dims, ops, edges, outputs: Mapping[str, int], sinks=()):
+    """``untils`` maps the name of each data-dependent bound (``tl.until``) to the op that
+    ends its dim: a bool over that dim alone; the dim stops after its first true point."""
+
+    def __init__(self, dims, ops, edges, outputs: Mapping[str, int], sinks=(),
+                 untils: Mapping[str, int] | None = None):
         self.dims: tuple[Dim, ...] = tuple(dims)
         self.ops: Mapping[int, Op] = MappingProxyType({op.id: op for op in ops})
         self.edges: tuple[Edge, ...] = tuple(sorted(edges, key=lambda e: (e.dst, e.slot)))
         self.outputs: Mapping[str, int] = MappingProxyType(dict(outputs))
         self.sinks: tuple[int, ...] = tuple(sinks)
+        self.untils: Mapping[str, int] = MappingProxyType(dict(untils or {}))
         self._in: dict[int, list[Edge]] = {i: [] for i in self.ops}
         self._out: dict[int, list[Edge]] = {i: [] for i in self.ops}
         for e in self.edges:
@@ -128,8 +133,12 @@ class SDG(Stage):
 
     @property
     def roots(self) -> tuple[int, ...]:
-        """What the program is for: its outputs, then its sinks."""
-        return tuple(self.outputs.values()) + self.sinks
+        """What the program is for: its outputs, its sinks, and what ends its data-dependent
+        dims."""
+        return tuple(self.outputs.values()) + self.sinks + tuple(self.untils.values())
+
+    def until_dim(self, bound: str) -> Dim:
+        return next(d for d in self.dims if d.bound.name == bound)
 
     @property
     def params(self) -> tuple[str, ...]:
@@ -167,6 +176,8 @@ class SDG(Stage):
     def _sections(self):
         outs = [f"{name} = {self.ops[i].label}" for name, i in self.outputs.items()]
         outs += [f"sink {self.ops[i].label}" for i in self.sinks]
+        outs += [f"{b} = 1 + the first {self.until_dim(b)} where {self.ops[i].label}"
+                 for b, i in self.untils.items()]
         by_dom: dict[str, int] = {}
         for op in self.ops.values():
             key = "(" + ", ".join(map(str, op.domain)) + ")"
@@ -190,6 +201,7 @@ class SDG(Stage):
                        "file": e.loc.file, "line": e.loc.line} for e in self.edges],
             "outputs": dict(self.outputs),
             "sinks": list(self.sinks),
+            "untils": dict(self.untils),
         }
 
     def to_dot(self) -> str:

@@ -193,10 +193,10 @@ def plan_memory(sdg: SDG, schedule, bounds: dict[str, int], block: int = 64) -> 
     grown = []
     for i, op in sdg.ops.items():
         readers = [e for e in sdg.out_edges(i) if not domains[e.dst].is_empty()]
-        if domains[i].is_empty() or op.kind == "sink" or (not readers and
-                                                          i not in sdg.outputs.values()):
+        kept = i in sdg.outputs.values() or i in sdg.untils.values()
+        if domains[i].is_empty() or op.kind == "sink" or (not readers and not kept):
             continue
-        if i in sdg.outputs.values():
+        if kept:  # every point is returned (or checked when its dim may end)
             slots = (None,) * len(op.domain)
         else:
             slots = tuple(_wanted_slots(sdg, op, k) for k in range(len(op.domain)))

@@ -42,6 +42,12 @@ def _key(ed: Editor, op: Op):
     return (op.kind, attrs, op.domain, op.type, ins)
 
 
+def _keep_name(ed: Editor, gone: Op, kept: int):
+    """The user's name of an op replaced by another stays, if the other has none."""
+    if gone.name and not ed.ops[kept].name:
+        ed.ops[kept] = dataclasses.replace(ed.ops[kept], name=gone.name)
+
+
 @register("cse", "cse")
 def duplicates(ed: Editor):
     """Duplicate elimination: of two ops with the same kind, attributes, domain, type and
@@ -54,6 +60,7 @@ def duplicates(ed: Editor):
         k = _key(ed, op)
         if k in seen:
             ed.replace(i, seen[k], f"same as %{seen[k]}")
+            _keep_name(ed, op, seen[k])
         else:
             seen[k] = i
 
@@ -152,7 +159,7 @@ def simplify(ed: Editor):
         if keep is not None:
             ed.replace(i, keep, "a placeholder with one branch" if k == "merge"
                        else f"{k} is a no-op")
-            if k == "merge" and op.name and not ed.ops[keep].name:  # the user's name stays
-                ed.ops[keep] = dataclasses.replace(ed.ops[keep], name=op.name)
+            if k == "merge":
+                _keep_name(ed, op, keep)
     if forwarded:  # readers of a placeholder may come before its branch: ids in order again
         ed.renumber()

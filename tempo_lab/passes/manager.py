@@ -61,6 +61,7 @@ class Editor:
         self.edges: list[Edge] = list(sdg.edges)
         self.outputs = dict(sdg.outputs)
         self.sinks = list(sdg.sinks)
+        self.untils = dict(sdg.untils)
         self.events: list[Event] = []
         self.new_bounds: dict[str, int] = {}  # bounds of dims a pass added (with their values)
         self._next = max(self.ops, default=-1) + 1
@@ -73,7 +74,7 @@ class Editor:
         return [e for e in self.edges if e.src == i]
 
     def roots(self) -> set[int]:
-        return set(self.outputs.values()) | set(self.sinks)
+        return set(self.outputs.values()) | set(self.sinks) | set(self.untils.values())
 
     # -- edits --------------------------------------------------------------------------------
     def add(self, op: Op, inputs: list[Edge], source: int | None, note: str = "") -> int:
@@ -107,6 +108,7 @@ class Editor:
                       for e in self.edges]
         self.outputs = {k: new if v == old else v for k, v in self.outputs.items()}
         self.sinks = [new if s == old else s for s in self.sinks]
+        self.untils = {k: new if v == old else v for k, v in self.untils.items()}
         self.events.append(Event("replaced", old, new, note))
         self.erase(old, note)
 
@@ -139,13 +141,15 @@ class Editor:
                       for e in self.edges]
         self.outputs = {k: new[v] for k, v in self.outputs.items()}
         self.sinks = [new[s] for s in self.sinks]
+        self.untils = {k: new[v] for k, v in self.untils.items()}
         self.events = [Event(ev.kind, ev.op if ev.kind == "erased" else new.get(ev.op, ev.op),
                              new.get(ev.source, ev.source) if ev.kind == "replaced"
                              else ev.source, ev.note) for ev in self.events]
         self._next = len(new)
 
     def result(self) -> SDG:
-        return SDG(self.dims, self.ops.values(), self.edges, self.outputs, self.sinks)
+        return SDG(self.dims, self.ops.values(), self.edges, self.outputs, self.sinks,
+                   self.untils)
 
 
 # -- invariants -------------------------------------------------------------------------------

@@ -130,9 +130,9 @@ def _build(ctx, env, cfg, loss_terms, targets):
         n_envs = as_tensor(B, ctx).astype("float32")
         mean = {k: _per_iteration(x * weight, i, B, T) for k, x in
                 (("policy_loss", pg), ("value_loss", vl), ("entropy", ent), ("loss", total))}
-    return Training(dict(p), _per_iteration(ro.reward, i, B, T) / n_envs,
-                    _per_iteration(ro.alive, i, B, T) / n_envs, mean["loss"],
-                    mean["policy_loss"], mean["value_loss"], mean["entropy"], ro)
+        return Training(dict(p), _per_iteration(ro.reward, i, B, T) / n_envs,
+                        _per_iteration(ro.alive, i, B, T) / n_envs, mean["loss"],
+                        mean["policy_loss"], mean["value_loss"], mean["entropy"], ro)
 
 
 def _next_value(ro, at_next_obs: RT, t, T) -> RT:

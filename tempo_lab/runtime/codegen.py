@@ -19,7 +19,7 @@ import numpy as np
 from ..errors import run_callback
 from ..ir.sdg import SDG
 from ..memory.plan import MemoryPlan, size_class
-from ..schedule import Exec, For, Free, If, Schedule, Seq
+from ..schedule import Exec, For, Free, If, Schedule, Seq, While
 from ..stage import Stage
 from . import index_code as ic
 from .executor import HOST_OPS, Profile, _check_nonempty, collect_outputs, shared_kernel
@@ -101,10 +101,8 @@ class CodegenExecutor(Stage):
 
     name = "codegen"
 
-    def __init__(self, sdg: SDG, schedule: Schedule, plan: MemoryPlan, sync: bool = False,
-                 until_ops: Mapping[str, int] | None = None):
+    def __init__(self, sdg: SDG, schedule: Schedule, plan: MemoryPlan, sync: bool = False):
         self.sdg, self.schedule, self.plan, self.sync = sdg, schedule, plan, sync
-        self.until_ops = dict(until_ops or {})  # bound name -> done op id
         self.stmts: list[Stmt] = []
         self._static: list[int] = []  # statements with one kernel, made before the first run
         self.source = self._generate()
@@ -151,7 +149,7 @@ class CodegenExecutor(Stage):
             w(1, f"c{i} = 0")
             if self.sync:
                 w(1, f"S{i} = 0.0")
-        for i in set(self.until_ops.values()):
+        for i in set(self.sdg.untils.values()):
             w(1, f"W{i} = -1")
         self._node(w, self.schedule.ast, 1)
         bufs = ", ".join(f"{i}: b{i}" for i in self.sdg.outputs.values()
@@ -191,10 +189,8 @@ class CodegenExecutor(Stage):
     def _loop(self, w: _Writer, node: For, d: int):
         v = ic.var(node.var)
         lo, hi = ic.expr_src(node.lo), ic.expr_src(node.hi)
-        stop = next(((b, i) for b, i in self.until_ops.items()
-                     if b.lower() == (node.dim or "") and i in self.plan.storages), None)
-        dynamic = any(s.name in self.until_ops for s in node.hi.bounds())
-        if stop is None and not dynamic:
+        dynamic = any(s.name in self.sdg.untils for s in node.hi.bounds())
+        if not isinstance(node, While) and not dynamic:
             step = f", {node.step}" if node.step != 1 else ""
             w(d, f"for {v} in range({lo}, {hi}{step}):")
             self._node(w, node.body, d + 1)
@@ -202,10 +198,10 @@ class CodegenExecutor(Stage):
         w(d, f"{v} = {lo}")
         w(d, f"while {v} < {hi}:")
         self._node(w, node.body, d + 1)
-        if stop is not None:
-            b, i = stop
-            w(d + 1, f"if W{i} >= {v} and bool(b{i}[{v}]):")
-            w(d + 2, f"{ic.bound(b)} = {v} + 1")
+        if isinstance(node, While):
+            at, i = ic.expr_src(node.at), node.done
+            w(d + 1, f"if W{i} >= {at} and bool(b{i}[{at}]):")
+            w(d + 2, f"{ic.bound(node.bound)} = {at} + 1")
             w(d + 2, "break")
         w(d + 1, f"{v} += {node.step}")
 
@@ -230,7 +226,7 @@ class CodegenExecutor(Stage):
             w(d, f"if L{i} != z{i}:")
             w(d + 1, f"total += z{i} - L{i}")
             w(d + 1, f"L{i} = z{i}")
-        if i in self.until_ops.values():
+        if i in self.sdg.untils.values():
             w(d, f"W{i} = max(W{i}, {ic.expr_src(node.args[0]) if node.args else 0})")
         if self.sync:
             if i in self.plan.storages:
@@ -313,7 +309,7 @@ class CodegenExecutor(Stage):
             self._rt.clock = time.perf_counter
         return self._fn
 
-    def run(self, bounds: Mapping[str, int], until: Mapping[str, tuple[int, int]] | None = None):
+    def run(self, bounds: Mapping[str, int]):
         fn = self._compiled()
         t0 = time.perf_counter()
         args = [int(bounds.get(p, 1)) for p in self.sdg.params]
@@ -326,7 +322,7 @@ class CodegenExecutor(Stage):
                                 "when a store is first written, grows or is freed); calls: "
                                 "statement instances run")
         prof.wall_s = time.perf_counter() - t0
-        return outs, prof, {name: env[name] for name in (until or {})}
+        return outs, prof, {name: env[name] for name in self.sdg.untils}
 
 
 __all__ = ["CodegenExecutor", "HOST_OPS"]

@@ -179,10 +179,9 @@ class Executor(Stage):
         return shared_kernel(self.sdg, op, reads, out_shape, has_store, donate, levels)
 
     # -- running ------------------------------------------------------------------------------
-    def run(self, bounds: Mapping[str, int], until: Mapping[str, tuple[int, int]] | None = None
+    def run(self, bounds: Mapping[str, int]
             ) -> tuple[dict[str, np.ndarray], Profile, dict[str, int]]:
-        """Execute; ``until`` maps a bound name to (done op id, max) for data-dependent bounds.
-        Returns the outputs, the profile and the bound values reached."""
+        """Execute; returns the outputs, the profile and the bound values reached."""
         self.bounds = dict(bounds)
         env = dict(bounds)
         sdg = self.sdg
@@ -190,25 +189,15 @@ class Executor(Stage):
         written: dict[int, int] = {}
         prof = Profile(sdg, synced=self.sync)
         live = {}
-        until = dict(until or {})
-        by_dim = {name.lower(): (name, done) for name, (done, _) in until.items()}
 
-        def stop(loop, env):
-            hit = by_dim.get(loop.dim or "")
-            if hit is None or hit[1] not in stores:
+        def done(loop, at):
+            if written.get(loop.done, -1) < at:
                 return False
-            name, done = hit
-            v = env[loop.var]
-            if written.get(done, -1) < v:
-                return False
-            if bool(stores[done].buf[v]):  # one element to the host, not the store
-                env[name] = v + 1
-                return True
-            return False
+            return bool(stores[loop.done].buf[at])  # one element to the host, not the store
 
         t_start = time.perf_counter()
         total = 0  # bytes held by live stores, measured from their buffers
-        for node, point in walk(self.schedule.ast, env, stop):
+        for node, point in walk(self.schedule.ast, env, done):
             if isinstance(node, Free):
                 for o in node.ops:
                     total -= live.pop(o, 0)
@@ -228,7 +217,7 @@ class Executor(Stage):
                 total += nbytes - live.get(op.id, 0)
                 live[op.id] = nbytes
             prof.timeline.append(total)
-        reached = {name: env[name] for name in until}
+        reached = {name: env[name] for name in sdg.untils}
         outs = collect_outputs(sdg, env, {i: s.buf for i, s in stores.items()})
         prof.wall_s = time.perf_counter() - t_start
         return outs, prof, reached

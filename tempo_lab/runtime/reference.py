@@ -338,6 +338,17 @@ class Reference:
                 run_callback(op.attrs["fn"], (point, val), "tl.sink", op.loc, point)
 
 
+def reference_bounds(sdg: SDG, bounds: Mapping[str, int]) -> dict[str, int]:
+    """The bound values with each data-dependent bound (``tl.until``) cut after the first
+    point of its dim where ``done`` holds (``max`` if none does)."""
+    bounds = dict(bounds)
+    for name, done in sdg.untils.items():
+        ref = Reference(sdg, bounds)
+        bounds[name] = next((v + 1 for v in range(bounds[name])
+                             if bool(ref.value(done, (v,)))), bounds[name])
+    return bounds
+
+
 def run_reference(sdg: SDG, bounds: Mapping[str, int]) -> dict[str, np.ndarray]:
     """Evaluate every output of ``sdg`` (and call its sinks) with the reference interpreter."""
     ref = Reference(sdg, bounds)

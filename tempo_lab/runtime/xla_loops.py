@@ -32,7 +32,7 @@ from jax import lax
 from ..errors import TempoLabError
 from ..ir.sdg import SDG
 from ..memory.plan import MemoryPlan, size_class
-from ..schedule import Exec, For, Free, If, Schedule, Seq
+from ..schedule import Exec, For, Free, If, Schedule, Seq, While
 from ..stage import Stage
 from ..symbolic import Const, Dim
 from ..symbolic import isl as I
@@ -89,19 +89,18 @@ class XlaExecutor(Stage):
     name = "xla"
 
     def __init__(self, sdg: SDG, schedule: Schedule, plan: MemoryPlan, bounds: Mapping,
-                 until_ops: Mapping[str, int] | None = None, sync: bool = False,
-                 forced: bool = False, reasons: list[str] | None = None, split: int = 8):
+                 sync: bool = False, forced: bool = False, reasons: list[str] | None = None,
+                 split: int = 8):
         if reasons:
             op = sdg.ops[sdg.roots[0]]
             raise TempoLabError("executor='xla' cannot run this program: " + "; ".join(reasons)
                                 + " (use executor='auto' or 'codegen')", op.loc)
         self.sdg, self.schedule, self.plan, self.sync = sdg, schedule, plan, sync
         self.bounds = {k: int(v) for k, v in bounds.items()}
-        self.until_ops = dict(until_ops or {})
         self.choice = ["CompileConfig(executor='xla')"] if forced else []
         self._nodes = [n for n in schedule.ast.walk() if isinstance(n, Exec)]
         self.stmts: dict[int, list[Stmt]] = {id(n): resolve(sdg, plan, n) for n in self._nodes}
-        self.local = _local_values(sdg, plan, schedule.ast, set(self.until_ops.values()))
+        self.local = _local_values(sdg, plan, schedule.ast, set(sdg.untils.values()))
         self.shapes = self._store_shapes()
         self.split = max(1, int(split))
         self.pads = {id(st): self._static_pads(st) for n in self._nodes
@@ -206,7 +205,7 @@ class XlaExecutor(Stage):
         return (ops, edges, tuple(sorted(sdg.outputs.items())), self.schedule.code(),
                 tuple(sorted((i, s.slots) for i, s in self.plan.storages.items())),
                 tuple(sorted((i, sh, str(dt)) for i, (sh, dt) in self.shapes.items())),
-                tuple(sorted(self.local)), tuple(sorted(self.until_ops.items())),
+                tuple(sorted(self.local)), tuple(sorted(self.sdg.untils.items())),
                 tuple(self.pads[id(st)] for n in self._nodes for st in self.stmts[id(n)]),
                 tuple(tuple(self.segments(n)) for n in self.schedule.ast.walk()
                       if isinstance(n, For)))
@@ -242,7 +241,7 @@ class XlaExecutor(Stage):
         if isinstance(node, Seq):
             return [x for n in node.body for x in self._describe(n, d)]
         if isinstance(node, For):
-            kind = "lax.while_loop" if self._until_of(node) else "lax.fori_loop"
+            kind = "lax.while_loop" if isinstance(node, While) else "lax.fori_loop"
             segs = self.segments(node)
             split = (f"  # {len(segs)} loops of {segs[0][1]} steps, ranges padded per loop"
                      if segs else "")
@@ -260,10 +259,6 @@ class XlaExecutor(Stage):
             return [f"{pad}{self.schedule._stmt(node)}  [{what}]"]
         return []
 
-    def _until_of(self, node: For):
-        return next(((b, i) for b, i in self.until_ops.items()
-                     if b.lower() == (node.dim or "") and i in self.shapes), None)
-
     # -- tracing ------------------------------------------------------------------------------
     def _program(self):
         names = list(self.sdg.params)
@@ -272,8 +267,8 @@ class XlaExecutor(Stage):
             env = {ic.bound(p): bvec[k] for k, p in enumerate(names)}
             state = {"s": {i: jnp.zeros(sh, dt) for i, (sh, dt) in self.shapes.items()},
                      "calls": jnp.zeros(len(self._ops), jnp.int32),
-                     "w": {i: jnp.int32(-1) for i in self.until_ops.values()},
-                     "b": {p: env[ic.bound(p)] for p in self.until_ops}}
+                     "w": {i: jnp.int32(-1) for i in self.sdg.untils.values()},
+                     "b": {p: env[ic.bound(p)] for p in self.sdg.untils}}
             ctx = _Trace(self, dict(zip(self._host, hosts)))
             state = ctx.node(self.schedule.ast, env, state, {})
             outs = {i: state["s"][i] for i in self.sdg.outputs.values() if i in state["s"]}
@@ -301,7 +296,7 @@ class XlaExecutor(Stage):
         bvec = jnp.asarray([self.bounds.get(p, 1) for p in self.sdg.params], jnp.int32)
         return str(jax.make_jaxpr(self._program())(bvec, self._host_arrays))
 
-    def run(self, bounds: Mapping[str, int], until: Mapping[str, tuple[int, int]] | None = None):
+    def run(self, bounds: Mapping[str, int]):
         fn = self._compiled()
         t0 = time.perf_counter()
         bvec = jnp.asarray([int(bounds.get(p, 1)) for p in self.sdg.params], jnp.int32)
@@ -316,7 +311,7 @@ class XlaExecutor(Stage):
                                 "the whole run (one timeline entry); calls: statement instances "
                                 "counted inside the XLA program")
         prof.wall_s = time.perf_counter() - t0
-        return values, prof, {name: env[name] for name in (until or {})}
+        return values, prof, {name: env[name] for name in self.sdg.untils}
 
 
 def _offset(p: Padded, v: Dim) -> int | None:
@@ -386,12 +381,12 @@ class _Trace:
         ex = self.ex
         keys = _writes(ex, node)
         var = ic.var(node.var)
-        stop = ex._until_of(node)
-        dyn = {b for b in ex.until_ops if any(s.name == b for s in node.hi.bounds())}
+        stop = isinstance(node, While)
+        dyn = {b for b in ex.sdg.untils if any(s.name == b for s in node.hi.bounds())}
 
         def env_of(st, v):
             e = dict(env)
-            e.update({ic.bound(b): st["b"][b] for b in ex.until_ops})
+            e.update({ic.bound(b): st["b"][b] for b in ex.sdg.untils})
             e[var] = v
             return e
 
@@ -400,7 +395,7 @@ class _Trace:
             return st
 
         lo = ic.jax_int(node.lo, env)
-        if stop is None and not dyn and node.step == 1:
+        if not stop and not dyn and node.step == 1:
             hi = ic.jax_int(node.hi, env)
 
             def fbody(v, carry):
@@ -429,11 +424,12 @@ class _Trace:
             v, _, carry = c
             st = body(v, _merge(state, keys, carry))
             done = jnp.bool_(False)
-            if stop is not None:
-                b, i = stop
+            if stop:
+                b, i = node.bound, node.done
+                at = ic.jax_int(node.at, env_of(st, v))
                 buf = st["s"][i]
-                hit = (st["w"][i] >= v) & lax.dynamic_index_in_dim(buf, v, 0, keepdims=False)
-                st = {**st, "b": {**st["b"], b: jnp.where(hit, v + 1, st["b"][b])}}
+                hit = (st["w"][i] >= at) & lax.dynamic_index_in_dim(buf, at, 0, keepdims=False)
+                st = {**st, "b": {**st["b"], b: jnp.where(hit, at + 1, st["b"][b])}}
                 done = hit
             return v + node.step, done, _carry(st, keys)
 

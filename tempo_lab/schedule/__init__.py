@@ -10,7 +10,7 @@ from ..ir.sdg import SDG, is_block_dim
 from ..stage import Stage
 from ..symbolic import TRUE
 from . import build
-from .loops import Exec, For, Free, If, Node, Seq, to_code
+from .loops import Exec, For, Free, If, Node, Seq, While, to_code
 
 SCHEMA = "tempo_lab.schedule/1"
 
@@ -112,6 +112,7 @@ def schedule_sdg(sdg: SDG, options: Mapping[str, int] | None = None) -> Schedule
     maps = {e: sdg.isl_map(e) for e in sdg.edges}
     tight = {i for i, op in sdg.ops.items() if any(map(is_block_dim, op.domain))}
     domains = build.statement_domains(demand(sdg, boxes, maps), tight)
+    build.check_untils(sdg, domains)
     dom, validity = build.constraints(sdg, domains, maps)
     ctx = build.I.CTX
     saved = {k: getattr(ctx, f"get_schedule_{k}")() for k in options}
@@ -125,7 +126,7 @@ def schedule_sdg(sdg: SDG, options: Mapping[str, int] | None = None) -> Schedule
     finally:
         for k, v in saved.items():
             getattr(ctx, f"set_schedule_{k}")(v)
-    ast = build.lower(build.ast(tree, build.param_context(sdg)), sdg)
+    ast = build.mark_untils(build.lower(build.ast(tree, build.param_context(sdg)), sdg), sdg)
     order = build.time_map(ast, sdg)
     if not dom.is_subset(order.domain()):
         raise IncompleteSchedule(f"isl's schedule under {options or 'default options'} "
@@ -135,12 +136,12 @@ def schedule_sdg(sdg: SDG, options: Mapping[str, int] | None = None) -> Schedule
 
 
 def walk(node: Node, env: dict[str, int],
-         stop: Callable[[For, dict], bool] | None = None) -> Iterator[tuple[Node, tuple]]:
+         done: Callable[[While, int], bool] | None = None) -> Iterator[tuple[Node, tuple]]:
     """Execute the loop AST abstractly: yield ``(Exec or Free, point)`` in schedule order.
 
-    ``env`` holds the bound values (and is updated with loop variables). ``stop(loop, env)`` is
-    asked after every iteration of a loop and ends it early when true (data-dependent bounds);
-    bounds in ``env`` may change meanwhile, so later loops see the new value.
+    ``env`` holds the bound values (and is updated with loop variables). ``done(loop, point)``
+    is asked after every iteration of a ``While`` loop with the point of its condition; when
+    true the loop ends and its bound in ``env`` becomes ``point + 1``, so later loops see it.
     """
     if isinstance(node, Exec):
         yield node, tuple(a.evaluate(env) for a in node.args)
@@ -148,23 +149,26 @@ def walk(node: Node, env: dict[str, int],
         yield node, ()
     elif isinstance(node, Seq):
         for n in node.body:
-            yield from walk(n, env, stop)
+            yield from walk(n, env, done)
     elif isinstance(node, If):
         if node.cond.evaluate(env):
-            yield from walk(node.then, env, stop)
+            yield from walk(node.then, env, done)
         elif node.orelse is not None:
-            yield from walk(node.orelse, env, stop)
+            yield from walk(node.orelse, env, done)
     elif isinstance(node, For):
         v, hi = node.lo.evaluate(env), node.hi.evaluate(env)
         while v < hi:
             env[node.var] = v
-            yield from walk(node.body, env, stop)
-            if stop is not None and stop(node, env):
-                break
+            yield from walk(node.body, env, done)
+            if isinstance(node, While) and done is not None:
+                at = node.at.evaluate(env)
+                if done(node, at):
+                    env[node.bound] = at + 1
+                    break
             v += node.step
             hi = node.hi.evaluate(env)
         env.pop(node.var, None)
 
 
 __all__ = ["Schedule", "schedule_sdg", "walk", "IncompleteSchedule", "OPTION_SETS",
-           "FALLBACK_OPTION_SETS", "Exec", "For", "Free", "If", "Seq", "Node"]
+           "FALLBACK_OPTION_SETS", "Exec", "For", "Free", "If", "Seq", "Node", "While"]

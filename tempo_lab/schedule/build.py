@@ -12,18 +12,19 @@ min/max bounds so loop bounds print as ``min(...)`` rather than as split loops.
 """
 from __future__ import annotations
 
+import dataclasses
 import faulthandler
 import os
 import warnings
 
 import islpy as isl
 
-from ..errors import ScheduleError
+from ..errors import BoundsError, ScheduleError
 from ..ir.sdg import SDG, is_block_dim
 from ..symbolic import Bound, Const, Dim, Expr, and_, eq, floordiv, max_, min_, mod, or_
 from ..symbolic import isl as I
 from ..symbolic.cond import Cmp, Junction
-from .loops import Exec, For, Free, If, Node, Seq
+from .loops import Exec, For, Free, If, Node, Seq, While
 
 _AST_OPS = isl.ast_expr_op_type
 
@@ -75,6 +76,7 @@ def constraints(sdg: SDG, domains: dict[int, isl.Set], maps) -> tuple:
     dom = union(live.values(), isl.UnionSet)
     deps = [maps[e].intersect_domain(live[e.dst]).intersect_range(live[e.src]).reverse()
             for e in sdg.edges if e.dst in live and e.src in live] + _steps_first(sdg, live)
+    deps += until_order(sdg, live)
     validity = union(deps, isl.UnionMap).coalesce() if deps else \
         isl.UnionMap.empty(dom.get_space())
     return dom, validity
@@ -98,6 +100,145 @@ def _steps_first(sdg: SDG, live: dict[int, isl.Set]) -> list[isl.Map]:
                     f"op{i}[{', '.join(outs)}] }}", context=I.CTX)
         out.append(m.intersect_domain(d).intersect_range(d))
     return out
+
+
+# -- data-dependent bounds (tl.until) ----------------------------------------------------------
+def until_order(sdg: SDG, live: dict[int, isl.Set]) -> list[isl.Map]:
+    """What makes a ``tl.until`` bound ``T`` (of dim ``t``) well defined: the loop over ``t``
+    that computes ``done`` stops after the first true point, and ``T`` is then known.
+
+    * An op whose points or reads depend on ``T`` (``x[T - 1]``, ``x[0:T]``, a backward
+      recurrence guarded by ``t < T - 1``, a value shaped ``(T,)``) runs after every point
+      of ``done``, so it sees the ``T`` reached, never the ``max``.
+    * Any other op over ``t`` runs at ``t`` only after ``done[t - 1]``: it stays in the loop
+      that stops, or comes after it, and never computes a point past the end.
+    Both are orders, not data dependences; isl schedules them like any other."""
+    out = []
+    for bound, done in sdg.untils.items():
+        if done not in live:
+            continue
+        t = sdg.until_dim(bound)
+        needs = needs_bound(sdg, live, bound)
+        for i, dom in live.items():
+            op = sdg.ops[i]
+            if i in needs:
+                m = isl.Map.from_domain_and_range(live[done], dom)
+            elif t in op.domain:
+                ins = [f"v{k}" for k in range(len(op.domain))]
+                m = isl.Map(f"[{', '.join(sdg.params)}] -> {{ op{done}[u] -> op{i}[{', '.join(ins)}]"
+                            f" : u = v{op.domain.index(t)} - 1 }}", context=I.CTX)
+                m = m.intersect_domain(live[done]).intersect_range(dom)
+            else:
+                continue
+            if not m.is_empty():
+                out.append(m)
+    return out
+
+
+def check_untils(sdg: SDG, domains: dict[int, isl.Set]):
+    """A ``done`` condition must not depend on where its own dim ends."""
+    live = {i: d for i, d in domains.items() if not d.is_empty()}
+    for bound, done in sdg.untils.items():
+        needs = needs_bound(sdg, live, bound)
+        seen, stack, via = set(), [done], {}
+        while stack:
+            i = stack.pop()
+            if i in needs:
+                path = [sdg.ops[i].label]
+                while path[-1] != sdg.ops[done].label and i in via:
+                    i = via[i]
+                    path.append(sdg.ops[i].label)
+                raise BoundsError(
+                    f"tl.until for {bound}: its condition {sdg.ops[done].label} depends on "
+                    f"{' <- '.join(path)}, which needs the value of {bound} (a read of "
+                    f"{bound} - 1, a range up to {bound}, a shape or a point set that depends "
+                    f"on it); where {sdg.until_dim(bound)} ends cannot depend on where it "
+                    "ends: compute the condition from earlier points only",
+                    sdg.ops[done].loc)
+            if i in seen:
+                continue
+            seen.add(i)
+            for e in sdg.in_edges(i):
+                via.setdefault(e.src, i)
+                stack.append(e.src)
+
+
+def mark_untils(root: Node, sdg: SDG) -> Node:
+    """Turn the loop that computes each ``tl.until`` condition into a ``While``."""
+    found: set[str] = set()
+
+    def visit(node):
+        if isinstance(node, Seq):
+            return Seq(tuple(visit(n) for n in node.body))
+        if isinstance(node, If):
+            return If(node.cond, visit(node.then),
+                      None if node.orelse is None else visit(node.orelse))
+        if isinstance(node, For):
+            body = visit(node.body)
+            for bound, done in sdg.untils.items():
+                at = _exec_in(body, done)
+                if at is not None and isinstance(at - Dim(node.var), Const):
+                    found.add(bound)
+                    return While(node.var, node.lo, node.hi, body, node.dim, node.step, bound,
+                                 done, at)
+            return For(node.var, node.lo, node.hi, body, node.dim, node.step)
+        return node
+
+    out = visit(root)
+    missing = set(sdg.untils) - found
+    if missing:
+        b = sorted(missing)[0]
+        raise ScheduleError(f"the loop that computes the tl.until condition of {b} is not a "
+                            "plain loop over its dim in this schedule; please report it with "
+                            "the program", sdg.ops[sdg.untils[b]].loc)
+    return out
+
+
+def _exec_in(node: Node, op: int) -> Expr | None:
+    """The point at which ``op`` runs directly in this loop body (not in an inner loop)."""
+    if isinstance(node, Exec):
+        return node.args[0] if node.op == op and len(node.args) == 1 else None
+    if isinstance(node, Seq):
+        return next((a for a in (_exec_in(n, op) for n in node.body) if a is not None), None)
+    if isinstance(node, If):
+        return _exec_in(node.then, op) or (node.orelse and _exec_in(node.orelse, op))
+    return None
+
+
+def needs_bound(sdg: SDG, live: dict[int, isl.Set], bound: str) -> set[int]:
+    """The ops whose work depends on the value of ``bound`` beyond its loop: they read with
+    it, are shaped by it, or compute points (demand) that a loop stopped early would not."""
+    b = Bound(bound)
+    t = sdg.until_dim(bound)
+    out = set()
+    for i, op in sdg.ops.items():
+        reads = any(b in x.symbols() for e in sdg.in_edges(i) for x in (*e.index, e.cond))
+        shaped = any(not isinstance(x, int) and b in x.symbols() for x in op.type.shape)
+        valued = op.kind == "dimval" and b in op.attrs["expr"].symbols()
+        if reads or shaped or valued or (i in live and not _prefix_closed(live[i], op, t, b)):
+            out.add(i)
+    return out
+
+
+def _prefix_closed(dom: isl.Set, op, t: Dim, b: Bound) -> bool:
+    """Whether an op's points under a bound ``T_a`` are among its points under any larger
+    ``T_b`` cut at ``t < T_a``: what a loop run up to ``max`` and stopped at ``T_a``
+    computes."""
+    pos = dom.find_dim_by_name(isl.dim_type.param, b.name)
+    if pos < 0:
+        return True
+    dom = I.named(dom, op.domain)
+    a = dom.set_dim_name(isl.dim_type.param, pos, "T__a")
+    z = dom.set_dim_name(isl.dim_type.param, pos, "T__b")
+    a = a.align_params(z.get_space())
+    z = z.align_params(a.get_space())
+    affs = isl.affs_from_space(z.get_space())
+    if t in op.domain:
+        z = z & affs[t.name].lt_set(affs["T__a"])
+    order = (affs["T__a"].le_set(affs["T__b"]) & affs["T__a"].ge_set(affs[0] + 1)).params()
+    a, z = a.intersect_params(order), z.intersect_params(order)
+    # points computed in vain are harmless, but a callback must run at exactly its points
+    return a.is_equal(z) if op.kind in ("sink", "source") else a.is_subset(z)
 
 
 def compute(sdg: SDG, dom: isl.UnionSet, validity: isl.UnionMap) -> isl.Schedule:
@@ -392,7 +533,7 @@ def last_reads(sdg: SDG, smap: isl.UnionMap, domains, maps) -> dict[int, list[tu
     outputs are kept to the end.
     """
     params = param_context(sdg)
-    keep = set(sdg.outputs.values())
+    keep = set(sdg.outputs.values()) | set(sdg.untils.values())
     out: dict[int, list[tuple]] = {}
     for i in sdg.ops:
         readers = [maps[e].intersect_domain(domains[e.dst]).domain()
@@ -415,8 +556,7 @@ def insert_frees(node: Node, frees: dict[int, list[tuple]], sdg: SDG) -> Node:
     if isinstance(node, Seq):
         return Seq(tuple(insert_frees(n, frees, sdg) for n in node.body))
     if isinstance(node, For):
-        return For(node.var, node.lo, node.hi, insert_frees(node.body, frees, sdg), node.dim,
-                   node.step)
+        return dataclasses.replace(node, body=insert_frees(node.body, frees, sdg))
     if isinstance(node, If):
         return If(node.cond, insert_frees(node.then, frees, sdg),
                   None if node.orelse is None else insert_frees(node.orelse, frees, sdg))

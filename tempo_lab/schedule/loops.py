@@ -58,6 +58,17 @@ class For(Node):
 
 
 @dataclass(frozen=True)
+class While(For):
+    """A loop over a ``tl.until`` dim: after each iteration it ends if ``done`` (an op over
+    that dim alone) is true at the point ``at`` (the loop variable, perhaps shifted), and the
+    bound ``bound`` then holds the number of points reached, ``at + 1``; later code sees it."""
+
+    bound: str = ""
+    done: int = -1
+    at: Expr | None = None
+
+
+@dataclass(frozen=True)
 class If(Node):
     cond: Cond
     then: Node
@@ -78,7 +89,8 @@ def to_code(node: Node, label=lambda op: f"%{op}", stmt=None, indent: int = 0) -
         return [line for n in node.body for line in to_code(n, label, stmt, indent)]
     if isinstance(node, For):
         step = f" step {node.step}" if node.step != 1 else ""
-        head = f"{pad}for {node.var} in {node.lo}..{node.hi}{step}:"
+        until = f" until {label(node.done)}[{node.at}]" if isinstance(node, While) else ""
+        head = f"{pad}for {node.var} in {node.lo}..{node.hi}{step}{until}:"
         if node.dim and node.dim != node.var:
             head += f"  # {node.dim}"
         return [head] + to_code(node.body, label, stmt, indent + 1)
