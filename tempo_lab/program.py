@@ -19,11 +19,11 @@ from .errors import (
 from .frontend.build import build_sdg
 from .frontend.tensor import RecurrentTensor
 from .frontend.validate import validate
-from .ir.sdg import SDG, part_dim, parted
+from .ir.sdg import SDG
 from .memory import plan_memory
 from .passes import run_passes
 from .runtime.reference import reference_bounds, run_reference
-from .runtime.select import make_executable
+from .runtime.lowered import Lowered
 from .schedule import FALLBACK_OPTION_SETS, OPTION_SETS, IncompleteSchedule, schedule_sdg
 from .stage import Stage
 from .symbolic import Bound, Dim
@@ -230,25 +230,31 @@ def compile_context(ctx, bounds, outputs, config: CompileConfig | None = None) -
     sdg, passes = run_passes(sdg, config, config.check_invariants, bounds, dynamic)
     bounds = {**bounds, **passes.new_bounds}  # the dims a pass added (tiling's blocks)
     times["passes"] = time.perf_counter() - t0
-    schedule = plan = executable = None
+    schedule = plan = lowered = executable = None
     if config.executor != "reference":
         schedule, plan = _best_schedule(sdg, bounds, config, times)
         t0 = time.perf_counter()
-        executable = make_executable(config.executor, sdg, schedule, plan, bounds,
-                                     config.sync_profile, config.xla_split)
+        lowered = Lowered(sdg, schedule, plan, bounds)
         times["lower"] = time.perf_counter() - t0
-    return Program(ctx.trace, sdg, bounds, outs, config, times, schedule, plan, executable,
-                   passes)
+        t0 = time.perf_counter()
+        executable = lowered.compile(config.executor, config.sync_profile, config.xla_split)
+        times["compile"] = time.perf_counter() - t0
+    return Program(ctx.trace, sdg, bounds, outs, config, times, schedule, plan, lowered,
+                   executable, passes)
+
+
+ISL_RETRY_OPS = 150  # a program this small also tries isl's scheduler when fusion grows a ring
 
 
 def _best_schedule(sdg: SDG, bounds, config, times):
-    """Schedule under each of the isl option sets and keep the one whose memory plan has the
-    lowest predicted peak (the first on ties). The other sets are there for rings that a
-    schedule makes grow: once a plan has none, they are not tried."""
+    """The fusion scheduler's schedule, unless it declines (then isl's, under each option set
+    in turn) or its memory plan makes a window reader's ring grow in a program small enough
+    for isl to be quick (then the plan with the lowest predicted peak, the first on ties)."""
     best = None
     times["schedule"] = times["memory"] = 0.0
     for options in OPTION_SETS + FALLBACK_OPTION_SETS:
-        if best is not None and (options in FALLBACK_OPTION_SETS or not best[1].grown):
+        if best is not None and (options in FALLBACK_OPTION_SETS or not best[1].grown
+                                 or len(sdg.ops) > ISL_RETRY_OPS):
             break
         t0 = time.perf_counter()
         try:
@@ -263,9 +269,9 @@ def _best_schedule(sdg: SDG, bounds, config, times):
         if best is None or plan.peak_bytes < best[1].peak_bytes:
             best = (schedule, plan)
     if best is None:
-        raise ScheduleError("isl returned no complete schedule for this program under any of "
-                            "the option sets tried; please report it with the program",
-                            sdg.ops[sdg.roots[0]].loc)
+        raise ScheduleError("no scheduler found a complete schedule for this program (the "
+                            "fusion scheduler and isl's under every option set tried); please "
+                            "report it with the program", sdg.ops[sdg.roots[0]].loc)
     return best
 
 
@@ -274,10 +280,13 @@ class Program(Stage):
     ``executable``) and ``run()``."""
 
     def __init__(self, trace, sdg: SDG, bounds: dict[str, int], outputs, config, times,
-                 schedule=None, memory=None, executable=None, passes=None):
+                 schedule=None, memory=None, lowered=None, executable=None, passes=None):
         self.trace, self.sdg, self.bounds, self.config = trace, sdg, dict(bounds), config
         self.passes = passes  # PassTrace: the SDG as built is passes.initial; sdg is the result
-        self.schedule, self.memory, self.executable = schedule, memory, executable
+        self.schedule, self.memory, self.lowered = schedule, memory, lowered
+        self.executable = executable
+        if executable is not None:
+            executable.program = self
         self._outputs = dict(outputs)
         self.compile_times: dict[str, float] = dict(times)
 
@@ -313,13 +322,13 @@ class Program(Stage):
         config = replace(self.config, executor=executor)
         executable = None
         if executor != "reference":
-            if self.schedule is None:
+            if self.lowered is None:
                 raise TempoLabError("this program was compiled for the reference interpreter "
                                     "and has no schedule; compile it with another executor")
-            executable = make_executable(executor, self.sdg, self.schedule, self.memory,
-                                         self.bounds, config.sync_profile, config.xla_split)
+            executable = self.lowered.compile(executor, config.sync_profile, config.xla_split)
         return Program(self.trace, self.sdg, self.bounds, self._outputs, config,
-                       self.compile_times, self.schedule, self.memory, executable, self.passes)
+                       self.compile_times, self.schedule, self.memory, self.lowered, executable,
+                       self.passes)
 
     def name_of(self, rt: RecurrentTensor) -> str:
         for name, o in self._outputs.items():
@@ -329,38 +338,15 @@ class Program(Stage):
                           "when compiling")
 
     @user_api
-    def run(self) -> Run:
-        t0 = time.perf_counter()
-        if self.executable is None:  # the SDG as built: no pass stands between it and NumPy
-            sdg = self.passes.initial if self.passes is not None else self.sdg
-            bounds = reference_bounds(sdg, self.bounds)
-            values, profile = run_reference(sdg, bounds), None
-        else:
-            values, profile, reached = self.executable.run(self.bounds)
-            bounds = {**self.bounds, **reached}
-            values = {k: self._universe_order(k, v) for k, v in values.items()}
-        return Run(self, values, time.perf_counter() - t0, profile, bounds)
-
-    def _universe_order(self, name: str, value: np.ndarray) -> np.ndarray:
-        """Move the axes of vectorised dims (leading spatial axes after the domain axes) back
-        among the domain axes, in universe order."""
-        op = self.sdg.ops[self.sdg.outputs[name]]
-        moved = tuple(op.attrs.get("vdims", ()))
-        if not moved:
-            return value
-        blocks = {part_dim(Dim(v)).name: v for v in parted(op)}  # d_blk, then d's points
-        have = [d.name for d in op.domain] + list(moved)
-        want = [n for d in self.sdg.dims if d.name in have
-                for n in (d.name, *([blocks[d.name]] if d.name in blocks else ()))]
-        perm = [have.index(n) for n in want]
-        value = np.transpose(value, perm + list(range(len(have), value.ndim)))
-        shape, k = [], 0
-        while k < value.ndim:  # merge each (blocks, points in a block) pair into one axis
-            merge = k < len(want) and want[k] in blocks
-            shape.append(value.shape[k] * value.shape[k + 1] if merge else value.shape[k])
-            k += 2 if merge else 1
-        return value.reshape(shape)
-
+    def run(self, record: bool = False) -> Run:
+        """Run the program. ``record``: keep every statement instance as a kernel event in
+        ``run.profile.events`` (interpreter and generated code)."""
+        if self.executable is not None:
+            return self.executable.run(self.bounds, record)
+        t0 = time.perf_counter()  # the SDG as built: no pass stands between it and NumPy
+        sdg = self.passes.initial if self.passes is not None else self.sdg
+        bounds = reference_bounds(sdg, self.bounds)
+        return Run(self, run_reference(sdg, bounds), time.perf_counter() - t0, None, bounds)
 
 
 class Run(Stage):
@@ -373,7 +359,14 @@ class Run(Stage):
         self.profile = profile
         self.bounds: dict[str, int] = dict(bounds or program.bounds)
 
+    @property
+    def executor(self) -> str:
+        return self.profile.executor if self.profile is not None else "reference"
+
     def __getitem__(self, key) -> np.ndarray:
+        if isinstance(key, RecurrentTensor) and self.program is None:
+            raise OutputError("this run has no program to look tensors up in; index it by "
+                              "output name")
         name = self.program.name_of(key) if isinstance(key, RecurrentTensor) else key
         if not isinstance(name, str) or name not in self._values:
             have = ", ".join(repr(k) for k in self._values) or "none"
@@ -389,7 +382,7 @@ class Run(Stage):
 
     def __repr__(self) -> str:
         outs = ", ".join(f"{k}: {v.dtype.name}{list(v.shape)}" for k, v in self._values.items())
-        return f"Run(outputs=({outs}), executor={self.program.executor})"
+        return f"Run(outputs=({outs}), executor={self.executor})"
 
     def _sections(self):
         return [("outputs", [f"{k}: {v.dtype.name}{list(v.shape)} min={v.min():.4g} "
@@ -398,6 +391,6 @@ class Run(Stage):
                              for k, v in self._values.items()])]
 
     def to_dict(self) -> dict:
-        return {"schema": "tempo_lab.run/1", "executor": self.program.executor,
+        return {"schema": "tempo_lab.run/1", "executor": self.executor,
                 "outputs": {k: {"shape": list(v.shape), "dtype": v.dtype.name}
                             for k, v in self._values.items()}}

@@ -5,7 +5,7 @@ scheduling / memory / execution, and a differential check of the interpreter aga
 reference interpreter on random programs.
 
 Expected values come from NumPy or from the reference interpreter, never from the path under test.
-Kernels are cached process-wide (``tempo_lab.runtime.executor._KERNELS``), so tests that count
+Kernels are cached process-wide (``tempo_lab.runtime.kernels.KERNELS``), so tests that count
 kernels use spatial shapes no other test uses.
 """
 from __future__ import annotations
@@ -23,7 +23,7 @@ from hypothesis import Phase, given, settings
 import tempo_lab as tl
 from tempo_lab.demo import decoder, make_weights, numpy_decoder
 from tempo_lab.memory.plan import pad
-from tempo_lab.runtime import executor as executor_mod
+from tempo_lab.runtime import kernels as kernels_mod
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/ is not a package
 
@@ -65,10 +65,10 @@ def assert_peaks_agree(prog, run, rel=0.10):
 def kernel_counts() -> tuple[int, int]:
     """(entries in the executor's kernel cache, XLA compilations behind them).
 
-    One ``_KERNELS`` entry is one jitted function; ``jax.jit`` compiles it again for every new
-    combination of input shapes (e.g. a store buffer of another length), which ``_KERNELS`` does
+    One ``KERNELS`` entry is one jitted function; ``jax.jit`` compiles it again for every new
+    combination of input shapes (e.g. a store buffer of another length), which ``KERNELS`` does
     not see. ``_cache_size()`` counts those real compilations."""
-    fns = list(executor_mod._KERNELS.values())
+    fns = kernels_mod.KERNELS.values()
     return len(fns), sum(f._cache_size() for f in fns)
 
 

@@ -43,7 +43,6 @@ def assert_peaks_agree(prog, run, rel=0.10):
     pred, meas = prog.executable.predicted_peak_bytes, run.profile.peak_bytes
     assert pred > 0 and meas > 0, (pred, meas)
     assert abs(pred - meas) <= rel * max(pred, meas), (prog.executor, pred, meas)
-    assert prog.memory.peak_bytes <= pred  # static stores never hold fewer bytes than the plan
 
 
 # ------------------------------------------------------------------------------------------------
@@ -202,24 +201,20 @@ def test_dim_values_and_a_copy_of_an_earlier_point(executor):
 
 
 @pytest.mark.parametrize("executor", EXECUTORS)
-def test_max_over_an_empty_range_is_an_error_or_not_xla(executor):
+def test_max_over_an_empty_range_is_an_error_on_every_executor(executor):
+    """XLA cannot raise inside its program: it records the first empty point and raises the
+    same error when the program returns."""
     ctx = tl.Context(dims=("t",))
     (t,), (T,) = ctx.dims, ctx.bounds
     with ctx:
         x = tl.zeros((2,)) + t
         y = x[0:t].max(axis=0)          # empty at t = 0
-    if executor == "xla":
-        with pytest.raises(tl.TempoLabError, match="empty"):
-            ctx.compile(bounds={T: 4}, outputs={"y": y}, config=cfg(executor))
-        prog = ctx.compile(bounds={T: 4}, outputs={"y": y})
-        assert prog.executor == "codegen" and "empty" in prog.executable.pretty()
-        return
-    with pytest.raises(tl.ShapeError, match="empty"):
+    with pytest.raises(tl.ShapeError, match=r"empty axis at \{'t': 0\}"):
         ctx.compile(bounds={T: 4}, outputs={"y": y}, config=cfg(executor)).run()
 
 
 # ------------------------------------------------------------------------------------------------
-# sinks and sources: host callbacks keep a program off XLA
+# sinks and sources: host callbacks (auto keeps them off XLA, where they serialise the program)
 # ------------------------------------------------------------------------------------------------
 def _sink_program(calls):
     ctx = tl.Context(dims=("t",))
@@ -233,7 +228,7 @@ def _sink_program(calls):
     return ctx, T, x
 
 
-@pytest.mark.parametrize("executor", ["interpreter", "codegen"])
+@pytest.mark.parametrize("executor", EXECUTORS)
 def test_sinks(executor):
     calls = []
     ctx, T, x = _sink_program(calls)
@@ -252,8 +247,8 @@ def test_auto_keeps_sinks_and_sources_off_xla_and_says_why():
     text = prog.executable.pretty()
     assert "auto chose codegen" in text and "sink" in text, text
     assert prog.executable.to_dict()["choice"][0].startswith("auto chose codegen")
-    with pytest.raises(tl.TempoLabError, match="sink"):
-        ctx.compile(bounds={T: 5}, outputs={"last": x[T - 1]}, config=cfg("xla"))
+    forced = ctx.compile(bounds={T: 5}, outputs={"last": x[T - 1]}, config=cfg("xla"))
+    assert "[host callback]" in forced.executable.source
 
     ctx2 = tl.Context(dims=("t",))
     (t,), (T2,) = ctx2.dims, ctx2.bounds
@@ -263,6 +258,7 @@ def test_auto_keeps_sinks_and_sources_off_xla_and_says_why():
     prog2 = ctx2.compile(bounds={T2: 3}, outputs={"y": y})
     assert prog2.executor == "codegen" and "source" in prog2.executable.pretty()
     close(prog2.run()["y"], np.arange(3)[:, None] * np.full((1, 2), 2.0))
+    close(prog2.on("xla").run()["y"], np.arange(3)[:, None] * np.full((1, 2), 2.0))
 
 
 def test_auto_picks_xla_for_a_program_without_host_callbacks():
@@ -316,13 +312,13 @@ def test_generated_source_is_python_with_the_loop_structure():
 # what recompiles
 # ------------------------------------------------------------------------------------------------
 def _xla_programs() -> int:
-    from tempo_lab.runtime import xla_loops
+    from tempo_lab.runtime import xla as xla_loops
 
     return sum(f._cache_size() for f in xla_loops._PROGRAMS.values())
 
 
 def test_xla_another_T_in_the_same_size_class_does_not_recompile():
-    from tempo_lab.runtime import xla_loops
+    from tempo_lab.runtime import xla as xla_loops
 
     xla_loops._PROGRAMS.clear()  # the cache keeps 64 programs: counting near the cap misleads
     shape = (9,)  # no other test uses it
@@ -337,7 +333,7 @@ def test_xla_another_T_in_the_same_size_class_does_not_recompile():
 
 
 def test_xla_window_program_compiles_once_for_every_T():
-    from tempo_lab.runtime import xla_loops
+    from tempo_lab.runtime import xla as xla_loops
 
     xla_loops._PROGRAMS.clear()
     shape = (10,)

@@ -89,8 +89,11 @@ def test_pass_trace_records_edits_with_provenance():
     trace = ctx.compile(bounds=bounds, outputs=outs, config=config()).passes
     assert [r.name for r in trace.records] == list(tl.CompileConfig().passes)
     fold = next(r for r in trace.records if r.name == "fold")
-    created = [e for e in fold.events if e.kind == "created"]
-    assert created and all(e.source in fold.before.ops for e in created)
+    folded = [e for e in fold.events if e.kind == "rewritten"]  # in place: readers keep ids
+    assert folded and all(e.op in fold.before.ops and fold.after.ops[e.op].kind == "const"
+                          for e in folded)
+    created = [e for r in trace.records for e in r.events if e.kind == "created"]
+    assert all(e.source is None or e.source >= 0 for e in created)
     replaced = [e for r in trace.records for e in r.events if e.kind == "replaced"]
     assert replaced and all(e.source is not None for e in replaced)
     for r in trace.records:

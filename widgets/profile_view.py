@@ -2,7 +2,6 @@
 op kind and op, and the compile-time breakdown by stage (passes split by pass)."""
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 from tempo_lab.schedule import Exec, walk
@@ -24,36 +23,17 @@ class Kernel:
 
 
 def recorded_run(prog):
-    """Run ``prog`` once, timing every kernel call, and return ``(run, kernels)``.
-
-    The profile a run keeps has per-op totals only; for the timeline this wraps the
-    executable's per-statement call on this one instance for the duration of the run. Where
-    that is not possible (generated code, the reference executor) the kernels are ``None``
-    and views fall back to ``estimated_kernels``."""
-    from tempo_lab.runtime.executor import Executor
-
-    ex = getattr(prog, "executable", None)
-    if type(ex) is not Executor or not callable(getattr(ex, "_exec", None)):
+    """Run ``prog`` once recording every statement instance (``run.profile.events``), and
+    return ``(run, kernels)``. The XLA program runs its statements inside one XLA call and the
+    reference interpreter has no schedule: there the kernels are ``None`` and views fall back
+    to ``estimated_kernels``."""
+    if getattr(prog, "executable", None) is None:
         return prog.run(), None
-    kernels: list[Kernel] = []
-    inner = ex._exec
-    t_start = time.perf_counter()
-
-    def timed(op, point, *args, **kwargs):
-        t0 = time.perf_counter()
-        out = inner(op, point, *args, **kwargs)
-        if len(kernels) < MAX_KERNELS:
-            kernels.append(Kernel(op.id, tuple(point), t0 - t_start,
-                                  time.perf_counter() - t_start))
-        return out
-
-    ex._exec = timed
-    try:
-        t_start = time.perf_counter()
-        run = prog.run()
-    finally:
-        del ex._exec
-    return run, kernels
+    run = prog.run(record=True)
+    events = run.profile.events[:MAX_KERNELS]
+    if not events:
+        return run, None
+    return run, [Kernel(e.op, e.point, e.start, e.end) for e in events]
 
 
 def estimated_kernels(schedule, profile, bounds) -> list[Kernel]:

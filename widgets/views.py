@@ -12,7 +12,7 @@ def explore(stage, **options):
     from tempo_lab.memory.plan import MemoryPlan
     from tempo_lab.passes.manager import PassTrace
     from tempo_lab.program import Program, Run
-    from tempo_lab.runtime.executor import Profile
+    from tempo_lab.runtime.profile import Profile
     from tempo_lab.schedule import Schedule
 
     from . import dashboard, memory_view, pass_view, profile_view, schedule_view, sdg_view

@@ -33,13 +33,13 @@ import numpy as np
 
 from ..errors import GradientError, user_location
 from ..ir.demand import demand
-from ..ir.ops import TensorType, norm_dim
+from ..ir.ops import CATALOG, NONE, TensorType, flag, norm_dim
 from ..symbolic import TRUE, Cond, Const, Slice, and_, eq, not_, or_
 from ..symbolic import isl as I
+from . import vjp  # noqa: F401  (registers every op's VJP in the catalog)
 from .build import build_sdg
 from .context import Node, current_context
 from .tensor import RecurrentTensor, apply, as_tensor, constant
-from .vjp import BACKWARD_ONLY, COTANGENT_ONLY, NO_GRADIENT, VJPS
 
 RT = RecurrentTensor
 
@@ -88,7 +88,7 @@ class _Backward:
         self.relevant = self._relevant()
         for i in self.relevant:
             n = self.graph[i]
-            if n.kind in BACKWARD_ONLY:
+            if flag(n.kind, "bwd_only"):
                 raise GradientError("the loss depends on the gradient of a range read (0:t+1, a "
                                     "window, ...): second-order gradients through range reads "
                                     "are not supported", self.loc)
@@ -101,7 +101,8 @@ class _Backward:
             i = stack.pop()
             if i in seen or self.graph[i].type.dtype.kind != "f":
                 continue
-            if self.graph[i].kind in NO_GRADIENT and i not in {x.node.id for x in self.targets}:
+            if flag(self.graph[i].kind, "no_grad") \
+                    and i not in {x.node.id for x in self.targets}:
                 continue
             seen.add(i)
             stack.extend(c.id for c, _ in self.consumers[i])
@@ -152,15 +153,15 @@ class _Backward:
             return
         if self.demand.get(n.id) is False:  # never read by the loss: nothing flows back
             return
-        rule = VJPS.get(n.kind)
-        if rule is None:
+        rule = CATALOG[n.kind].vjp
+        if rule is None or rule == NONE:
             raise GradientError(f"no gradient rule for {n.kind} (at {n.loc}); differentiate "
                                 "through other ops, or stop the gradient before it", self.loc)
         if tuple(g.domain) != tuple(n.domain):  # shapes in the VJP may name n's dims
             g = _over(self.ctx, g, n.domain)
         xs = [_view_of(self.ctx, inp) for inp in n.inputs]
         cts = rule(n, g, xs, RT(self.ctx, n))
-        guard = None if n.kind in COTANGENT_ONLY else self.demand.get(n.id)
+        guard = None if flag(n.kind, "ct_only") else self.demand.get(n.id)
         for k in wanted:
             if cts[k] is not None:
                 ct = _cast(cts[k], xs[k].dtype)
@@ -193,10 +194,10 @@ class _Backward:
         if guard is not None:
             f = _guard(ctx, f, guard, consumer.domain)
         for _, d, sl in frames:  # a range along the reader's own dim: accumulate, not stack
-            direction = _direction(sl, d)
-            if direction and d in f.domain and d not in mapped:
-                f = _accumulate(ctx, f, d, direction)
-                mapped[d] = (d, 0)
+            run = _direction(sl, d)
+            if run and d in f.domain and d not in mapped:
+                f = _accumulate(ctx, f, d, run[0])
+                mapped[d] = (d, run[1])
         summed = [u for u in consumer.domain if u not in mapped]
         present = [u for u in summed if u in f.domain]
         for u in reversed(present):  # one dim at a time, innermost first: each read has one
@@ -220,16 +221,21 @@ class _Backward:
 
 
 # -- helpers --------------------------------------------------------------------------------------
-def _direction(sl: Slice, d) -> str | None:
-    """How the readers of point ``p`` of a range read along ``d`` itself lie: all at or after
-    ``p`` ("suffix": the range ends at ``d + 1``, as ``0:t+1`` and windows do), all at or
-    before it ("prefix": it starts at ``d``, as ``t:T``), or neither."""
+def _direction(sl: Slice, d) -> tuple[str, int] | None:
+    """How the readers of point ``p`` of a range read along ``d`` itself lie, and where the
+    running sum of their cotangents is read for ``p`` (as ``p - shift``): every reader of a
+    range ending at ``d + c`` lies after ``p - c`` ("suffix": ``0:t+1`` and windows read the
+    sum from ``p``, ``0:t`` from ``p + 1``), every reader of one starting at ``d + c`` up to
+    ``p - c`` ("prefix": ``t:T`` reads it at ``p``); None for neither. Readers whose range
+    does not reach ``p`` add the zeros their frame holds there."""
     if sl.dims() != {d}:
         return None
-    if sl.stop == d + 1:
-        return "suffix"
-    if sl.start == d:
-        return "prefix"
+    c = sl.stop - d
+    if isinstance(c, Const):
+        return "suffix", c.value - 1
+    c = sl.start - d
+    if isinstance(c, Const):
+        return "prefix", c.value
     return None
 
 

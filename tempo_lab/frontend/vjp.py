@@ -1,6 +1,7 @@
-"""Vector-Jacobian products of the primitive ops, written with the ops themselves.
+"""Vector-Jacobian products of the primitive ops, written with the ops themselves and
+registered in the op catalog (``CATALOG[kind].vjp``).
 
-``VJPS[kind](node, g, xs, y)`` gets the op's node, the cotangent ``g`` of its value, its inputs
+``vjp(node, g, xs, y)`` gets the op's node, the cotangent ``g`` of its value, its inputs
 ``xs`` as the op read them and its value ``y``; it returns one cotangent per input, shaped like
 that input (``None``: no gradient). Ties and kinks follow ``jax.grad``: ``maximum``/``minimum``
 split a tie evenly, ``max``/``min`` reductions share it among the equal elements, ``abs`` and
@@ -11,21 +12,8 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import GradientError
-from ..ir.ops import norm_axes, norm_dim
+from ..ir.ops import BINARY, CATALOG, NONE, UNARY, norm_axes, norm_dim, rule
 from .tensor import apply, as_tensor
-
-# Ops with no gradient (integer or boolean results, or piecewise constant). Gradients are
-# programs like any other, so most second-order gradients work; ``embed`` (a range read's
-# cotangent put back in place) has no VJP, so a second order through a range read does not.
-NO_GRADIENT = frozenset({"lt", "le", "gt", "ge", "eq", "ne", "and", "or", "not", "floordiv",
-                         "dimval", "const", "from_array", "source", "sink"})
-BACKWARD_ONLY = frozenset({"embed"})
-# Ops whose VJP reads only the cotangent, never a forward value: their cotangents need no
-# guard against reading where the forward op is not defined.
-COTANGENT_ONLY = frozenset({"identity", "add", "sub", "neg", "cast", "sum", "mean", "reshape",
-                            "transpose", "squeeze", "expand_dims", "broadcast_to", "getitem",
-                            "concatenate", "unindex"})
-
 
 def unbroadcast(g, shape):
     """Sum ``g`` down to ``shape``: the transpose of broadcasting."""
@@ -222,46 +210,56 @@ def _sign(x):
     return _where(x > 0, one, _where(x < 0, -one, zero))
 
 
-E = _elementwise
-VJPS = {
-    "identity": lambda node, g, xs, y: [g],
-    "add": E(lambda g, a, b, y: [g, g]),
-    "sub": E(lambda g, a, b, y: [g, -g]),
-    "mul": E(lambda g, a, b, y: [g * b, g * a]),
-    "div": E(lambda g, a, b, y: [g / b, -g * y / b]),
-    "pow": _pow,
-    "maximum": E(lambda g, a, b, y: [_tie(g, a, b, a > b), _tie(g, b, a, b > a)]),
-    "minimum": E(lambda g, a, b, y: [_tie(g, a, b, a < b), _tie(g, b, a, b < a)]),
-    "mod": E(lambda g, a, b, y: [g, -g * apply("floordiv", [a, b])]),
-    "neg": E(lambda g, a, y: [-g]),
-    "abs": E(lambda g, a, y: [g * _sign(a)]),
-    "exp": E(lambda g, a, y: [g * y]),
-    "log": E(lambda g, a, y: [g / a]),
-    "sqrt": E(lambda g, a, y: [g * 0.5 / y]),
-    "tanh": E(lambda g, a, y: [g * (1 - y * y)]),
-    "sigmoid": E(lambda g, a, y: [g * y * (1 - y)]),
-    "relu": E(lambda g, a, y: [_where(a > 0, g, _zero_like_scalar(g))]),
-    "sin": E(lambda g, a, y: [g * apply("cos", [a])]),
-    "cos": E(lambda g, a, y: [-g * apply("sin", [a])]),
-    "cast": lambda node, g, xs, y: [g if xs[0].dtype.kind == "f" else None],
-    "where": E(lambda g, c, a, b, y: [None, _where(c, g, _zero_like_scalar(g)),
-                                      _where(c, _zero_like_scalar(g), g)]),
-    "sum": _sum,
-    "mean": _mean,
-    "max": _maxmin,
-    "min": _maxmin,
-    "softmax": _softmax,
-    "matmul": _matmul,
-    "reshape": lambda node, g, xs, y: [g.reshape(tuple(xs[0].shape))],
-    "transpose": lambda node, g, xs, y: [g.transpose(tuple(int(i) for i in np.argsort(node.attrs["perm"])))],
-    "squeeze": lambda node, g, xs, y: [g.expand_dims(tuple(sorted(node.attrs["axis"])))],
-    "expand_dims": lambda node, g, xs, y: [g.squeeze(tuple(node.attrs["axis"]))],
-    "broadcast_to": lambda node, g, xs, y: [unbroadcast(g, xs[0].shape)],
-    "getitem": _getitem,
-    "lift": _lift,
-    "unindex": lambda node, g, xs, y: [apply("getitem", [g], {"index": node.attrs["index"]})],
-    "take": lambda node, g, xs, y: [
-        apply("embed", [g.expand_dims(node.attrs["axis"]), xs[1]],
-              {"axis": node.attrs["axis"], "size": xs[0].shape[node.attrs["axis"]]}), None],
-    "concatenate": _concatenate,
-}
+class _Helpers:
+    """What the VJPs of elementwise ops (``ir/ops.py``: ``UNARY``, ``BINARY``) are written
+    with, besides the operators of recurrent tensors."""
+
+    @staticmethod
+    def where(c, a, b):
+        return _where(c, a, b)
+
+    @staticmethod
+    def op(kind, *args):
+        return apply(kind, list(args))
+
+    sign = staticmethod(_sign)
+    tie = staticmethod(_tie)
+
+
+F = _Helpers()
+for _k, _e in (*UNARY.items(), *BINARY.items()):
+    if _e.vjp == NONE:
+        CATALOG[_k].vjp = NONE
+    else:
+        rule("vjp", _k)(_elementwise(lambda g, *xs, _f=_e.vjp: _f(F, g, *xs)))
+for _k in ("not", "dimval", "const", "from_array", "source", "sink", "random", "embed"):
+    CATALOG[_k].vjp = NONE  # no gradient (flags no_grad or bwd_only)
+CATALOG["merge"].vjp = NONE  # a placeholder's adjoint is a placeholder (frontend/autodiff.py)
+CATALOG["fused"].vjp = NONE  # gradients are built before any pass fuses ops
+
+rule("vjp", "identity")(lambda node, g, xs, y: [g])
+rule("vjp", "div")(_elementwise(lambda g, a, b, y: [g / b, -g * y / b]))
+rule("vjp", "pow")(_pow)
+rule("vjp", "cast")(lambda node, g, xs, y: [g if xs[0].dtype.kind == "f" else None])
+rule("vjp", "where")(_elementwise(lambda g, c, a, b, y: [None, _where(c, g, _zero_like_scalar(g)),
+                                                         _where(c, _zero_like_scalar(g), g)]))
+rule("vjp", "sum")(_sum)
+rule("vjp", "mean")(_mean)
+rule("vjp", "max")(_maxmin)
+rule("vjp", "min")(_maxmin)
+rule("vjp", "softmax")(_softmax)
+rule("vjp", "matmul")(_matmul)
+rule("vjp", "reshape")(lambda node, g, xs, y: [g.reshape(tuple(xs[0].shape))])
+rule("vjp", "transpose")(lambda node, g, xs, y: [
+    g.transpose(tuple(int(i) for i in np.argsort(node.attrs["perm"])))])
+rule("vjp", "squeeze")(lambda node, g, xs, y: [g.expand_dims(tuple(sorted(node.attrs["axis"])))])
+rule("vjp", "expand_dims")(lambda node, g, xs, y: [g.squeeze(tuple(node.attrs["axis"]))])
+rule("vjp", "broadcast_to")(lambda node, g, xs, y: [unbroadcast(g, xs[0].shape)])
+rule("vjp", "getitem")(_getitem)
+rule("vjp", "lift")(_lift)
+rule("vjp", "unindex")(lambda node, g, xs, y: [apply("getitem", [g],
+                                                     {"index": node.attrs["index"]})])
+rule("vjp", "take")(lambda node, g, xs, y: [
+    apply("embed", [g.expand_dims(node.attrs["axis"]), xs[1]],
+          {"axis": node.attrs["axis"], "size": xs[0].shape[node.attrs["axis"]]}), None])
+rule("vjp", "concatenate")(_concatenate)

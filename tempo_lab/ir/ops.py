@@ -1,4 +1,10 @@
-"""The primitive-op catalog: every op kind the SDG may hold, with shape and dtype inference.
+"""The primitive-op catalog: every op kind the SDG may hold, each an ``OpDef`` that is the one
+home of what the op means: shape and dtype inference, the NumPy rule (the reference
+interpreter), the JAX rule (the kernels), the VJP (``tl.grad``) and flags that passes and
+executors read instead of lists of kinds. The rules are written where their vocabulary lives
+(``runtime/reference.py``, ``runtime/jax_ops.py``, ``frontend/vjp.py``) and registered here by
+name; an elementwise op is one row of ``UNARY``/``BINARY`` below, which gives all four.
+``tests/test_ops.py`` checks that every op has every rule or says it has none (``NONE``).
 
 Shapes are tuples of ints and (for ranges read through a slice such as ``0:t+1``) symbolic index
 expressions. Dtypes follow ``jax.numpy`` promotion, including weak types for Python scalars and
@@ -40,21 +46,59 @@ class TensorType:
         return f"{self.dtype.name}[{', '.join(map(str, self.shape))}]"
 
 
-@dataclass(frozen=True)
+NONE = "none"  # a rule an op does not have, said explicitly (e.g. the VJP of a comparison)
+
+# Flags (read by passes and executors; each names a property, never a list of kinds):
+#   value      the kernel gets its value from the host (constant, array, dim value, tl.source)
+#   array      a host array, uploaded to the device once (const, from_array)
+#   effect     calls the user's Python function (tl.sink, tl.source): never merged or moved
+#   nonempty   no value over an empty range (max, min): checked at run time
+#   no_grad    no gradient flows through it (integer or boolean results, sources)
+#   ct_only    its VJP reads only the cotangent, never a forward value
+#   bwd_only   made by tl.grad only; no VJP of its own (no second order through it)
+#   along      acts pointwise along an axis it keeps (tiling may split that axis in blocks)
+#   relayout   only moves axes (tiling lays a softmax's row factors out through it)
+FLAGS = frozenset({"value", "array", "effect", "nonempty", "no_grad", "ct_only", "bwd_only",
+                   "along", "relayout"})
+
+
+@dataclass
 class OpDef:
     name: str
     category: str  # source | elementwise | reduce | layout | linalg | control | effect
     infer: Callable[[list[TensorType], dict], TensorType]
+    flags: frozenset = frozenset()
+    combine: str | None = None  # the elementwise op that combines partial results (tiling)
+    numpy: Callable | str | None = None   # (op, ins, in_types, env) -> ndarray
+    jax: Callable | str | None = None     # (op, xs, lens, in_types, out_shape) -> array
+    vjp: Callable | str | None = None     # (node, g, xs, y) -> cotangent per input
+
+    def has(self, flag: str) -> bool:
+        return flag in self.flags
 
 
 CATALOG: dict[str, OpDef] = {}
 
 
-def _register(name: str, category: str):
+def _register(name: str, category: str, flags=(), combine: str | None = None):
+    assert set(flags) <= FLAGS, flags
     def deco(fn):
-        CATALOG[name] = OpDef(name, category, fn)
+        CATALOG[name] = OpDef(name, category, fn, frozenset(flags), combine)
         return fn
     return deco
+
+
+def rule(kind: str, name: str):
+    """Register ``fn`` as the ``kind`` rule ("numpy", "jax" or "vjp") of op ``name``."""
+    def deco(fn):
+        setattr(CATALOG[name], kind, fn)
+        return fn
+    return deco
+
+
+def flag(kind: str, f: str) -> bool:
+    """Whether op kind ``kind`` has flag ``f``."""
+    return f in CATALOG[kind].flags
 
 
 def infer(kind: str, inputs: list[TensorType], attrs: dict) -> TensorType:
@@ -131,13 +175,13 @@ def norm_axes(axis, ndim: int, what: str) -> tuple[int, ...]:
 
 
 # -- sources and control ------------------------------------------------------------------------
-@_register("const", "source")
+@_register("const", "source", ("value", "array", "no_grad"))
 def _const(ins, attrs):
     v = attrs["value"]
     return TensorType(tuple(v.shape), np.dtype(v.dtype), attrs.get("weak", False))
 
 
-@_register("dimval", "source")
+@_register("dimval", "source", ("value", "no_grad"))
 def _dimval(ins, attrs):
     """The value of an index expression (weak int32) or of a condition on dims (bool)."""
     if isinstance(attrs["expr"], Cond):
@@ -145,18 +189,18 @@ def _dimval(ins, attrs):
     return TensorType((), np.dtype(np.int32), True)
 
 
-@_register("from_array", "source")
+@_register("from_array", "source", ("value", "array", "no_grad"))
 def _from_array(ins, attrs):
     a = attrs["array"]
     return TensorType(tuple(a.shape[attrs["ndomain"]:]), np.dtype(a.dtype))
 
 
-@_register("source", "source")
+@_register("source", "source", ("value", "effect", "no_grad"))
 def _source(ins, attrs):
     return TensorType(tuple(attrs["shape"]), attrs["dtype"])
 
 
-@_register("random", "source")
+@_register("random", "source", ("no_grad",))
 def _random(ins, attrs):
     """Counter-based random values at a point; the inputs are the point's dim values."""
     return TensorType(tuple(attrs["shape"]), attrs["dtype"])
@@ -167,39 +211,145 @@ def _merge(ins, attrs):
     return attrs["type"]
 
 
-@_register("identity", "control")
+@_register("identity", "control", ("ct_only", "along"))
 def _identity(ins, attrs):
     return ins[0]
 
 
-@_register("sink", "effect")
+@_register("sink", "effect", ("effect", "no_grad"))
 def _sink(ins, attrs):
     return TensorType((), np.dtype(np.bool_))
 
 
 # -- elementwise --------------------------------------------------------------------------------
-UNARY_FLOAT = ("exp", "log", "sqrt", "tanh", "sigmoid", "sin", "cos")
-UNARY_SAME = ("neg", "abs", "relu")
-ARITH = ("add", "sub", "mul", "pow", "maximum", "minimum", "floordiv", "mod")
+@dataclass(frozen=True)
+class Elementwise:
+    """One elementwise op: its NumPy and ``jax.numpy`` functions, whether its result is
+    floating (as ``jnp.exp`` of an int is), and its VJP written with the helpers ``F`` of
+    ``frontend/vjp.py``: ``vjp(F, g, *inputs, y) -> [cotangent per input]`` (``NONE``: no
+    gradient)."""
+
+    numpy: Callable
+    jax: Callable
+    vjp: Callable | str
+    floating: bool = False
+
+
+def _int_floordiv(x, y):
+    """Integer ``//`` as JAX (XLA) defines it: a quotient truncated towards zero (``x / 0`` is
+    all ones: -1 signed, the maximum unsigned), then floored; so ``x // 0`` is -2 for a
+    signed ``x != 0``, -1 for ``0 // 0``. NumPy gives 0 (with a warning) instead."""
+    zero = y == 0
+    safe = np.where(zero, 1, y)
+    if x.dtype.kind == "u":
+        return np.where(zero, np.iinfo(x.dtype).max, x // safe).astype(x.dtype)
+    trunc = _trunc_div(x, safe)
+    q = np.where(zero, -1, trunc)
+    r = np.where(zero, x, x - trunc * safe)
+    return np.where((np.sign(x) != np.sign(y)) & (r != 0), q - 1, q).astype(x.dtype)
+
+
+def _trunc_div(x, y):
+    """Integer division truncated towards zero (C and XLA), exact for every integer width."""
+    q = np.floor_divide(x, y)
+    return q + ((q * y != x) & ((x < 0) != (y < 0)))
+
+
+def _int_mod(x, y):
+    """Integer ``%`` as ``jax.numpy`` defines it: the sign of the divisor, and ``x % 0`` is
+    0 (the divisor is taken as 1)."""
+    return np.mod(x, np.where(y == 0, 1, y)).astype(x.dtype)
+
+
+def _int_power(x, y):
+    """Integer ``**`` as ``jax.numpy`` computes it: binary exponentiation over the low 6 bits
+    of the exponent, wrapping on overflow (a negative exponent gives what those bits give,
+    not an error)."""
+    bits = y.astype(np.dtype(f"u{y.dtype.itemsize}"))
+    acc = np.where((x == 0) & (y != 0), 0, 1).astype(x.dtype)
+    for _ in range(6):
+        acc = np.where(bits & 1, acc * x, acc).astype(x.dtype)
+        x = (x * x).astype(x.dtype)
+        bits = bits >> 1
+    return acc
+
+
+def _integer_aware(float_fn, int_fn):
+    def f(x, y):
+        return int_fn(x, y) if x.dtype.kind in "iu" else float_fn(x, y)
+    return f
+
+
+POW_NUMPY = _integer_aware(np.power, _int_power)  # the pow op's NumPy semantics
+
+
+def _relu_np(x):
+    return np.maximum(x, 0)
+
+
+def _relu_jnp(x):
+    return jnp.maximum(x, 0)
+
+
+def _sigmoid_np(x):
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+UNARY: dict[str, Elementwise] = {
+    "neg": Elementwise(np.negative, jnp.negative, lambda F, g, a, y: [-g]),
+    "abs": Elementwise(np.abs, jnp.abs, lambda F, g, a, y: [g * F.sign(a)]),
+    "relu": Elementwise(_relu_np, _relu_jnp, lambda F, g, a, y: [F.where(a > 0, g, 0)]),
+    "exp": Elementwise(np.exp, jnp.exp, lambda F, g, a, y: [g * y], True),
+    "log": Elementwise(np.log, jnp.log, lambda F, g, a, y: [g / a], True),
+    "sqrt": Elementwise(np.sqrt, jnp.sqrt, lambda F, g, a, y: [g * 0.5 / y], True),
+    "tanh": Elementwise(np.tanh, jnp.tanh, lambda F, g, a, y: [g * (1 - y * y)], True),
+    "sigmoid": Elementwise(_sigmoid_np, jax.nn.sigmoid, lambda F, g, a, y: [g * y * (1 - y)],
+                           True),
+    "sin": Elementwise(np.sin, jnp.sin, lambda F, g, a, y: [g * F.op("cos", a)], True),
+    "cos": Elementwise(np.cos, jnp.cos, lambda F, g, a, y: [-g * F.op("sin", a)], True),
+}
+BINARY: dict[str, Elementwise] = {
+    "add": Elementwise(np.add, jnp.add, lambda F, g, a, b, y: [g, g]),
+    "sub": Elementwise(np.subtract, jnp.subtract, lambda F, g, a, b, y: [g, -g]),
+    "mul": Elementwise(np.multiply, jnp.multiply, lambda F, g, a, b, y: [g * b, g * a]),
+    "maximum": Elementwise(np.maximum, jnp.maximum, lambda F, g, a, b, y: [
+        F.tie(g, a, b, a > b), F.tie(g, b, a, b > a)]),
+    "minimum": Elementwise(np.minimum, jnp.minimum, lambda F, g, a, b, y: [
+        F.tie(g, a, b, a < b), F.tie(g, b, a, b < a)]),
+    "mod": Elementwise(_integer_aware(np.mod, _int_mod), jnp.mod,
+                       lambda F, g, a, b, y: [g, -g * F.op("floordiv", a, b)]),
+    "floordiv": Elementwise(_integer_aware(np.floor_divide, _int_floordiv), jnp.floor_divide,
+                            NONE),
+    "lt": Elementwise(np.less, jnp.less, NONE),
+    "le": Elementwise(np.less_equal, jnp.less_equal, NONE),
+    "gt": Elementwise(np.greater, jnp.greater, NONE),
+    "ge": Elementwise(np.greater_equal, jnp.greater_equal, NONE),
+    "eq": Elementwise(np.equal, jnp.equal, NONE),
+    "ne": Elementwise(np.not_equal, jnp.not_equal, NONE),
+    "and": Elementwise(np.logical_and, jnp.logical_and, NONE),
+    "or": Elementwise(np.logical_or, jnp.logical_or, NONE),
+}
 COMPARE = ("lt", "le", "gt", "ge", "eq", "ne")
 LOGIC = ("and", "or")
 
 
 def _unary(name):
-    @_register(name, "elementwise")
+    e = UNARY[name]
+
+    @_register(name, "elementwise", ("along",) + (("ct_only",) if name == "neg" else ()))
     def f(ins, attrs):
         (x,) = ins
-        if x.dtype == np.bool_ and name not in UNARY_FLOAT + ("abs",):
+        if x.dtype == np.bool_ and not e.floating and name != "abs":
             raise DTypeError(f"{name} is not defined on bool values; cast with .astype first")
-        dt = _floatish(x.dtype) if name in UNARY_FLOAT else x.dtype  # jnp.exp(bool) is float
+        dt = _floatish(x.dtype) if e.floating else x.dtype  # jnp.exp(bool) is float
         return TensorType(x.shape, dt, x.weak)
 
 
-for _n in UNARY_FLOAT + UNARY_SAME:
+for _n in UNARY:
     _unary(_n)
 
 
-@_register("not", "elementwise")
+@_register("not", "elementwise", ("no_grad", "along"))
 def _not(ins, attrs):
     (x,) = ins
     if x.dtype != np.bool_:
@@ -207,13 +357,16 @@ def _not(ins, attrs):
     return x
 
 
-@_register("cast", "elementwise")
+@_register("cast", "elementwise", ("ct_only", "along"))
 def _cast(ins, attrs):
     return TensorType(ins[0].shape, attrs["dtype"], False)
 
 
 def _binary(name):
-    @_register(name, "elementwise")
+    flags = ("along",) + (("no_grad",) if BINARY[name].vjp == NONE else ()) + (
+        ("ct_only",) if name in ("add", "sub") else ())
+
+    @_register(name, "elementwise", flags)
     def f(ins, attrs):
         a, b = ins
         shape = broadcast_shapes(a.shape, b.shape)
@@ -230,18 +383,27 @@ def _binary(name):
         return TensorType(shape, dt, weak)
 
 
-for _n in ARITH + COMPARE + LOGIC:
+for _n in BINARY:
     _binary(_n)
 
 
-@_register("div", "elementwise")
+@_register("pow", "elementwise", ("along",))
+def _pow(ins, attrs):
+    a, b = ins
+    dt, weak = promote([a, b])
+    if dt == np.bool_:
+        raise DTypeError("pow is not defined on bool values; cast with .astype first")
+    return TensorType(broadcast_shapes(a.shape, b.shape), dt, weak)
+
+
+@_register("div", "elementwise", ("along",))
 def _div(ins, attrs):
     a, b = ins
     dt, weak = promote([a, b])
     return TensorType(broadcast_shapes(a.shape, b.shape), _floatish(dt), weak)
 
 
-@_register("where", "elementwise")
+@_register("where", "elementwise", ("along",))
 def _where(ins, attrs):
     c, a, b = ins
     if c.dtype != np.bool_:
@@ -252,7 +414,11 @@ def _where(ins, attrs):
 
 # -- reductions ---------------------------------------------------------------------------------
 def _reduce(name):
-    @_register(name, "reduce")
+    flags = ("along",) + (("nonempty",) if name in ("max", "min") else ()) + (
+        ("ct_only",) if name in ("sum", "mean") else ())
+
+    @_register(name, "reduce", flags, combine={"sum": "add", "max": "maximum",
+                                               "min": "minimum"}.get(name))
     def f(ins, attrs):
         (x,) = ins
         axes = norm_axes(attrs.get("axis"), x.ndim, name)
@@ -271,7 +437,7 @@ for _n in ("sum", "mean", "max", "min"):
     _reduce(_n)
 
 
-@_register("softmax", "reduce")
+@_register("softmax", "reduce", ("along",))
 def _softmax(ins, attrs):
     (x,) = ins
     norm_axes(attrs["axis"], x.ndim, "softmax")
@@ -286,7 +452,7 @@ def _static(shape, what: str) -> tuple[int, ...]:
     return tuple(norm_dim(s) for s in shape)
 
 
-@_register("reshape", "layout")
+@_register("reshape", "layout", ("ct_only",))
 def _reshape(ins, attrs):
     (x,) = ins
     new = tuple(attrs["shape"])
@@ -307,7 +473,7 @@ def _reshape(ins, attrs):
     return TensorType(new, x.dtype, x.weak)
 
 
-@_register("transpose", "layout")
+@_register("transpose", "layout", ("ct_only", "along", "relayout"))
 def _transpose(ins, attrs):
     (x,) = ins
     perm = attrs["perm"]
@@ -316,7 +482,7 @@ def _transpose(ins, attrs):
     return TensorType(tuple(x.shape[p] for p in perm), x.dtype, x.weak)
 
 
-@_register("squeeze", "layout")
+@_register("squeeze", "layout", ("ct_only", "along", "relayout"))
 def _squeeze(ins, attrs):
     (x,) = ins
     axes = norm_axes(attrs["axis"], x.ndim, "squeeze")
@@ -326,7 +492,7 @@ def _squeeze(ins, attrs):
     return TensorType(tuple(s for i, s in enumerate(x.shape) if i not in axes), x.dtype, x.weak)
 
 
-@_register("expand_dims", "layout")
+@_register("expand_dims", "layout", ("ct_only", "along", "relayout"))
 def _expand_dims(ins, attrs):
     (x,) = ins
     axes = norm_axes(attrs["axis"], x.ndim + len(attrs["axis"]), "expand_dims")
@@ -336,7 +502,7 @@ def _expand_dims(ins, attrs):
     return TensorType(tuple(shape), x.dtype, x.weak)
 
 
-@_register("broadcast_to", "layout")
+@_register("broadcast_to", "layout", ("ct_only",))
 def _broadcast_to(ins, attrs):
     (x,) = ins
     shape = tuple(map(norm_dim, attrs["shape"]))
@@ -345,7 +511,7 @@ def _broadcast_to(ins, attrs):
     return TensorType(shape, x.dtype, x.weak)
 
 
-@_register("getitem", "layout")
+@_register("getitem", "layout", ("ct_only",))
 def _getitem(ins, attrs):
     (x,) = ins
     index = attrs["index"]
@@ -378,7 +544,7 @@ def _getitem(ins, attrs):
     return TensorType(tuple(shape), x.dtype, x.weak)
 
 
-@_register("concatenate", "layout")
+@_register("concatenate", "layout", ("ct_only",))
 def _concatenate(ins, attrs):
     if not ins:
         raise ShapeError("concatenate needs at least one value")
@@ -398,7 +564,7 @@ def _concatenate(ins, attrs):
     return TensorType(tuple(shape), dt, weak)
 
 
-@_register("matmul", "linalg")
+@_register("matmul", "linalg", ("along",), combine="add")
 def _matmul(ins, attrs):
     a, b = ins
     if a.ndim == 0 or b.ndim == 0:
@@ -432,7 +598,7 @@ def _take(ins, attrs):
     return TensorType(x.shape[:axis] + x.shape[axis + 1:], x.dtype, x.weak)
 
 
-@_register("embed", "layout")
+@_register("embed", "layout", ("bwd_only",))
 def _embed(ins, attrs):
     """``x`` placed at an integer offset along ``axis`` of zeros of length ``size``: a range
     read's cotangent put back in the producer's absolute positions."""
@@ -445,7 +611,7 @@ def _embed(ins, attrs):
     return TensorType(tuple(shape), x.dtype, x.weak)
 
 
-@_register("unindex", "layout")
+@_register("unindex", "layout", ("ct_only",))
 def _unindex(ins, attrs):
     """Zeros of ``shape`` with ``x`` at a basic index: the transpose of spatial indexing."""
     return TensorType(tuple(attrs["shape"]), ins[0].dtype, ins[0].weak)

@@ -58,30 +58,9 @@ def _attr_str(v) -> str:
     return str(v)
 
 
-BLOCK_SUFFIX = "_tile"
-
-
-def block_dim(t: Dim) -> Dim:
-    """The dim the tiling pass adds for blocks of a range along ``t``."""
-    return Dim(t.name + BLOCK_SUFFIX)
-
-
-def is_block_dim(d: Dim) -> bool:
-    return d.name.endswith(BLOCK_SUFFIX)
-
-
-PART_SUFFIX = "_blk"
-
-
-def part_dim(d: Dim) -> Dim:
-    """The dim incrementalisation puts in place of ``d``: blocks of ``d``'s points."""
-    return Dim(d.name + PART_SUFFIX)
-
-
-def parted(op: Op) -> tuple[str, ...]:
-    """The vectorised dims of ``op`` that run in blocks (their block dim is in its domain)."""
-    names = {x.name for x in op.domain}
-    return tuple(v for v in op.attrs.get("vdims", ()) if v + PART_SUFFIX in names)
+# Dims the passes add, by role: "blocks" (tiling: the blocks of a range along a step dim),
+# "parts" (incrementalisation: blocks of a vectorised dim's points, in its place).
+ROLES = ("blocks", "parts")
 
 
 @dataclass(frozen=True)
@@ -111,13 +90,16 @@ class SDG(Stage):
     ends its dim: a bool over that dim alone; the dim stops after its first true point."""
 
     def __init__(self, dims, ops, edges, outputs: Mapping[str, int], sinks=(),
-                 untils: Mapping[str, int] | None = None):
+                 untils: Mapping[str, int] | None = None,
+                 made: Mapping[str, tuple[str, str]] | None = None):
         self.dims: tuple[Dim, ...] = tuple(dims)
         self.ops: Mapping[int, Op] = MappingProxyType({op.id: op for op in ops})
         self.edges: tuple[Edge, ...] = tuple(sorted(edges, key=lambda e: (e.dst, e.slot)))
         self.outputs: Mapping[str, int] = MappingProxyType(dict(outputs))
         self.sinks: tuple[int, ...] = tuple(sinks)
         self.untils: Mapping[str, int] = MappingProxyType(dict(untils or {}))
+        # dims a pass made: name -> (role, the dim it is made from); see ROLES
+        self.made: Mapping[str, tuple[str, str]] = MappingProxyType(dict(made or {}))
         self._in: dict[int, list[Edge]] = {i: [] for i in self.ops}
         self._out: dict[int, list[Edge]] = {i: [] for i in self.ops}
         for e in self.edges:
@@ -139,6 +121,16 @@ class SDG(Stage):
 
     def until_dim(self, bound: str) -> Dim:
         return next(d for d in self.dims if d.bound.name == bound)
+
+    def role(self, d: Dim) -> str | None:
+        """"blocks" or "parts" for a dim a pass made (see ``ROLES``), else None."""
+        return self.made.get(d.name, (None,))[0]
+
+    def parted(self, op: Op) -> dict[str, str]:
+        """The vectorised dims of ``op`` that run in blocks: their parts dim -> the dim."""
+        names = {x.name for x in op.domain}
+        return {m: src for m, (role, src) in self.made.items()
+                if role == "parts" and m in names and src in op.attrs.get("vdims", ())}
 
     @property
     def params(self) -> tuple[str, ...]:
@@ -202,6 +194,7 @@ class SDG(Stage):
             "outputs": dict(self.outputs),
             "sinks": list(self.sinks),
             "untils": dict(self.untils),
+            "made_dims": {k: list(v) for k, v in self.made.items()},
         }
 
     def to_dot(self) -> str:

@@ -6,12 +6,11 @@ from collections.abc import Hashable
 
 import numpy as np
 
+from ..ir.ops import CATALOG, flag
 from ..ir.sdg import Op
 from ..symbolic import TRUE
 from .manager import Editor, register
 
-PURE_SOURCES = ("const",)
-IMPURE = ("sink", "source", "merge")
 
 
 @register("dce", "dce")
@@ -45,7 +44,7 @@ def _key(ed: Editor, op: Op):
 def _keep_name(ed: Editor, gone: Op, kept: int):
     """The user's name of an op replaced by another stays, if the other has none."""
     if gone.name and not ed.ops[kept].name:
-        ed.ops[kept] = dataclasses.replace(ed.ops[kept], name=gone.name)
+        ed.update(kept, dataclasses.replace(ed.ops[kept], name=gone.name), f"named {gone.name}")
 
 
 @register("cse", "cse")
@@ -55,7 +54,7 @@ def duplicates(ed: Editor):
     seen: dict = {}
     for i in sorted(ed.ops):
         op = ed.ops.get(i)
-        if op is None or op.kind in ("sink", "source", "merge"):
+        if op is None or op.kind == "merge" or flag(op.kind, "effect"):
             continue
         k = _key(ed, op)
         if k in seen:
@@ -70,22 +69,21 @@ def fold_constants(ed: Editor):
     """Constant folding: an op over the empty domain whose inputs are all constants becomes a
     constant, computed with the reference interpreter's NumPy semantics. A value whose shape
     depends on a bound (``T``) stays an op: constants have static shapes."""
-    from ..runtime.reference import _compute
-
     for i in sorted(ed.ops):
         op = ed.ops.get(i)
         if (op is None or op.domain or not op.type.is_static
-                or op.kind in IMPURE + PURE_SOURCES + ("from_array", "dimval")):
+                or op.kind == "merge" or flag(op.kind, "value") or flag(op.kind, "effect")):
             continue
         ins = ed.in_edges(i)
         if not all(ed.ops[e.src].kind == "const" and e.cond == TRUE for e in ins):
             continue
         vals = [ed.ops[e.src].attrs["value"] for e in ins]
         types = [ed.ops[e.src].type for e in ins]
-        value = np.asarray(_compute(op, vals, types, {})).astype(op.type.dtype)
-        new = ed.add(Op(0, "const", (), op.type, {"value": value, "weak": op.type.weak},
-                        op.loc, op.name), [], i, "folded")
-        ed.replace(i, new, "folded")
+        with np.errstate(all="ignore"):
+            value = np.asarray(CATALOG[op.kind].numpy(op, vals, types, {}))
+        value = value.astype(op.type.dtype)
+        ed.rewrite(i, Op(i, "const", (), op.type, {"value": value, "weak": op.type.weak},
+                         op.loc, op.name), [], "folded")
 
 
 def _is_const(ed: Editor, e, value) -> bool:

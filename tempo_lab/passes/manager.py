@@ -9,10 +9,12 @@ import heapq
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import MappingProxyType
 
-from ..errors import TempoLabError
-from ..ir.ops import TensorType, infer, norm_dim
+from ..errors import InternalError, TempoLabError
+from ..ir.ops import TensorType, flag, infer, norm_dim
 from ..ir.sdg import SDG, Edge, Op
+from ..symbolic import Dim
 from ..ir.vmap import base_op, in_axes, vdims
 from ..stage import Stage
 from ..symbolic import Slice
@@ -42,7 +44,8 @@ def register(name: str, switch: str):
 
 @dataclass(frozen=True)
 class Event:
-    """One recorded edit: ``kind`` is created / erased / replaced."""
+    """One recorded edit: ``kind`` is created / erased / replaced / rewritten (an op, in place)
+    / reindexed (a read of op ``op``) / dim (a dim the pass made; ``op`` is -1)."""
 
     kind: str
     op: int
@@ -51,74 +54,148 @@ class Event:
 
 
 class Editor:
-    """A mutable copy of an SDG that a pass edits; ``result()`` freezes it again."""
+    """A mutable copy of an SDG that a pass edits through its methods (``ops``, ``edges`` and
+    ``dims`` are read-only views), so that every edit is recorded; ``result()`` freezes it."""
 
     def __init__(self, sdg: SDG, pass_name: str, config=None, bounds=None, dynamic=()):
         self.sdg0, self.pass_name = sdg, pass_name
-        self.config, self.bounds, self.dynamic = config, dict(bounds or {}), set(dynamic)
-        self.dims = sdg.dims
-        self.ops: dict[int, Op] = dict(sdg.ops)
-        self.edges: list[Edge] = list(sdg.edges)
+        self.config, self.dynamic = config, set(dynamic)
+        self._bounds = dict(bounds or {})
+        self._dims = sdg.dims
+        self._ops: dict[int, Op] = dict(sdg.ops)
+        self._in: dict[int, dict[int, Edge]] = {i: {} for i in self._ops}  # dst -> slot -> edge
+        self._out: dict[int, set[Edge]] = {i: set() for i in self._ops}
+        for e in sdg.edges:
+            self._link(e)
         self.outputs = dict(sdg.outputs)
         self.sinks = list(sdg.sinks)
         self.untils = dict(sdg.untils)
+        self.made = dict(sdg.made)
         self.events: list[Event] = []
         self.new_bounds: dict[str, int] = {}  # bounds of dims a pass added (with their values)
-        self._next = max(self.ops, default=-1) + 1
+        self._next = max(self._ops, default=-1) + 1
 
     # -- queries ------------------------------------------------------------------------------
+    @property
+    def ops(self):
+        return MappingProxyType(self._ops)
+
+    @property
+    def edges(self) -> tuple[Edge, ...]:
+        return tuple(e for i in sorted(self._in) for _, e in sorted(self._in[i].items()))
+
+    @property
+    def dims(self) -> tuple[Dim, ...]:
+        return self._dims
+
+    @property
+    def bounds(self):
+        return MappingProxyType(self._bounds)
+
     def in_edges(self, i: int) -> list[Edge]:
-        return sorted((e for e in self.edges if e.dst == i), key=lambda e: e.slot)
+        return [e for _, e in sorted(self._in[i].items())]
 
     def out_edges(self, i: int) -> list[Edge]:
-        return [e for e in self.edges if e.src == i]
+        return sorted(self._out[i], key=lambda e: (e.dst, e.slot))
 
     def roots(self) -> set[int]:
         return set(self.outputs.values()) | set(self.sinks) | set(self.untils.values())
 
+    def role(self, d: Dim) -> str | None:
+        return self.made.get(d.name, (None,))[0]
+
     # -- edits --------------------------------------------------------------------------------
+    def _link(self, e: Edge):
+        self._in[e.dst][e.slot] = e
+        self._out[e.src].add(e)
+
+    def _unlink_inputs(self, i: int):
+        for e in self._in[i].values():
+            self._out.get(e.src, set()).discard(e)
+        self._in[i] = {}
+
     def add(self, op: Op, inputs: list[Edge], source: int | None, note: str = "") -> int:
         """Add ``op`` (its id is assigned here) reading ``inputs`` (their dst is filled in)."""
         i = self._next
         self._next += 1
-        self.ops[i] = Op(i, op.kind, op.domain, op.type, dict(op.attrs), op.loc, op.name)
+        self._ops[i] = Op(i, op.kind, op.domain, op.type, dict(op.attrs), op.loc, op.name)
+        self._in[i], self._out[i] = {}, set()
         for slot, e in enumerate(inputs):
-            self.edges.append(Edge(i, e.src, slot, e.index, e.cond, e.loc))
+            self._link(Edge(i, e.src, slot, e.index, e.cond, e.loc))
         self.events.append(Event("created", i, source, note))
         return i
 
     def erase(self, i: int, note: str = ""):
-        self.ops.pop(i)
-        self.edges = [e for e in self.edges if e.dst != i]
+        self._unlink_inputs(i)
+        self._ops.pop(i)
+        self._in.pop(i)
+        self._out.pop(i)  # a read of it left behind is a bug check_invariants reports
         self.events.append(Event("erased", i, None, note))
 
     def rewrite(self, i: int, op: Op, inputs: list[Edge], note: str = ""):
         """Put ``op`` (with id ``i``) in place of op ``i``, reading ``inputs``."""
-        self.ops[i] = op
-        self.edges = [e for e in self.edges if e.dst != i] + list(inputs)
+        self._unlink_inputs(i)
+        self._ops[i] = op
+        for e in inputs:
+            self._link(Edge(i, e.src, e.slot, e.index, e.cond, e.loc))
         self.events.append(Event("rewritten", i, None, note))
+
+    def update(self, i: int, op: Op, note: str = ""):
+        """Put ``op`` (with id ``i``: new attributes, type, domain or name) in place of op
+        ``i``; its reads stay."""
+        self._ops[i] = op
+        self.events.append(Event("rewritten", i, None, note))
+
+    def reindex(self, e: Edge, index: tuple, note: str = ""):
+        """The read ``e`` at another index (a pass that changes the producer's domain)."""
+        self._out[e.src].discard(e)
+        self._link(Edge(e.dst, e.src, e.slot, tuple(index), e.cond, e.loc))
+        self.events.append(Event("reindexed", e.dst, e.src, note))
 
     def replace(self, old: int, new: int, note: str = ""):
         """Make every reader of ``old`` read ``new`` instead (same domain and type), then erase
         ``old``. Reads keep their index: ``new`` must have ``old``'s domain."""
-        if self.ops[old].domain != self.ops[new].domain:
+        if self._ops[old].domain != self._ops[new].domain:
             raise TempoLabError(f"internal: pass {self.pass_name} replaced op {old} by op {new} "
                                 "with another domain")
-        self.edges = [Edge(e.dst, new, e.slot, e.index, e.cond, e.loc) if e.src == old else e
-                      for e in self.edges]
+        for e in list(self._out[old]):
+            self._out[old].discard(e)
+            self._link(Edge(e.dst, new, e.slot, e.index, e.cond, e.loc))
         self.outputs = {k: new if v == old else v for k, v in self.outputs.items()}
         self.sinks = [new if s == old else s for s in self.sinks]
         self.untils = {k: new if v == old else v for k, v in self.untils.items()}
         self.events.append(Event("replaced", old, new, note))
         self.erase(old, note)
 
+    def add_dim(self, role: str, of: Dim, value: int, in_place: bool = False) -> Dim:
+        """A new dim of ``role`` (see ``ir.sdg.ROLES``) made from ``of``, with bound ``value``:
+        right after ``of`` in universe order, or ``in_place`` of it. Its name is ``of``'s with
+        a suffix, numbered if a dim or bound of that name exists already."""
+        suffix = {"blocks": "_tile", "parts": "_blk"}[role]
+        taken = {d.name for d in self._dims} | {b.lower() for b in self._bounds}
+        name, k = of.name + suffix, 1
+        while name in taken:
+            k += 1
+            name = f"{of.name}{suffix}{k}"
+        d = Dim(name)
+        at = self._dims.index(of)
+        self._dims = self._dims[:at + (not in_place)] + (d,) + self._dims[at + 1:]
+        self.made[name] = (role, of.name)
+        self.new_bounds[d.bound.name] = self._bounds[d.bound.name] = value
+        self.events.append(Event("dim", -1, None, f"{role} of {of}: {name} < {value}"))
+        return d
+
+    def set_bound(self, d: Dim, value: int):
+        """A larger bound for a dim this pass made (a second range tiled along it)."""
+        self.new_bounds[d.bound.name] = self._bounds[d.bound.name] = value
+
     def renumber(self):
         """Number the ops in a topological order again (producers before readers, except the
         branches of placeholders), keeping the old order where it allows: later passes,
         demand and fusion rely on it. For a pass whose new ops are read by an old one."""
-        deps = {i: {e.src for e in self.in_edges(i)} if self.ops[i].kind != "merge" else set()
-                for i in self.ops}
-        readers: dict[int, list[int]] = {i: [] for i in self.ops}
+        deps = {i: {e.src for e in self._in[i].values()} if self._ops[i].kind != "merge"
+                else set() for i in self._ops}
+        readers: dict[int, list[int]] = {i: [] for i in self._ops}
         for i, ds in deps.items():
             for d in ds:
                 readers[d].append(i)
@@ -132,24 +209,28 @@ class Editor:
                 deps[r].discard(i)
                 if not deps[r]:
                     heapq.heappush(ready, r)
-        if len(new) != len(self.ops):
+        if len(new) != len(self._ops):
             raise TempoLabError(f"internal: pass {self.pass_name} made a cycle without a "
                                 "placeholder")
-        self.ops = {new[i]: Op(new[i], op.kind, op.domain, op.type, op.attrs, op.loc, op.name)
-                    for i, op in sorted(self.ops.items(), key=lambda kv: new[kv[0]])}
-        self.edges = [Edge(new[e.dst], new[e.src], e.slot, e.index, e.cond, e.loc)
-                      for e in self.edges]
+        edges = self.edges
+        self._ops = {new[i]: Op(new[i], op.kind, op.domain, op.type, op.attrs, op.loc, op.name)
+                     for i, op in sorted(self._ops.items(), key=lambda kv: new[kv[0]])}
+        self._in = {i: {} for i in self._ops}
+        self._out = {i: set() for i in self._ops}
+        for e in edges:
+            self._link(Edge(new[e.dst], new[e.src], e.slot, e.index, e.cond, e.loc))
         self.outputs = {k: new[v] for k, v in self.outputs.items()}
         self.sinks = [new[s] for s in self.sinks]
         self.untils = {k: new[v] for k, v in self.untils.items()}
-        self.events = [Event(ev.kind, ev.op if ev.kind == "erased" else new.get(ev.op, ev.op),
-                             new.get(ev.source, ev.source) if ev.kind == "replaced"
+        self.events = [Event(ev.kind, ev.op if ev.kind in ("erased", "dim")
+                             else new.get(ev.op, ev.op),
+                             new.get(ev.source, ev.source) if ev.kind in ("replaced", "reindexed")
                              else ev.source, ev.note) for ev in self.events]
         self._next = len(new)
 
     def result(self) -> SDG:
-        return SDG(self.dims, self.ops.values(), self.edges, self.outputs, self.sinks,
-                   self.untils)
+        return SDG(self._dims, self._ops.values(), self.edges, self.outputs, self.sinks,
+                   self.untils, self.made)
 
 
 # -- invariants -------------------------------------------------------------------------------
@@ -162,6 +243,9 @@ def check_invariants(sdg: SDG, after: str) -> None:
     for e in sdg.edges:
         if e.src not in sdg.ops or e.dst not in sdg.ops:
             bad(f"edge {e} points at a missing op")
+        if e.src >= e.dst and sdg.ops[e.dst].kind != "merge":
+            bad(f"ids are not topological: {sdg.ops[e.dst].label} (id {e.dst}) reads "
+                f"{sdg.ops[e.src].label} (id {e.src}); only a placeholder may read a later op")
         p = sdg.ops[e.src]
         if len(e.index) != len(p.domain):
             bad(f"edge into {sdg.ops[e.dst].label} indexes {p.label} with {len(e.index)} entries "
@@ -176,7 +260,7 @@ def check_invariants(sdg: SDG, after: str) -> None:
         ins = sdg.in_edges(op.id)
         if [e.slot for e in ins] != list(range(len(ins))):
             bad(f"{op.label} has input slots {[e.slot for e in ins]}")
-        if op.kind in ("merge", "const", "from_array", "source", "dimval"):
+        if op.kind == "merge" or flag(op.kind, "value"):  # typed by attributes
             continue
         types = [_read_type(sdg, e) for e in ins]
         have = op
@@ -299,8 +383,16 @@ def run_passes(sdg: SDG, config, check: bool = False, bounds=None,
             continue
         ed = Editor(sdg, name, config, bounds, dynamic)
         t0 = time.perf_counter()
-        p.fn(ed)
-        after = ed.result()
+        try:
+            p.fn(ed)
+            after = ed.result()
+        except TempoLabError:
+            raise
+        except Exception as e:
+            before = ", ".join(r.name for r in records) or "none"
+            raise InternalError(f"internal error in pass {name!r} (the passes before it: "
+                                f"{before}): {type(e).__name__}: {e}; turn the pass off with "
+                                f"CompileConfig({p.switch}=False) and please report it") from e
         dt = time.perf_counter() - t0
         if check:
             check_invariants(after, name)

@@ -22,17 +22,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.ops import CATALOG, TensorType, infer
-from ..ir.sdg import Edge, Op, block_dim
+from ..ir.ops import CATALOG, TensorType, flag, infer
+from ..ir.sdg import Edge, Op
 from ..ir.vmap import vdims
 from ..memory.plan import const_cap
 from ..symbolic import TRUE, Const, Dim, Slice, floordiv, min_
 from .manager import Editor, _read_type, register
 
-ALONG = ("transpose", "expand_dims", "squeeze", "matmul", "sum", "mean", "max", "min",
-         "softmax")  # besides elementwise ops: act pointwise along an axis they keep
-LAYOUT = ("transpose", "expand_dims", "squeeze")
-COMBINE = {"sum": "add", "matmul": "add", "max": "maximum", "min": "minimum"}
 
 
 def auto_block(longest: int) -> int:
@@ -105,11 +101,11 @@ def _grow(ed: Editor, start: Edge, t: Dim, c: int) -> Region | None:
         if a == -1:
             return None
         if a is not None:
-            if i in roots or not (op.category == "elementwise" or op.kind in ALONG):
+            if i in roots or not flag(op.kind, "along"):
                 return None
             reg.ops.add(i)
             todo.extend(e.dst for e in ed.out_edges(i))
-        elif reg.terminal is None and op.kind in COMBINE:
+        elif reg.terminal is None and CATALOG[op.kind].combine:
             reg.terminal = i
         else:
             return None
@@ -134,7 +130,7 @@ def _shape_ok(ed: Editor, reg: Region) -> bool:
         i = outs[0].dst
         if i == reg.terminal:  # one operand (single readers all along): the other is free
             return True
-        if ed.ops[i].kind not in LAYOUT:
+        if not flag(ed.ops[i].kind, "relayout"):
             return False
         reg.chain.append(i)
 
@@ -293,15 +289,13 @@ def tile(ed: Editor):
         reg.block, reg.blocks = block, (longest - 1) // block + 1
         regions.append(reg)
         taken |= reg.ops | {reg.terminal}
+    made: dict[str, Dim] = {}  # one blocks dim per step dim, as long as its longest range
     for reg in regions:
-        k = block_dim(reg.t)
-        if k not in ed.dims:
-            if k.bound.name in ed.bounds:  # a user's dim of that name: leave this range
-                continue
-            at = ed.dims.index(reg.t) + 1
-            ed.dims = ed.dims[:at] + (k,) + ed.dims[at:]
-        blocks = max(reg.blocks, ed.new_bounds.get(k.bound.name, 0))
-        ed.new_bounds[k.bound.name] = ed.bounds[k.bound.name] = blocks
+        k = made.get(reg.t.name)
+        if k is None:
+            k = made[reg.t.name] = ed.add_dim("blocks", reg.t, reg.blocks)
+        elif reg.blocks > ed.bounds[k.bound.name]:
+            ed.set_bound(k, reg.blocks)
         _rewrite(ed, reg, k)
     if regions:
         ed.renumber()  # each terminal kept its id but now reads new ops

@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ir.ops import TensorType, norm_dim
-from ..ir.sdg import Edge, Op, part_dim
+from ..ir.ops import TensorType, flag, norm_dim
+from ..ir.sdg import Op
 from ..symbolic import Bound, Dim, Expr, Slice
-from .manager import Editor, Event, register
+from .manager import Editor, register
 
 
 def _mentions(x, d: Dim) -> bool:
@@ -51,7 +51,7 @@ def eligible(ed: Editor, d: Dim, size: int, budget: int | None) -> bool:
     for op in ed.ops.values():
         if d not in op.domain:
             continue
-        if op.kind in ("sink", "source") or (op.kind == "dimval" and op.attrs["expr"] != d
+        if flag(op.kind, "effect") or (op.kind == "dimval" and op.attrs["expr"] != d
                                              and _mentions(op.attrs["expr"], d)):
             return False
         if any(not isinstance(s, int) and _mentions(s, d) for s in op.type.shape):
@@ -72,15 +72,15 @@ def vectorise_dim(ed: Editor, d: Dim, size: int, block: int | None = None):
     ``block``: ``block`` points of ``d`` at a time, the blocks along a new dim ``d_blk`` that
     takes ``d``'s place (incrementalisation)."""
     n = block or size
-    db = part_dim(d) if block else None
+    db = ed.add_dim("parts", d, size // block, in_place=True) if block else None
     for i, op in list(ed.ops.items()):  # d's own value (domain (d,)): the array 0..D-1
         if op.kind == "dimval" and op.attrs["expr"] == d:
             arr = np.arange(size, dtype=op.type.dtype)
-            ed.ops[i] = Op(i, "from_array", op.domain, op.type, {"array": arr, "ndomain": 1},
-                           op.loc, op.name)
-            ed.events.append(Event("rewritten", i, None, f"value of {d} -> array 0..{size - 1}"))
+            ed.update(i, Op(i, "from_array", op.domain, op.type, {"array": arr, "ndomain": 1},
+                            op.loc, op.name), f"value of {d} -> array 0..{size - 1}")
     old = {i: op.domain for i, op in ed.ops.items()}
     touched = [i for i, dom in old.items() if d in dom]
+    reads = [e for e in ed.edges if e.src in touched]
     for i in touched:
         op = ed.ops[i]
         k = op.domain.index(d)
@@ -97,25 +97,20 @@ def vectorise_dim(ed: Editor, d: Dim, size: int, block: int | None = None):
             t = attrs["type"]
             attrs["type"] = TensorType((n,) + t.shape, t.dtype, t.weak)
         domain = tuple(db if x == d else x for x in op.domain if x != d or block)
-        ed.ops[i] = Op(i, op.kind, domain, TensorType((n,) + tuple(op.type.shape),
-                                                      op.type.dtype, op.type.weak),
-                       attrs, op.loc, op.name)
-        ed.events.append(Event("rewritten", i, None, f"{d} -> leading axis" + (
-            f" of {block}-point blocks over {db}" if block else "")))
-    for m, e in enumerate(ed.edges):
-        if e.src in touched:
-            k = old[e.src].index(d)
-            rest = (db,) if block else ()
-            ed.edges[m] = Edge(e.dst, e.src, e.slot, e.index[:k] + rest + e.index[k + 1:],
-                               e.cond, e.loc)
-            if isinstance(e.index[k], Slice) and d in old[e.dst]:  # a reduction over d
-                c = ed.ops[e.dst]
-                attrs = {**c.attrs, "whole": tuple(sorted({*c.attrs.get("whole", ()),
-                                                           (d.name, e.slot)}))}
-                ed.ops[e.dst] = Op(c.id, c.kind, c.domain, c.type, attrs, c.loc, c.name)
-    if block:
-        ed.dims = tuple(db if x == d else x for x in ed.dims)
-        ed.new_bounds[db.bound.name] = ed.bounds[db.bound.name] = size // block
+        ed.update(i, Op(i, op.kind, domain, TensorType((n,) + tuple(op.type.shape),
+                                                       op.type.dtype, op.type.weak),
+                        attrs, op.loc, op.name),
+                  f"{d} -> leading axis" + (f" of {block}-point blocks over {db}" if block else ""))
+    for e in reads:
+        k = old[e.src].index(d)
+        rest = (db,) if block else ()
+        ed.reindex(e, e.index[:k] + rest + e.index[k + 1:], f"{d} read whole as an axis")
+        if isinstance(e.index[k], Slice) and d in old[e.dst]:  # a reduction over d
+            c = ed.ops[e.dst]
+            attrs = {**c.attrs, "whole": tuple(sorted({*c.attrs.get("whole", ()),
+                                                       (d.name, e.slot)}))}
+            ed.update(c.id, Op(c.id, c.kind, c.domain, c.type, attrs, c.loc, c.name),
+                      f"reads all of {d} as an axis")
     _pin_bound(ed, d.bound, size)
 
 
@@ -139,8 +134,8 @@ def _pin_bound(ed: Editor, bound: Bound, value: int):
         if new_type == op.type and all(pin(op.attrs[k]) == op.attrs[k] for k in keys):
             continue
         attrs = {**op.attrs, **{k: pin(op.attrs[k]) for k in keys}}
-        ed.ops[i] = Op(i, op.kind, op.domain, new_type, attrs, op.loc, op.name)
-        ed.events.append(Event("rewritten", i, None, f"{bound} = {value} in its shape"))
+        ed.update(i, Op(i, op.kind, op.domain, new_type, attrs, op.loc, op.name),
+                  f"{bound} = {value} in its shape")
 
 
 @register("vectorise", "vectorise")
@@ -169,8 +164,8 @@ def incrementalise(ed: Editor):
     for d in reversed(ed.dims):
         size = ed.bounds.get(d.bound.name)
         ops = [op for op in ed.ops.values() if d in op.domain]
-        if size is None or d.bound.name in ed.dynamic or not ops or part_dim(d).bound.name \
-                in ed.bounds or _reduced_whole(ed, d) or not eligible(ed, d, size, None):
+        if size is None or d.bound.name in ed.dynamic or not ops or ed.role(d) \
+                or _reduced_whole(ed, d) or not eligible(ed, d, size, None):
             continue
         big = max(largest_point(op) for op in ops)
         if big * size <= budget:  # fits whole: not vectorised for another reason (or off)

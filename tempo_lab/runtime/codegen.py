@@ -1,91 +1,31 @@
-"""The generated executor: the loop AST becomes one Python function (``executable.source``).
+"""``executor="codegen"``: the loop AST becomes one Python function (``executable.source``).
 
-Loops are Python ``for`` loops, store buffers are local variables, and every statement is a
-direct call of its jitted kernel with its integers (slots, range starts, valid lengths) written
-as index arithmetic over the loop variables: no AST walk, no per-op dispatch, no ``evaluate``.
-A statement whose read lengths are symbolic looks its kernel up by padded size class (a new
-class compiles one more kernel, as on the interpreter). Store bytes are counted when a store
-is first written or grows and when it is freed, so ``run.profile`` measures what the
-interpreter measures.
+Loops are Python ``for`` loops (``while`` for a ``tl.until`` loop), store buffers are local
+variables, and every statement is a direct call of its jitted kernel with its integers (slots,
+range starts, valid lengths) written as index arithmetic over the loop variables: no AST walk,
+no per-op dispatch, no ``evaluate``. A statement whose read lengths are symbolic looks its
+kernel up by padded size class (a new class compiles one more kernel). Store bytes are counted
+when a store is first written or grows and when it is freed, so ``run.profile`` measures what
+the interpreter measures. User names reach the source only inside ``repr`` strings and
+comments with their line breaks removed, so any name is safe.
 """
 from __future__ import annotations
 
 import time
 from collections.abc import Mapping
 
-import jax.numpy as jnp
-import numpy as np
-
-from ..errors import run_callback
-from ..ir.sdg import SDG
-from ..memory.plan import MemoryPlan, size_class
-from ..schedule import Exec, For, Free, If, Schedule, Seq, While
-from ..stage import Stage
+from ..ir.ops import flag
+from ..schedule import Exec, For, Free, If, Seq, While
 from . import index_code as ic
-from .executor import HOST_OPS, Profile, _check_nonempty, collect_outputs, shared_kernel
-from .reference import call_source
-from .statements import Padded, Stmt, resolve
+from .host import Host
+from .lowered import Lowered, Padded, Stmt
 
 
-class Generated:
-    """What generated code calls back into: kernel misses, allocation, sinks, sources."""
+class CodegenBackend:
+    name = "codegen"
 
-    def __init__(self, sdg: SDG, plan: MemoryPlan, stmts: list[Stmt]):
-        self.sdg, self.plan, self.stmts = sdg, plan, stmts
-        self.kernels: list = [{} for _ in stmts]
-        self.host: dict[int, object] = {}
-        self.a32 = lambda xs: np.asarray(xs, np.int32)
-        self.sc = size_class
-
-    def kernel(self, s: int, pads: tuple):
-        st = self.stmts[s]
-        reads, out = st.static(pads)
-        fn = shared_kernel(self.sdg, st.op, reads, out, st.slots is not None, st.donate,
-                           st.levels)
-        self.kernels[s][pads] = fn
-        return fn
-
-    def alloc(self, op: int):
-        """A fresh store buffer (growing axes start at one block), its growing extents and
-        bytes."""
-        s = self.plan.storages[op]
-        shape = tuple(w if w is not None else b for w, b in zip(s.slots, s.blocks)) + s.spatial
-        buf = jnp.zeros(shape, s.dtype)
-        return (buf, *[shape[k] for k, w in enumerate(s.slots) if w is None],
-                int(buf.size) * buf.dtype.itemsize)
-
-    def grow(self, op: int, buf, point: tuple):
-        s = self.plan.storages[op]
-        want = [buf.shape[k] if w is None and v < buf.shape[k] else
-                (-(-(v + 1) // b) * b if w is None else buf.shape[k])
-                for k, (w, v, b) in enumerate(zip(s.slots, point, s.blocks))]
-        pads = [(0, x - y) for x, y in zip(want, buf.shape)]
-        buf = jnp.pad(buf, pads + [(0, 0)] * len(s.spatial))
-        return (buf, *[want[k] for k, w in enumerate(s.slots) if w is None],
-                int(buf.size) * buf.dtype.itemsize)
-
-    def host_array(self, op: int):
-        arr = self.host.get(op)
-        if arr is None:
-            o = self.sdg.ops[op]
-            arr = self.host[op] = jnp.asarray(o.attrs["value" if o.kind == "const" else "array"])
-        return arr
-
-    def source(self, s: int, point: tuple):
-        op = self.stmts[s].op
-        return call_source(op, {d.name: v for d, v in zip(op.domain, point)})
-
-    def dimval(self, s: int, value: int):
-        return np.asarray(value, self.stmts[s].op.type.dtype)
-
-    def sink(self, s: int, point: tuple, y, lens: list):
-        op = self.stmts[s].op
-        value = np.asarray(y)[tuple(slice(0, n) for n in lens if n is not None)]
-        at = {d.name: v for d, v in zip(op.domain, point)}
-        run_callback(op.attrs["fn"], (at, value), "tl.sink", op.loc, at)
-
-    def check(self, s: int, lens: list, point: tuple):
-        _check_nonempty(self.stmts[s].op, lens, point)
+    def prepare(self, lowered: Lowered, sync: bool, split: int):
+        return _Codegen(lowered, sync)
 
 
 class _Writer:
@@ -96,67 +36,58 @@ class _Writer:
         self.lines.append("    " * depth + text)
 
 
-class CodegenExecutor(Stage):
-    """``executor="codegen"``: runs a Python function generated from the loop AST."""
+def _comment(text: str) -> str:
+    return " ".join(str(text).split())  # no line break can end the comment early
 
-    name = "codegen"
 
-    def __init__(self, sdg: SDG, schedule: Schedule, plan: MemoryPlan, sync: bool = False):
-        self.sdg, self.schedule, self.plan, self.sync = sdg, schedule, plan, sync
-        self.stmts: list[Stmt] = []
-        self._static: list[int] = []  # statements with one kernel, made before the first run
-        self.source = self._generate()
-        self._fn = None
-        self._rt = Generated(sdg, plan, self.stmts)
-        self.choice = ["CompileConfig(executor='codegen')"]  # auto replaces it with its reasons
+class _Codegen:
+    how = ["a Python function generated from the loop AST (executable.source): loops are "
+           "Python loops, each statement a direct call of its jitted kernel with its index "
+           "arithmetic inlined"]
+
+    def __init__(self, lowered: Lowered, sync: bool):
+        self.lowered, self.sdg, self.sync = lowered, lowered.sdg, sync
+        self._static: set[tuple] = set()  # (statement, pads) made before the first run
+        self.source = self._generate(record=False)
+        self._fns: dict[bool, object] = {}
 
     @property
     def predicted_peak_bytes(self) -> int:
-        return self.plan.peak_bytes
+        return self.lowered.plan.peak_bytes
 
-    def __repr__(self) -> str:
-        return (f"Executable(executor=codegen, statements={len(self.stmts)}, "
-                f"stores={len(self.plan.storages)}, source_lines={len(self.source.splitlines())})")
-
-    def _sections(self):
-        return [("executor choice", list(self.choice)), ("how it runs", [
-            "a Python function generated from the loop AST (executable.source): loops are "
-            "Python loops, each statement a direct call of its jitted kernel with its index "
-            "arithmetic inlined"]),
-            ("source", self.source.splitlines())]
+    def sections(self):
+        return [("source", self.source.splitlines())]
 
     def to_dict(self) -> dict:
-        return {"schema": "tempo_lab.executable/1", "executor": "codegen",
-                "choice": list(self.choice),
-                "stores": len(self.plan.storages), "statements": len(self.stmts),
-                "source": self.source.splitlines()}
+        return {"source": self.source.splitlines()}
 
-    # -- generation -------------------------------------------------------------------------
-    def _generate(self) -> str:
+    # -- generation ---------------------------------------------------------------------------
+    def _generate(self, record: bool) -> str:
+        self.record = record
+        low = self.lowered
         w = _Writer()
         params = ", ".join(ic.bound(p) for p in self.sdg.params)
         w(0, f"def program(R, {params}):" if params else "def program(R):")
         w(1, "K, a32, sc, timeline = R.kernels, R.a32, R.sc, []")
         w(1, "tl = timeline.append")
         w(1, "total = 0")
-        for i in self.plan.storages:
-            grow = [k for k, s in enumerate(self.plan.storages[i].slots) if s is None]
+        for i in low.stores:
+            grow = [k for k, s in enumerate(low.stores[i].slots) if s is None]
             caps = "".join(f", cap{i}_{k}" for k in grow)
             w(1, f"b{i}{caps}, z{i} = R.alloc({i})")
             w(1, f"L{i} = 0")
-        ops = sorted({n.op for n in self.schedule.ast.walk() if isinstance(n, Exec)})
+        ops = sorted({st.op.id for st in low.stmts})
         for i in ops:
             w(1, f"c{i} = 0")
             if self.sync:
                 w(1, f"S{i} = 0.0")
         for i in set(self.sdg.untils.values()):
             w(1, f"W{i} = -1")
-        self._node(w, self.schedule.ast, 1)
-        bufs = ", ".join(f"{i}: b{i}" for i in self.sdg.outputs.values()
-                         if i in self.plan.storages)
+        self._node(w, low.ast, 1)
+        bufs = ", ".join(f"{i}: b{i}" for i in self.sdg.outputs.values() if i in low.stores)
         calls = ", ".join(f"{i}: c{i}" for i in ops)
         secs = ", ".join(f"{i}: S{i}" for i in ops) if self.sync else ""
-        bounds = ", ".join(f"{p!r}: {ic.bound(p)}" for p in self.sdg.params)
+        bounds = ", ".join(f"{p!r}: {ic.bound(p)}" for p in self.sdg.untils)
         w(1, f"return {{{bufs}}}, {{{calls}}}, {{{secs}}}, timeline, {{{bounds}}}")
         return "\n".join(w.lines) + "\n"
 
@@ -176,7 +107,7 @@ class CodegenExecutor(Stage):
                 self._node(w, node.orelse, d + 1)
         elif isinstance(node, Free):
             for o in node.ops:
-                if o in self.plan.storages:
+                if o in self.lowered.stores:
                     w(d, f"b{o} = None")
                     w(d, f"total -= L{o}")
                     w(d, f"L{o} = 0")
@@ -196,48 +127,52 @@ class CodegenExecutor(Stage):
             self._node(w, node.body, d + 1)
             return
         w(d, f"{v} = {lo}")
+        if isinstance(node, While):
+            w(d, f"E{node.done} = False")
         w(d, f"while {v} < {hi}:")
         self._node(w, node.body, d + 1)
-        if isinstance(node, While):
+        if isinstance(node, While):  # the bound is set once; the loop runs on to its new end
             at, i = ic.expr_src(node.at), node.done
-            w(d + 1, f"if W{i} >= {at} and bool(b{i}[{at}]):")
-            w(d + 2, f"{ic.bound(node.bound)} = {at} + 1")
-            w(d + 2, "break")
+            w(d + 1, f"if not E{i} and W{i} >= {at} >= 0 and bool(b{i}[{at}]):")
+            w(d + 2, f"{ic.bound(node.bound)}, E{i} = {at} + 1, True")
         w(d + 1, f"{v} += {node.step}")
 
     def _exec(self, w: _Writer, node: Exec, d: int):
+        low = self.lowered
         op = self.sdg.ops[node.op]
-        stmts = resolve(self.sdg, self.plan, node)
-        w(d, f"# {self.schedule._stmt(node)}")
-        if self.sync:
+        stmts = low.of_exec[id(node)]
+        w(d, f"# {_comment(low.schedule._stmt(node))}")
+        if self.sync or self.record:
             w(d, "_t0 = R.clock()")
         if not stmts:
-            w(d, f"raise RuntimeError('{op.label} reads a value that has no store')")
+            w(d, f"raise RuntimeError({op.label + ' reads a value that has no store'!r})")
         elif op.kind == "merge":
-            for k, st in enumerate(stmts):
-                w(d, f"{'if' if k == 0 else 'elif'} {ic.cond_src(st.cond)}:")
-                self._call(w, st, d + 1)
+            for k, s in enumerate(stmts):
+                w(d, f"{'if' if k == 0 else 'elif'} {ic.cond_src(low.stmts[s].cond)}:")
+                self._call(w, s, d + 1)
             w(d, "else:")
-            w(d + 1, f"raise RuntimeError('no branch of {op.label} holds here')")
+            w(d + 1, f"raise RuntimeError({'no branch of ' + op.label + ' holds here'!r})")
         else:
             self._call(w, stmts[0], d)
         i = op.id
-        if i in self.plan.storages:
+        if i in low.stores:
             w(d, f"if L{i} != z{i}:")
             w(d + 1, f"total += z{i} - L{i}")
             w(d + 1, f"L{i} = z{i}")
         if i in self.sdg.untils.values():
             w(d, f"W{i} = max(W{i}, {ic.expr_src(node.args[0]) if node.args else 0})")
         if self.sync:
-            if i in self.plan.storages:
+            if i in low.stores:
                 w(d, f"b{i}.block_until_ready()")
             w(d, f"S{i} += R.clock() - _t0")
         w(d, f"c{i} += 1")
         w(d, "tl(total)")
+        if self.record:
+            point = "(" + "".join(f"{ic.expr_src(a)}, " for a in node.args) + ")"
+            w(d, f"R.event({i}, {point}, _t0, total)")
 
-    def _call(self, w: _Writer, st: Stmt, d: int):
-        s = len(self.stmts)
-        self.stmts.append(st)
+    def _call(self, w: _Writer, s: int, d: int):
+        st: Stmt = self.lowered.stmts[s]
         op, i = st.op, st.op.id
         names: dict[Padded, str] = {}
         for p in st.padded():
@@ -252,14 +187,16 @@ class CodegenExecutor(Stage):
             return ic.expr_src(e)
 
         point = "(" + "".join(f"{ic.expr_src(a)}, " for a in st.point) + ")"
-        if op.kind in ("max", "min") and st.reads:
-            r = st.reads[0]
-            lens = [val(p.length) if p is not None else "None"
-                    for p in r.lens([p for p in r.padded()])]
-            w(d, f"R.check({s}, [{', '.join(lens)}], {point})")
-        store = i in self.plan.storages
+
+        def lens(r):
+            return ", ".join(val(p.length) if p is not None else "None"
+                             for p in r.lens(list(r.padded())))
+
+        if flag(op.kind, "nonempty") and st.reads:
+            w(d, f"R.check({s}, [{lens(st.reads[0])}], {point})")
+        store = i in self.lowered.stores
         if store:
-            grow = [k for k, x in enumerate(self.plan.storages[i].slots) if x is None]
+            grow = [k for k, x in enumerate(self.lowered.stores[i].slots) if x is None]
             if grow:
                 test = " or ".join(f"{ic.expr_src(st.point[k])} >= cap{i}_{k}" for k in grow)
                 caps = "".join(f", cap{i}_{k}" for k in grow)
@@ -274,9 +211,9 @@ class CodegenExecutor(Stage):
             kname = "_k"
         else:
             key = tuple(p.cap for p in st.padded())
-            self._static.append((s, key))
+            self._static.add((s, key))
             kname = f"K[{s}][{key}]"
-        if op.kind in ("const", "from_array"):
+        if flag(op.kind, "array"):
             host = f"R.host_array({i})"
         elif op.kind == "dimval":
             host = f"R.dimval({s}, {ic.value_src(st.host)})"
@@ -290,39 +227,31 @@ class CodegenExecutor(Stage):
         if store:
             w(d, f"b{i} = {call}")
         elif op.kind == "sink":
-            r = st.reads[0]
-            lens = [val(p.length) if p is not None else "None"
-                    for p in r.lens([p for p in r.padded()])]
-            w(d, f"R.sink({s}, {point}, {call}, [{', '.join(lens)}])")
+            w(d, f"R.sink({s}, {point}, {call}, [{lens(st.reads[0])}])")
         else:
             w(d, call)
 
     # -- running ------------------------------------------------------------------------------
-    def _compiled(self):
-        if self._fn is None:
+    def _compiled(self, record: bool):
+        fn = self._fns.get(record)
+        if fn is None:
+            source = self.source if not record else self._generate(record=True)
             ns: dict = {}
-            exec(compile(self.source, f"<tempo_lab codegen {len(self.stmts)} statements>",
+            exec(compile(source, f"<tempo_lab codegen {len(self.lowered.stmts)} statements>",
                          "exec"), ns)
-            self._fn = ns["program"]
-            for s, key in self._static:
-                self._rt.kernel(s, key)
-            self._rt.clock = time.perf_counter
-        return self._fn
+            fn = self._fns[record] = ns["program"]
+        return fn
 
-    def run(self, bounds: Mapping[str, int]):
-        fn = self._compiled()
-        t0 = time.perf_counter()
+    def run(self, host: Host, bounds: Mapping[str, int]):
+        fn = self._compiled(host.record)
+        for s, key in self._static:
+            if key not in host.kernels[s]:
+                host.kernel(s, key)
+        host.t0 = time.perf_counter()
         args = [int(bounds.get(p, 1)) for p in self.sdg.params]
-        bufs, calls, secs, timeline, reached = fn(self._rt, *args)
-        env = {**bounds, **reached}
-        outs = collect_outputs(self.sdg, env, bufs)
-        prof = Profile(self.sdg, calls={i: n for i, n in calls.items() if n},
-                       seconds=dict(secs), timeline=timeline, synced=self.sync,
-                       measured="store bytes: the store buffers after every statement (counted "
-                                "when a store is first written, grows or is freed); calls: "
-                                "statement instances run")
-        prof.wall_s = time.perf_counter() - t0
-        return outs, prof, {name: env[name] for name in self.sdg.untils}
-
-
-__all__ = ["CodegenExecutor", "HOST_OPS"]
+        bufs, calls, secs, timeline, reached = fn(host, *args)
+        profile = host.profile("codegen", calls, secs, timeline,
+                               "store bytes: the store buffers after every statement "
+                               "(counted when a store is first written, grows or is freed); "
+                               "calls: statement instances run")
+        return bufs, reached, profile

@@ -12,20 +12,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from ..ir.ops import promote
+from ..ir.ops import BINARY, CATALOG, NONE, UNARY, promote, rule
 from ..ir.sdg import Op
 from . import counter_rng
-
-UNARY = {"neg": jnp.negative, "abs": jnp.abs, "exp": jnp.exp, "log": jnp.log,
-         "sqrt": jnp.sqrt, "tanh": jnp.tanh, "sigmoid": jax.nn.sigmoid,
-         "relu": lambda x: jnp.maximum(x, 0), "sin": jnp.sin, "cos": jnp.cos,
-         "not": jnp.logical_not}
-BINARY = {"add": jnp.add, "sub": jnp.subtract, "mul": jnp.multiply, "div": jnp.true_divide,
-          "pow": jnp.power, "maximum": jnp.maximum, "minimum": jnp.minimum,
-          "floordiv": jnp.floor_divide, "mod": jnp.mod, "lt": jnp.less, "le": jnp.less_equal,
-          "gt": jnp.greater, "ge": jnp.greater_equal, "eq": jnp.equal, "ne": jnp.not_equal,
-          "and": jnp.logical_and, "or": jnp.logical_or}
-
 
 def _mask(x, axis: int, n, fill):
     keep = lax.broadcasted_iota(jnp.int32, x.shape, axis) < n
@@ -49,84 +38,122 @@ def _axes(axis, ndim):
 
 
 def compute(op: Op, xs: list, lens: list[tuple], in_types, out_shape) -> jax.Array:
-    """The value of ``op`` at one point from padded inputs ``xs`` with valid ``lens``."""
-    k, a = op.kind, op.attrs
-    dt = op.type.dtype
-    if k in UNARY:
-        return UNARY[k](xs[0] if k == "not" else xs[0].astype(dt))
-    if k in BINARY:
-        cdt, _ = promote(in_types)
-        return BINARY[k](xs[0].astype(cdt), xs[1].astype(cdt))
-    if k in ("identity", "merge"):
-        return xs[0]
-    if k == "fused":
-        return run_body(op, xs, lens, in_types,
-                        lambda o, a, ln, ts: compute(o, a, ln, ts, o.type.shape))
-    if k == "cast":
-        return xs[0].astype(dt)
-    if k == "where":
-        cdt, _ = promote(in_types[1:])
-        return jnp.where(xs[0], xs[1].astype(cdt), xs[2].astype(cdt))
-    if k in ("sum", "mean", "max", "min"):
+    """The value of ``op`` at one point from padded inputs ``xs`` with valid ``lens``: its
+    catalog JAX rule."""
+    return CATALOG[op.kind].jax(op, xs, lens, in_types, out_shape)
+
+
+# -- the JAX rule of every op --------------------------------------------------------------------
+def _unary_rule(fn):
+    return lambda op, xs, lens, types, out: fn(xs[0].astype(op.type.dtype))
+
+
+def _binary_rule(fn):
+    def rule_(op, xs, lens, types, out):
+        cdt, _ = promote(types)
+        return fn(xs[0].astype(cdt), xs[1].astype(cdt))
+    return rule_
+
+
+for _k, _e in UNARY.items():
+    rule("jax", _k)(_unary_rule(_e.jax))
+for _k, _e in BINARY.items():
+    rule("jax", _k)(_binary_rule(_e.jax))
+rule("jax", "pow")(_binary_rule(jnp.power))
+rule("jax", "div")(_binary_rule(jnp.true_divide))
+rule("jax", "not")(lambda op, xs, lens, types, out: jnp.logical_not(xs[0]))
+rule("jax", "identity")(lambda op, xs, lens, types, out: xs[0])
+rule("jax", "merge")(lambda op, xs, lens, types, out: xs[0])
+rule("jax", "cast")(lambda op, xs, lens, types, out: xs[0].astype(op.type.dtype))
+rule("jax", "reshape")(lambda op, xs, lens, types, out: xs[0].reshape(op.type.shape))
+rule("jax", "transpose")(lambda op, xs, lens, types, out: jnp.transpose(xs[0], op.attrs["perm"]))
+rule("jax", "squeeze")(
+    lambda op, xs, lens, types, out: jnp.squeeze(xs[0], axis=tuple(op.attrs["axis"])))
+rule("jax", "expand_dims")(
+    lambda op, xs, lens, types, out: jnp.expand_dims(xs[0], axis=tuple(op.attrs["axis"])))
+rule("jax", "broadcast_to")(lambda op, xs, lens, types, out: jnp.broadcast_to(xs[0], out))
+rule("jax", "getitem")(lambda op, xs, lens, types, out: xs[0][_dynamic_index(
+    op.attrs["index"], lens[0], xs[0].ndim)])
+rule("jax", "random")(lambda op, xs, lens, types, out: counter_rng.sample(jnp, op.attrs, xs))
+rule("jax", "lift")(lambda op, xs, lens, types, out: lift_output(op.attrs, xs))
+rule("jax", "take")(lambda op, xs, lens, types, out: lax.dynamic_index_in_dim(
+    xs[0], xs[1], op.attrs["axis"] % xs[0].ndim, keepdims=False))
+rule("jax", "unindex")(lambda op, xs, lens, types, out: jnp.zeros(out, xs[0].dtype).at[
+    op.attrs["index"]].set(xs[0]))
+for _k in ("const", "dimval", "source", "from_array"):  # the kernel takes the host's value
+    CATALOG[_k].jax = NONE
+rule("jax", "sink")(lambda op, xs, lens, types, out: xs[0])  # the value delivered to the host
+
+
+@rule("jax", "fused")
+def _jax_fused(op, xs, lens, in_types, out):
+    return run_body(op, xs, lens, in_types,
+                    lambda o, a, ln, ts: compute(o, a, ln, ts, o.type.shape))
+
+
+@rule("jax", "where")
+def _jax_where(op, xs, lens, types, out):
+    cdt, _ = promote(types[1:])
+    return jnp.where(xs[0], xs[1].astype(cdt), xs[2].astype(cdt))
+
+
+def _reduce_rule(fn):
+    def rule_(op, xs, lens, types, out):
+        k, dt = op.kind, op.type.dtype
         x, ln = xs[0], lens[0]
         if k in ("sum", "mean"):
             x = x.astype(dt)
-        axes = _axes(a.get("axis"), x.ndim)
+        axes = _axes(op.attrs.get("axis"), x.ndim)
         fill = 0 if k in ("sum", "mean") else _extreme(x.dtype, low=(k == "max"))
         count = 1
         for ax in axes:
             if ln[ax] is not None:
                 x = _mask(x, ax, ln[ax], fill)
             count = count * (ln[ax] if ln[ax] is not None else x.shape[ax])
-        fn = {"sum": jnp.sum, "mean": jnp.sum, "max": jnp.max, "min": jnp.min}[k]
-        out = fn(x, axis=axes, keepdims=a.get("keepdims", False))
-        return out / jnp.asarray(count, dt) if k == "mean" else out
-    if k == "softmax":
-        x, ax = xs[0].astype(dt), a["axis"] % xs[0].ndim
-        n = lens[0][ax]
-        if n is None:
-            return jax.nn.softmax(x, axis=ax)
-        return _mask(jax.nn.softmax(_mask(x, ax, n, -jnp.inf), axis=ax), ax, n, 0)
-    if k == "matmul":
-        cdt, _ = promote(in_types)
-        x, y = xs[0].astype(cdt), xs[1].astype(cdt)
-        n = lens[0][-1] if lens[0][-1] is not None else lens[1][-2 if y.ndim > 1 else -1]
-        if n is not None:
-            x = _mask(x, x.ndim - 1, n, 0)
-            y = _mask(y, y.ndim - 2 if y.ndim > 1 else 0, n, 0)
-        return jnp.matmul(x, y)
-    if k == "reshape":
-        return xs[0].reshape(op.type.shape)
-    if k == "transpose":
-        return jnp.transpose(xs[0], a["perm"])
-    if k == "squeeze":
-        return jnp.squeeze(xs[0], axis=tuple(a["axis"]))
-    if k == "expand_dims":
-        return jnp.expand_dims(xs[0], axis=tuple(a["axis"]))
-    if k == "broadcast_to":
-        return jnp.broadcast_to(xs[0], out_shape)
-    if k == "getitem":
-        return xs[0][_dynamic_index(a["index"], lens[0], xs[0].ndim)]
-    if k == "random":
-        return counter_rng.sample(jnp, a, xs)
-    if k == "lift":
-        return lift_output(a, xs)
-    if k == "take":
-        return lax.dynamic_index_in_dim(xs[0], xs[1], a["axis"] % xs[0].ndim, keepdims=False)
-    if k == "unindex":
-        return jnp.zeros(out_shape, xs[0].dtype).at[a["index"]].set(xs[0])
-    if k == "embed":
-        x, ax = xs[0], a["axis"] % xs[0].ndim
-        if lens[0][ax] is not None:  # padding must not land inside the frame
-            x = _mask(x, ax, lens[0][ax], 0)
-        frame = list(x.shape)
-        frame[ax] = out_shape[ax] + x.shape[ax]
-        out = lax.dynamic_update_slice_in_dim(jnp.zeros(frame, x.dtype), x, xs[1], ax)
-        return lax.slice_in_dim(out, 0, out_shape[ax], axis=ax)
-    if k == "concatenate":
-        cdt, _ = promote(in_types)
-        return jnp.concatenate([x.astype(cdt) for x in xs], axis=a["axis"])
-    raise NotImplementedError(f"no JAX rule for op kind {k!r}")
+        y = fn(x, axis=axes, keepdims=op.attrs.get("keepdims", False))
+        return y / jnp.asarray(count, dt) if k == "mean" else y
+    return rule_
+
+
+for _k, _fn in {"sum": jnp.sum, "mean": jnp.sum, "max": jnp.max, "min": jnp.min}.items():
+    rule("jax", _k)(_reduce_rule(_fn))
+
+
+@rule("jax", "softmax")
+def _jax_softmax(op, xs, lens, types, out):
+    x, ax = xs[0].astype(op.type.dtype), op.attrs["axis"] % xs[0].ndim
+    n = lens[0][ax]
+    if n is None:
+        return jax.nn.softmax(x, axis=ax)
+    return _mask(jax.nn.softmax(_mask(x, ax, n, -jnp.inf), axis=ax), ax, n, 0)
+
+
+@rule("jax", "matmul")
+def _jax_matmul(op, xs, lens, types, out):
+    cdt, _ = promote(types)
+    x, y = xs[0].astype(cdt), xs[1].astype(cdt)
+    n = lens[0][-1] if lens[0][-1] is not None else lens[1][-2 if y.ndim > 1 else -1]
+    if n is not None:
+        x = _mask(x, x.ndim - 1, n, 0)
+        y = _mask(y, y.ndim - 2 if y.ndim > 1 else 0, n, 0)
+    return jnp.matmul(x, y)
+
+
+@rule("jax", "embed")
+def _jax_embed(op, xs, lens, types, out):
+    x, ax = xs[0], op.attrs["axis"] % xs[0].ndim
+    if lens[0][ax] is not None:  # padding must not land inside the frame
+        x = _mask(x, ax, lens[0][ax], 0)
+    frame = list(x.shape)
+    frame[ax] = out[ax] + x.shape[ax]
+    y = lax.dynamic_update_slice_in_dim(jnp.zeros(frame, x.dtype), x, xs[1], ax)
+    return lax.slice_in_dim(y, 0, out[ax], axis=ax)
+
+
+@rule("jax", "concatenate")
+def _jax_concatenate(op, xs, lens, types, out):
+    cdt, _ = promote(types)
+    return jnp.concatenate([x.astype(cdt) for x in xs], axis=op.attrs["axis"])
 
 
 def lift_output(attrs: dict, xs: list):

@@ -14,185 +14,159 @@ from collections.abc import Mapping
 import jax.numpy as jnp
 import numpy as np
 
-from ..errors import DTypeError, ScheduleError, ShapeError, run_callback
-from ..ir.ops import promote
+from ..errors import ScheduleError, ShapeError
+from ..ir.callbacks import deliver, source_value
+from ..ir.ops import BINARY, CATALOG, POW_NUMPY, UNARY, flag, promote, rule
 from ..ir.sdg import SDG, Edge, Op
 from ..ir.vmap import base_op, in_axes, vdims
 from ..symbolic import Slice
 from . import counter_rng
-from .jax_ops import lift_output, run_body
 
 
-def _softmax(x, axis):
+def _np_softmax(x, axis):
     z = x - np.max(x, axis=axis, keepdims=True)
     ez = np.exp(z)
     return ez / np.sum(ez, axis=axis, keepdims=True)
 
 
-def _sigmoid(x):
-    return 1.0 / (1.0 + np.exp(-x))
-
-
-def _int_floordiv(x, y):
-    """Integer ``//`` as JAX (XLA) defines it: a quotient truncated towards zero (``x / 0`` is
-    all ones: -1 signed, the maximum unsigned), then floored; so ``x // 0`` is -2 for a
-    signed ``x != 0``, -1 for ``0 // 0``. NumPy gives 0 (with a warning) instead."""
-    zero = y == 0
-    safe = np.where(zero, 1, y)
-    if x.dtype.kind == "u":
-        return np.where(zero, np.iinfo(x.dtype).max, x // safe).astype(x.dtype)
-    trunc = _trunc_div(x, safe)
-    q = np.where(zero, -1, trunc)
-    r = np.where(zero, x, x - trunc * safe)
-    return np.where((np.sign(x) != np.sign(y)) & (r != 0), q - 1, q).astype(x.dtype)
-
-
-def _trunc_div(x, y):
-    """Integer division truncated towards zero (C and XLA), exact for every integer width."""
-    q = np.floor_divide(x, y)
-    return q + ((q * y != x) & ((x < 0) != (y < 0)))
-
-
-def _int_mod(x, y):
-    """Integer ``%`` as ``jax.numpy`` defines it: the sign of the divisor, and ``x % 0`` is
-    0 (the divisor is taken as 1)."""
-    return np.mod(x, np.where(y == 0, 1, y)).astype(x.dtype)
-
-
-def _int_power(x, y):
-    """Integer ``**`` as ``jax.numpy`` computes it: binary exponentiation over the low 6 bits
-    of the exponent, wrapping on overflow (a negative exponent gives what those bits give,
-    not an error)."""
-    bits = y.astype(np.dtype(f"u{y.dtype.itemsize}"))
-    acc = np.where((x == 0) & (y != 0), 0, 1).astype(x.dtype)
-    for _ in range(6):
-        acc = np.where(bits & 1, acc * x, acc).astype(x.dtype)
-        x = (x * x).astype(x.dtype)
-        bits = bits >> 1
-    return acc
-
-
-def _integer_aware(float_fn, int_fn):
-    def f(x, y):
-        return int_fn(x, y) if x.dtype.kind in "iu" else float_fn(x, y)
-    return f
-
-
-UNARY = {"neg": np.negative, "abs": np.abs, "exp": np.exp, "log": np.log, "sqrt": np.sqrt,
-         "tanh": np.tanh, "sigmoid": _sigmoid, "relu": lambda x: np.maximum(x, 0),
-         "sin": np.sin, "cos": np.cos, "not": np.logical_not}
-BINARY = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide,
-          "pow": _integer_aware(np.power, _int_power), "maximum": np.maximum,
-          "minimum": np.minimum, "floordiv": _integer_aware(np.floor_divide, _int_floordiv),
-          "mod": _integer_aware(np.mod, _int_mod), "lt": np.less, "le": np.less_equal,
-          "gt": np.greater, "ge": np.greater_equal, "eq": np.equal, "ne": np.not_equal,
-          "and": np.logical_and, "or": np.logical_or}
-REDUCE = {"sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min}
-
-
 def _compute(op: Op, ins: list[np.ndarray], in_types, env: dict[str, int]) -> np.ndarray:
-    k, a = op.kind, op.attrs
-    if k in UNARY:
-        x = ins[0].astype(op.type.dtype) if k not in ("not",) else ins[0]
-        with np.errstate(all="ignore"):
-            return UNARY[k](x)
-    if k in BINARY:
-        dt, _ = promote(in_types)
-        with np.errstate(all="ignore"):
-            return BINARY[k](ins[0].astype(dt), ins[1].astype(dt))
-    if k in REDUCE:
-        axis = a.get("axis")
+    """The value of ``op`` at one point: its catalog NumPy rule (NumPy warnings off: an
+    overflow or a 0/0 gives what it gives in NumPy, as in JAX)."""
+    with np.errstate(all="ignore"):
+        return CATALOG[op.kind].numpy(op, ins, in_types, env)
+
+
+def _sizes(shape, env) -> list[int]:
+    return [s if isinstance(s, int) else s.evaluate(env) for s in shape]
+
+
+# -- the NumPy rule of every op ------------------------------------------------------------------
+def _unary_rule(e):
+    return lambda op, ins, types, env: e.numpy(ins[0].astype(op.type.dtype))
+
+
+def _binary_rule(fn):
+    def rule(op, ins, types, env):
+        dt, _ = promote(types)
+        return fn(ins[0].astype(dt), ins[1].astype(dt))
+    return rule
+
+
+for _k, _e in UNARY.items():
+    rule("numpy", _k)(_unary_rule(_e))
+for _k, _e in BINARY.items():
+    rule("numpy", _k)(_binary_rule(_e.numpy))
+rule("numpy", "pow")(_binary_rule(POW_NUMPY))
+rule("numpy", "div")(_binary_rule(np.true_divide))
+rule("numpy", "not")(lambda op, ins, types, env: np.logical_not(ins[0]))
+
+
+def _reduce_rule(fn):
+    def rule(op, ins, types, env):
+        axis = op.attrs.get("axis")
         axis = tuple(axis) if isinstance(axis, (list, tuple)) else axis
-        x = ins[0].astype(op.type.dtype) if k in ("sum", "mean") else ins[0]
+        x = ins[0].astype(op.type.dtype) if op.kind in ("sum", "mean") else ins[0]
         try:
-            return REDUCE[k](x, axis=axis, keepdims=a.get("keepdims", False))
+            return fn(x, axis=axis, keepdims=op.attrs.get("keepdims", False))
         except ValueError:  # max/min over an empty range (e.g. x[0:t] at t = 0)
             point = {d.name: env[d.name] for d in op.domain}
-            raise ShapeError(f"{k} over an empty axis (shape {x.shape}) at {point}: {k} has no "
-                             "identity; make the range non-empty at every point (e.g. 0:t + 1) "
-                             "or guard this point with a branch", op.loc) from None
-    if k in ("identity", "merge"):
-        return ins[0]
-    if k == "fused":
-        return run_body(op, ins, [None] * len(ins), in_types,
-                        lambda o, a, _ln, ts: np.asarray(_compute(o, a, ts, env)))
-    if k == "const":
-        return a["value"]
-    if k == "dimval":
-        return np.asarray(a["expr"].evaluate(env), op.type.dtype)
-    if k == "from_array":
-        return a["array"][tuple(env[d.name] for d in op.domain)]
-    if k == "source":
-        return call_source(op, env)
-    if k == "cast":
-        return ins[0].astype(a["dtype"])
-    if k == "where":
-        dt, _ = promote(in_types[1:])
-        return np.where(ins[0], ins[1].astype(dt), ins[2].astype(dt))
-    if k == "softmax":
-        return _softmax(ins[0].astype(op.type.dtype), a["axis"])
-    if k == "matmul":
-        dt, _ = promote(in_types)
-        return np.matmul(ins[0].astype(dt), ins[1].astype(dt))
-    if k == "reshape":
-        return ins[0].reshape(op.type.shape)
-    if k == "transpose":
-        return np.transpose(ins[0], a["perm"])
-    if k == "squeeze":
-        return np.squeeze(ins[0], axis=tuple(a["axis"]))
-    if k == "expand_dims":
-        return np.expand_dims(ins[0], axis=tuple(a["axis"]))
-    if k == "broadcast_to":
-        return np.broadcast_to(ins[0], [int(s) if isinstance(s, int) else s.evaluate(env)
-                                        for s in op.type.shape])
-    if k == "getitem":
-        return ins[0][a["index"]]
-    if k == "concatenate":
-        dt, _ = promote(in_types)
-        return np.concatenate([x.astype(dt) for x in ins], axis=a["axis"])
-    if k == "lift":
-        return np.asarray(lift_output(a, [jnp.asarray(x) for x in ins]))
-    if k == "random":
-        return counter_rng.sample(np, a, ins)
-    if k == "take":
-        return np.take(ins[0], int(ins[1]), axis=a["axis"])
-    if k == "unindex":
-        shape = [s if isinstance(s, int) else s.evaluate(env) for s in op.type.shape]
-        out = np.zeros(shape, op.type.dtype)
-        out[a["index"]] = ins[0]
-        return out
-    if k == "embed":
-        x, off, ax = ins[0], int(ins[1]), a["axis"] % ins[0].ndim
-        shape = list(x.shape)
-        shape[ax] = int(a["size"]) if isinstance(a["size"], int) else a["size"].evaluate(env)
-        out = np.zeros(shape, x.dtype)
-        out[(slice(None),) * ax + (slice(off, off + x.shape[ax]),)] = x
-        return out
-    if k == "sink":
-        return np.asarray(True)
-    raise NotImplementedError(f"the reference interpreter has no rule for op kind {k!r}")
+            raise ShapeError(f"{op.kind} over an empty axis (shape {x.shape}) at {point}: "
+                             f"{op.kind} has no identity; make the range non-empty at every "
+                             "point (e.g. 0:t + 1) or guard this point with a branch",
+                             op.loc) from None
+    return rule
 
 
-def call_source(op: Op, env) -> np.ndarray:
-    """``tl.source``'s fn at one point (env has the dims), checked against its shape/dtype."""
-    point = {d.name: env[d.name] for d in op.domain}
-    got = run_callback(op.attrs["fn"], (dict(point),), "tl.source", op.loc, point)
-    try:
-        v = np.asarray(got)
-    except ValueError:  # a ragged nested list
-        v = np.asarray(None)
-    if v.shape != tuple(op.type.shape):
-        raise ShapeError(f"tl.source: fn returned shape {v.shape} at {point}, expected "
-                         f"{tuple(op.type.shape)}", op.loc)
-    if not np.can_cast(v.dtype, op.type.dtype, casting="same_kind"):
-        raise DTypeError(f"tl.source: fn returned {v.dtype} at {point}, expected "
-                         f"{op.type.dtype}", op.loc)
-    return v.astype(op.type.dtype)
+for _k, _fn in {"sum": np.sum, "mean": np.mean, "max": np.max, "min": np.min}.items():
+    rule("numpy", _k)(_reduce_rule(_fn))
+
+
+@rule("numpy", "identity")
+@rule("numpy", "merge")
+def _np_first(op, ins, types, env):
+    return ins[0]
+
+
+@rule("numpy", "fused")
+def _np_fused(op, ins, in_types, env):
+    vals, types = [], []  # the body's ops in order, each on external inputs or members
+    for member, refs in op.attrs["body"]:
+        args = [ins[k] if where == "ext" else vals[k] for where, k in refs]
+        ts = [in_types[k] if where == "ext" else types[k] for where, k in refs]
+        vals.append(np.asarray(_compute(member, args, ts, env)).astype(member.type.dtype))
+        types.append(member.type)
+    return vals[-1]
+
+
+rule("numpy", "const")(lambda op, ins, types, env: op.attrs["value"])
+rule("numpy", "dimval")(
+    lambda op, ins, types, env: np.asarray(op.attrs["expr"].evaluate(env), op.type.dtype))
+rule("numpy", "from_array")(
+    lambda op, ins, types, env: op.attrs["array"][tuple(env[d.name] for d in op.domain)])
+rule("numpy", "source")(
+    lambda op, ins, types, env: source_value(op, {d.name: env[d.name] for d in op.domain}))
+rule("numpy", "sink")(lambda op, ins, types, env: np.asarray(True))  # delivered by run_sinks
+rule("numpy", "cast")(lambda op, ins, types, env: ins[0].astype(op.attrs["dtype"]))
+rule("numpy", "softmax")(
+    lambda op, ins, types, env: _np_softmax(ins[0].astype(op.type.dtype), op.attrs["axis"]))
+rule("numpy", "reshape")(lambda op, ins, types, env: ins[0].reshape(op.type.shape))
+rule("numpy", "transpose")(lambda op, ins, types, env: np.transpose(ins[0], op.attrs["perm"]))
+rule("numpy", "squeeze")(
+    lambda op, ins, types, env: np.squeeze(ins[0], axis=tuple(op.attrs["axis"])))
+rule("numpy", "expand_dims")(
+    lambda op, ins, types, env: np.expand_dims(ins[0], axis=tuple(op.attrs["axis"])))
+rule("numpy", "broadcast_to")(
+    lambda op, ins, types, env: np.broadcast_to(ins[0], _sizes(op.type.shape, env)))
+rule("numpy", "getitem")(lambda op, ins, types, env: ins[0][op.attrs["index"]])
+rule("numpy", "random")(lambda op, ins, types, env: counter_rng.sample(np, op.attrs, ins))
+rule("numpy", "take")(
+    lambda op, ins, types, env: np.take(ins[0], int(ins[1]), axis=op.attrs["axis"]))
+
+
+@rule("numpy", "where")
+def _np_where(op, ins, types, env):
+    dt, _ = promote(types[1:])
+    return np.where(ins[0], ins[1].astype(dt), ins[2].astype(dt))
+
+
+@rule("numpy", "matmul")
+def _np_matmul(op, ins, types, env):
+    dt, _ = promote(types)
+    return np.matmul(ins[0].astype(dt), ins[1].astype(dt))
+
+
+@rule("numpy", "concatenate")
+def _np_concatenate(op, ins, types, env):
+    dt, _ = promote(types)
+    return np.concatenate([x.astype(dt) for x in ins], axis=op.attrs["axis"])
+
+
+@rule("numpy", "lift")
+def _np_lift(op, ins, types, env):
+    out = op.attrs["jax_fn"](*[jnp.asarray(x) for x in ins])  # a lifted op *is* a JAX function
+    return np.asarray(out if op.attrs["out"] is None else out[op.attrs["out"]])
+
+
+@rule("numpy", "unindex")
+def _np_unindex(op, ins, types, env):
+    out = np.zeros(_sizes(op.type.shape, env), op.type.dtype)
+    out[op.attrs["index"]] = ins[0]
+    return out
+
+
+@rule("numpy", "embed")
+def _np_embed(op, ins, types, env):
+    x, off, ax = ins[0], int(ins[1]), op.attrs["axis"] % ins[0].ndim
+    shape = list(x.shape)
+    shape[ax] = _sizes([op.attrs["size"]], env)[0]
+    out = np.zeros(shape, x.dtype)
+    out[(slice(None),) * ax + (slice(off, off + x.shape[ax]),)] = x
+    return out
 
 
 def _vectorised(sdg: SDG, op: Op, edges, ins, types, env) -> np.ndarray:
     """``_compute``, looping over the leading axes of vectorised dims (see ``ir.vmap``)."""
-    if not vdims(op) or op.kind in ("from_array", "const", "dimval", "source"):
+    if not vdims(op) or flag(op.kind, "value"):
         return _compute(op, ins, types, env)
     base, levels = base_op(op), in_axes(sdg, op, edges)
 
@@ -334,8 +308,7 @@ class Reference:
                 for q in qs:
                     self.value(e.src, q)
                 val = self._gather(e, qs, shape)
-                point = {d.name: v for d, v in zip(op.domain, pt)}
-                run_callback(op.attrs["fn"], (point, val), "tl.sink", op.loc, point)
+                deliver(op, {d.name: v for d, v in zip(op.domain, pt)}, val)
 
 
 def reference_bounds(sdg: SDG, bounds: Mapping[str, int]) -> dict[str, int]:

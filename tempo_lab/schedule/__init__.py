@@ -6,10 +6,10 @@ from collections.abc import Callable, Iterator, Mapping
 import islpy as isl
 
 from ..ir.demand import demand
-from ..ir.sdg import SDG, is_block_dim
+from ..ir.sdg import SDG
 from ..stage import Stage
 from ..symbolic import TRUE
-from . import build
+from . import build, fusion
 from .loops import Exec, For, Free, If, Node, Seq, While, to_code
 
 SCHEMA = "tempo_lab.schedule/1"
@@ -25,7 +25,15 @@ class Schedule(Stage):
         self.sdg, self.domains, self.validity, self.tree, self.ast = (sdg, dict(domains),
                                                                       validity, tree, ast)
         self.order = order  # statement instance -> time in the loop AST that runs
-        self.options = dict(options or {})  # isl scheduler options it was computed with
+        self.options = options  # "fusion", or the isl scheduler options it was computed with
+
+    @property
+    def method(self) -> str:
+        """Which scheduler made it: the fusion scheduler, or isl's with these options."""
+        if self.options == "fusion":
+            return "fusion (loop nests from the program's structure, checked by isl)"
+        opts = ", ".join(f"{k}={v}" for k, v in self.options.items())
+        return f"isl ({opts or 'default options'})"
 
     @property
     def statements(self) -> list[int]:
@@ -62,16 +70,16 @@ class Schedule(Stage):
         for i in self.statements:
             doms.append(f"op{i}: {self.domains[i].reset_tuple_id()}  ({self.sdg.ops[i].label})")
         deps = sorted(str(m) for m in build.maps_of(self.validity))
-        opts = ", ".join(f"{k}={v}" for k, v in self.options.items()) or "isl defaults"
         return [("loops", self.code().splitlines()),
-                ("isl scheduler options", [opts]),
+                ("scheduler", [self.method]),
                 ("statements (demanded points)", doms),
                 ("validity = proximity (producer -> consumer)", deps),
-                ("isl schedule tree", str(self.tree.get_root()).splitlines()
-                 if hasattr(self.tree, "get_root") else str(self.tree).splitlines())]
+                ("isl schedule", str(self.tree.get_root()).splitlines()
+                 if hasattr(self.tree, "get_root") else
+                 sorted(str(m) for m in build.maps_of(self.tree)))]
 
     def to_dict(self) -> dict:
-        return {"schema": SCHEMA, "code": self.code().splitlines(), "options": self.options,
+        return {"schema": SCHEMA, "code": self.code().splitlines(), "method": self.method,
                 "domains": {str(i): str(self.domains[i]) for i in self.statements},
                 "validity": sorted(str(m) for m in build.maps_of(self.validity)),
                 "tree": str(self.tree)}
@@ -87,11 +95,11 @@ def _depth(node: Node) -> int:
     return 0
 
 
-# isl scheduler option sets worth trying. The default (incremental clustering) gives the natural
-# nest for layer/step programs; clustering whole components keeps a window reader in its
-# producer's loop where the default splits it off (which turns a ring buffer into a growing
-# store). Program compilation keeps the candidate with the lowest predicted peak memory.
-OPTION_SETS: tuple[dict[str, int], ...] = ({}, {"whole_component": 1})
+# What compilation tries, in order, until one gives a complete schedule: the fusion scheduler,
+# then isl's scheduler under option sets (each limited to build.ISL_SECONDS). isl's default
+# (incremental clustering) gives the natural nest for layer/step programs; clustering whole
+# components keeps a window reader in its producer's loop where the default splits it off.
+OPTION_SETS: tuple = ("fusion", {}, {"whole_component": 1})
 # Tried only when every set above fails: isl has returned schedule trees that lose statements
 # on a few programs; serialising strongly connected components avoids that code path.
 FALLBACK_OPTION_SETS: tuple[dict[str, int], ...] = ({"serialize_sccs": 1},
@@ -103,36 +111,54 @@ class IncompleteSchedule(Exception):
     bugs): the caller tries other option sets."""
 
 
-def schedule_sdg(sdg: SDG, options: Mapping[str, int] | None = None) -> Schedule:
-    """Schedule an SDG with the isl scheduler ``options`` (names of isl's ``schedule_*``
-    options) set while it runs. Each op is a statement over the points someone reads."""
-    options = dict(options or {})
+def schedule_sdg(sdg: SDG, options: Mapping[str, int] | str | None = None) -> Schedule:
+    """Schedule an SDG: ``options`` "fusion" (the default) builds the loop nest from the
+    program's structure (``fusion.py``); a dict runs isl's scheduler with those options
+    (names of isl's ``schedule_*`` options) set. Each op is a statement over the points
+    someone reads. ``IncompleteSchedule``: this method has no schedule, try another."""
+    options = "fusion" if options is None else options
     pctx = build.param_context(sdg)
     boxes = {i: sdg.isl_domain(i).intersect_params(pctx) for i in sdg.ops}
     maps = {e: sdg.isl_map(e) for e in sdg.edges}
-    tight = {i for i, op in sdg.ops.items() if any(map(is_block_dim, op.domain))}
+    tight = {i for i, op in sdg.ops.items() if any(sdg.role(d) == "blocks" for d in op.domain)}
     domains = build.statement_domains(demand(sdg, boxes, maps), tight)
     build.check_untils(sdg, domains)
-    dom, validity = build.constraints(sdg, domains, maps)
+    dom, validity, deps = build.constraints(sdg, domains, maps)
+    if options == "fusion":
+        try:
+            tree = fusion.fusion_schedule(sdg, domains, [fusion.dep_of_map(m, sdg, index)
+                                                        for m, index in deps])
+        except fusion.Declined as e:
+            raise IncompleteSchedule(f"the fusion scheduler declined: {e}") from None
+        depth = tree.get_map_list().get_at(0).dim(isl.dim_type.out)
+        if not fusion.check(tree, validity, depth):
+            raise IncompleteSchedule("the fused loop nest breaks a dependence")
+    else:
+        tree = _isl_schedule(sdg, dom, validity, options)
+    try:
+        ast = build.mark_untils(build.lower(build.ast(tree, pctx), sdg), sdg)
+    except build.IslScheduleRejected as e:
+        raise IncompleteSchedule(str(e)) from None
+    order = tree if options == "fusion" else build.time_map(ast, sdg)
+    if not dom.is_subset(order.domain()):
+        raise IncompleteSchedule(f"the schedule ({options}) leaves out statement instances")
+    ast = build.insert_frees(ast, build.last_reads(sdg, order, domains, maps), sdg)
+    return Schedule(sdg, domains, validity, tree, ast, order, options)
+
+
+def _isl_schedule(sdg: SDG, dom, validity, options: Mapping[str, int]):
     ctx = build.I.CTX
     saved = {k: getattr(ctx, f"get_schedule_{k}")() for k in options}
     try:
         for k, v in options.items():
             getattr(ctx, f"set_schedule_{k}")(v)
         try:
-            tree = build.compute(sdg, dom, validity)
+            return build.compute(sdg, dom, validity)
         except build.IslCrashed as e:
             raise IncompleteSchedule(str(e)) from None
     finally:
         for k, v in saved.items():
             getattr(ctx, f"set_schedule_{k}")(v)
-    ast = build.mark_untils(build.lower(build.ast(tree, build.param_context(sdg)), sdg), sdg)
-    order = build.time_map(ast, sdg)
-    if not dom.is_subset(order.domain()):
-        raise IncompleteSchedule(f"isl's schedule under {options or 'default options'} "
-                                 "leaves out statement instances")
-    ast = build.insert_frees(ast, build.last_reads(sdg, order, domains, maps), sdg)
-    return Schedule(sdg, domains, validity, tree, ast, order, options)
 
 
 def walk(node: Node, env: dict[str, int],
@@ -140,8 +166,9 @@ def walk(node: Node, env: dict[str, int],
     """Execute the loop AST abstractly: yield ``(Exec or Free, point)`` in schedule order.
 
     ``env`` holds the bound values (and is updated with loop variables). ``done(loop, point)``
-    is asked after every iteration of a ``While`` loop with the point of its condition; when
-    true the loop ends and its bound in ``env`` becomes ``point + 1``, so later loops see it.
+    is asked after every iteration of a ``While`` loop with the point of its condition, until
+    it holds: the bound in ``env`` then becomes ``point + 1``, and the loop runs on while its
+    own bound, evaluated with that value, allows; so do later loops.
     """
     if isinstance(node, Exec):
         yield node, tuple(a.evaluate(env) for a in node.args)
@@ -157,14 +184,14 @@ def walk(node: Node, env: dict[str, int],
             yield from walk(node.orelse, env, done)
     elif isinstance(node, For):
         v, hi = node.lo.evaluate(env), node.hi.evaluate(env)
+        ended = False
         while v < hi:
             env[node.var] = v
             yield from walk(node.body, env, done)
-            if isinstance(node, While) and done is not None:
+            if isinstance(node, While) and done is not None and not ended:
                 at = node.at.evaluate(env)
                 if done(node, at):
-                    env[node.bound] = at + 1
-                    break
+                    env[node.bound], ended = at + 1, True
             v += node.step
             hi = node.hi.evaluate(env)
         env.pop(node.var, None)

@@ -15,12 +15,16 @@ from __future__ import annotations
 import dataclasses
 import faulthandler
 import os
+import select
+import signal
+import time
 import warnings
 
 import islpy as isl
 
 from ..errors import BoundsError, ScheduleError
-from ..ir.sdg import SDG, is_block_dim
+from ..ir.ops import flag
+from ..ir.sdg import SDG
 from ..symbolic import Bound, Const, Dim, Expr, and_, eq, floordiv, max_, min_, mod, or_
 from ..symbolic import isl as I
 from ..symbolic.cond import Cmp, Junction
@@ -71,15 +75,18 @@ def statement_domains(demand: dict[int, isl.Set], tight=frozenset()) -> dict[int
 
 
 def constraints(sdg: SDG, domains: dict[int, isl.Set], maps) -> tuple:
-    """(domain union set, validity union map) for the ops with demanded points."""
+    """(domain union set, validity union map, the dependences one by one as
+    ``(map producer -> reader, the read's index or None)``) for the ops with demanded
+    points."""
     live = {i: d for i, d in domains.items() if not d.is_empty()}
     dom = union(live.values(), isl.UnionSet)
-    deps = [maps[e].intersect_domain(live[e.dst]).intersect_range(live[e.src]).reverse()
-            for e in sdg.edges if e.dst in live and e.src in live] + _steps_first(sdg, live)
-    deps += until_order(sdg, live)
-    validity = union(deps, isl.UnionMap).coalesce() if deps else \
+    deps = [(maps[e].intersect_domain(live[e.dst]).intersect_range(live[e.src]).reverse(),
+             e.index) for e in sdg.edges if e.dst in live and e.src in live]
+    deps += [(m, None) for m in _steps_first(sdg, live) + until_order(sdg, live)]
+    deps = [(m, index) for m, index in deps if not m.is_empty()]
+    validity = union([m for m, _ in deps], isl.UnionMap).coalesce() if deps else \
         isl.UnionMap.empty(dom.get_space())
-    return dom, validity
+    return dom, validity, deps
 
 
 def _steps_first(sdg: SDG, live: dict[int, isl.Set]) -> list[isl.Map]:
@@ -90,7 +97,7 @@ def _steps_first(sdg: SDG, live: dict[int, isl.Set]) -> list[isl.Map]:
     out = []
     for i, d in live.items():
         dims = sdg.ops[i].domain
-        k = next((j for j, x in enumerate(dims) if is_block_dim(x)), 0)
+        k = next((j for j, x in enumerate(dims) if sdg.role(x) == "blocks"), 0)
         if k == 0:
             continue
         ins = [f"i{j}" for j in range(len(dims))]
@@ -110,8 +117,9 @@ def until_order(sdg: SDG, live: dict[int, isl.Set]) -> list[isl.Map]:
     * An op whose points or reads depend on ``T`` (``x[T - 1]``, ``x[0:T]``, a backward
       recurrence guarded by ``t < T - 1``, a value shaped ``(T,)``) runs after every point
       of ``done``, so it sees the ``T`` reached, never the ``max``.
-    * Any other op over ``t`` runs at ``t`` only after ``done[t - 1]``: it stays in the loop
-      that stops, or comes after it, and never computes a point past the end.
+    * An op over ``t`` that ``done`` reads runs at ``t`` only after ``done[t - 1]``, and any
+      other op over ``t`` only after ``done[t]``: each stays in the loop that stops (or comes
+      after it), and none computes a point past the end before the end is known.
     Both are orders, not data dependences; isl schedules them like any other."""
     out = []
     for bound, done in sdg.untils.items():
@@ -119,20 +127,33 @@ def until_order(sdg: SDG, live: dict[int, isl.Set]) -> list[isl.Map]:
             continue
         t = sdg.until_dim(bound)
         needs = needs_bound(sdg, live, bound)
+        feeds = ancestors(sdg, done)
         for i, dom in live.items():
             op = sdg.ops[i]
             if i in needs:
                 m = isl.Map.from_domain_and_range(live[done], dom)
             elif t in op.domain:
+                lag = 1 if i in feeds else 0
                 ins = [f"v{k}" for k in range(len(op.domain))]
                 m = isl.Map(f"[{', '.join(sdg.params)}] -> {{ op{done}[u] -> op{i}[{', '.join(ins)}]"
-                            f" : u = v{op.domain.index(t)} - 1 }}", context=I.CTX)
+                            f" : u = v{op.domain.index(t)} - {lag} }}", context=I.CTX)
                 m = m.intersect_domain(live[done]).intersect_range(dom)
             else:
                 continue
             if not m.is_empty():
                 out.append(m)
     return out
+
+
+def ancestors(sdg: SDG, op: int) -> set[int]:
+    """``op`` and every op it reads, transitively."""
+    seen, stack = set(), [op]
+    while stack:
+        i = stack.pop()
+        if i not in seen:
+            seen.add(i)
+            stack.extend(e.src for e in sdg.in_edges(i))
+    return seen
 
 
 def check_untils(sdg: SDG, domains: dict[int, isl.Set]):
@@ -164,7 +185,11 @@ def check_untils(sdg: SDG, domains: dict[int, isl.Set]):
 
 
 def mark_untils(root: Node, sdg: SDG) -> Node:
-    """Turn the loop that computes each ``tl.until`` condition into a ``While``."""
+    """Turn the loop that computes each ``tl.until`` condition into a ``While``. The loop sets
+    the bound as soon as the condition holds and then runs on while its own bound, now
+    evaluated with the value reached, allows (isl may compute an op a few iterations after its
+    point); an op that the condition reads must not be computed ahead of its point, or a
+    point past the end would run before the end is known."""
     found: set[str] = set()
 
     def visit(node):
@@ -177,7 +202,9 @@ def mark_untils(root: Node, sdg: SDG) -> Node:
             body = visit(node.body)
             for bound, done in sdg.untils.items():
                 at = _exec_in(body, done)
-                if at is not None and isinstance(at - Dim(node.var), Const):
+                if at is not None and isinstance(at - Dim(node.var), Const) \
+                        and at.dims() == {Dim(node.var)}:
+                    _check_ahead(body, at, sdg, done)
                     found.add(bound)
                     return While(node.var, node.lo, node.hi, body, node.dim, node.step, bound,
                                  done, at)
@@ -194,15 +221,27 @@ def mark_untils(root: Node, sdg: SDG) -> Node:
     return out
 
 
+def _check_ahead(body: Node, at: Expr, sdg: SDG, done: int):
+    """Every op the condition reads is computed in the loop at or after its own point."""
+    t = sdg.ops[done].domain[0]
+    feeds = ancestors(sdg, done)
+    for n in body.walk():
+        if isinstance(n, Exec) and n.op in feeds and t in sdg.ops[n.op].domain:
+            ahead = n.args[sdg.ops[n.op].domain.index(t)] - at
+            if not isinstance(ahead, Const) or ahead.value > 0:
+                raise IslScheduleRejected(f"{sdg.ops[n.op].label} runs ahead of the tl.until "
+                                          "condition's point in this schedule")
+
+
+class IslScheduleRejected(Exception):
+    """A schedule isl returned that the executors cannot run (another option set may do)."""
+
+
 def _exec_in(node: Node, op: int) -> Expr | None:
-    """The point at which ``op`` runs directly in this loop body (not in an inner loop)."""
-    if isinstance(node, Exec):
-        return node.args[0] if node.op == op and len(node.args) == 1 else None
-    if isinstance(node, Seq):
-        return next((a for a in (_exec_in(n, op) for n in node.body) if a is not None), None)
-    if isinstance(node, If):
-        return _exec_in(node.then, op) or (node.orelse and _exec_in(node.orelse, op))
-    return None
+    """The point at which ``op`` (over one dim) runs in this loop body (perhaps under an inner
+    loop that runs it once, guarded to one of its points)."""
+    return next((n.args[0] for n in node.walk() if isinstance(n, Exec) and n.op == op
+                 and len(n.args) == 1), None)
 
 
 def needs_bound(sdg: SDG, live: dict[int, isl.Set], bound: str) -> set[int]:
@@ -238,13 +277,16 @@ def _prefix_closed(dom: isl.Set, op, t: Dim, b: Bound) -> bool:
     order = (affs["T__a"].le_set(affs["T__b"]) & affs["T__a"].ge_set(affs[0] + 1)).params()
     a, z = a.intersect_params(order), z.intersect_params(order)
     # points computed in vain are harmless, but a callback must run at exactly its points
-    return a.is_equal(z) if op.kind in ("sink", "source") else a.is_subset(z)
+    return a.is_equal(z) if flag(op.kind, "effect") else a.is_subset(z)
+
+
+ISL_SECONDS = 60.0  # how long one attempt of isl's scheduler may take (it runs in a child)
 
 
 def compute(sdg: SDG, dom: isl.UnionSet, validity: isl.UnionMap) -> isl.Schedule:
-    text = _in_child(lambda: _schedule_text(dom, validity))
+    text = _in_child(lambda: _schedule_text(dom, validity), ISL_SECONDS)
     if text is None:
-        raise IslCrashed("isl's scheduler crashed on this program")
+        raise IslCrashed(f"isl's scheduler crashed or took over {ISL_SECONDS:.0f} s")
     if text == "":
         raise cycle_error(sdg, validity)
     return isl.Schedule.read_from_str(I.CTX, text)
@@ -265,10 +307,11 @@ def _schedule_text(dom, validity) -> str:
     return str(sched)
 
 
-def _in_child(fn) -> str | None:
+def _in_child(fn, seconds: float | None = None) -> str | None:
     """Run ``fn() -> str`` in a forked child so that an isl crash (isl has segfaulted on a few
-    inputs) cannot take the user's kernel down; None if the child died. Where fork is not
-    available the function runs in this process."""
+    inputs) cannot take the user's kernel down, nor a search that takes too long (over
+    ``seconds``) hang it; None if the child died or was stopped. Where fork is not available
+    the function runs in this process."""
     if not hasattr(os, "fork"):
         return fn()
     r, w = os.pipe()
@@ -287,8 +330,17 @@ def _in_child(fn) -> str | None:
             os._exit(code)
     os.close(w)
     chunks = []
+    deadline = None if seconds is None else time.monotonic() + seconds
     with os.fdopen(r, "rb") as f:
-        while chunk := f.read(1 << 16):
+        while True:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and (left <= 0 or not select.select([f], [], [], left)[0]):
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                return None
+            chunk = os.read(f.fileno(), 1 << 16)
+            if not chunk:
+                break
             chunks.append(chunk)
     _, status = os.waitpid(pid, 0)
     if not os.WIFEXITED(status) or os.WEXITSTATUS(status) != 0:
@@ -336,10 +388,13 @@ def _find_cycle(sdg: SDG, ops: set[int]):
 
 
 # -- isl AST -> loop AST --------------------------------------------------------------------------
-def ast(sched: isl.Schedule, context: isl.Set) -> isl.AstNode:
+def ast(sched, context: isl.Set) -> isl.AstNode:
+    """isl's AST of a schedule tree or a schedule map."""
     ctx = I.CTX
     ctx.set_ast_build_detect_min_max(1)
     build = isl.AstBuild.from_context(context)
+    if isinstance(sched, isl.UnionMap):
+        return build.node_from_schedule_map(sched)
     return build.node_from_schedule(sched)
 
 
@@ -436,37 +491,39 @@ def _cond(e, params):
 
 
 def _name_iterators(root: Node, sdg: SDG) -> Node:
-    """Rename isl's iterators c0, c1, ... to the dim each one walks, where that is unambiguous."""
-    seen: dict[str, set[str]] = {}
-    for n in root.walk():
-        if isinstance(n, Exec):
-            for d, a in zip(sdg.ops[n.op].domain, n.args):
-                if isinstance(a, Dim):
-                    seen.setdefault(a.name, set()).add(d.name)
-    rename = {it: next(iter(names)) for it, names in seen.items() if len(names) == 1}
-    return _rename(root, rename, ())
+    """Rename isl's iterators c0, c1, ... to the dim each loop walks, where the ops in that
+    loop use it as one dim only (and no enclosing loop has that name already)."""
+    return _rename(root, sdg, {})
 
 
-def _rename(node: Node, rename: dict[str, str], outer: tuple[str, ...]) -> Node:
+def _walked(body: Node, var: str, sdg: SDG) -> set[str]:
+    """The dims that the ops under a loop read its variable ``var`` as."""
+    return {d.name for n in body.walk() if isinstance(n, Exec)
+            for d, a in zip(sdg.ops[n.op].domain, n.args) if a == Dim(var)}
+
+
+def _rename(node: Node, sdg: SDG, names: dict[str, str]) -> Node:
+    """``names``: the renamed variables of the enclosing loops (isl name -> dim name)."""
     def sub(x):
-        mapping = {Dim(k): Dim(v) for k, v in rename.items() if k in outer}
-        return x.substitute(mapping)
+        return x.substitute({Dim(k): Dim(v) for k, v in names.items()})
 
     if isinstance(node, Seq):
-        return Seq(tuple(_rename(n, rename, outer) for n in node.body))
+        return Seq(tuple(_rename(n, sdg, names) for n in node.body))
     if isinstance(node, For):
-        dim = rename.get(node.var)
-        inner = outer + (node.var,)
-        local = dict(rename)
-        if dim is None or any(rename.get(o) == dim for o in outer):
-            local.pop(node.var, None)
+        walked = _walked(node.body, node.var, sdg)
+        dim = next(iter(walked)) if len(walked) == 1 else None
+        taken = set(names.values()) | {k for k in names}
+        inner = dict(names)
+        if dim is not None and dim not in taken:
+            inner[node.var] = dim
+        else:
             dim = None
-        var = dim or node.var
-        return For(var, sub(node.lo), sub(node.hi), _rename(node.body, local, inner), dim,
-                   node.step)
+            inner.pop(node.var, None)
+        return For(inner.get(node.var, node.var), sub(node.lo), sub(node.hi),
+                   _rename(node.body, sdg, inner), dim, node.step)
     if isinstance(node, If):
-        return If(sub(node.cond), _rename(node.then, rename, outer),
-                  None if node.orelse is None else _rename(node.orelse, rename, outer))
+        return If(sub(node.cond), _rename(node.then, sdg, names),
+                  None if node.orelse is None else _rename(node.orelse, sdg, names))
     if isinstance(node, Exec):
         return Exec(node.op, tuple(sub(a) for a in node.args))
     return node

@@ -15,9 +15,11 @@ stays a traced value, so XLA fuses producer and consumer.
 What recompiles: the program is compiled once per *static layout* (store shapes and padded read
 sizes), keyed process-wide by the program's structure, so another bound value within the same
 size classes (powers of two, or a growing store's 64-point blocks) reuses the compiled
-program; bounds are run-time arguments. Host callbacks (``tl.sink``, ``tl.source``) and a
-``max``/``min`` over a range that can be empty (an error at run time elsewhere) keep a program
-off this executor: ``executor="auto"`` then picks generated code and says why.
+program; bounds are run-time arguments. A ``tl.sink`` or ``tl.source`` is an ordered host callback
+(``jax.experimental.io_callback``) into the run's ``Host``; ``executor="auto"`` prefers
+generated code for such programs, since a callback at every point serialises the XLA program.
+A ``max``/``min`` over a range that can be empty records the first empty point in the loop
+state, and the run raises the same error as the other executors when the program returns.
 """
 from __future__ import annotations
 
@@ -28,49 +30,43 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from jax import lax
+from jax.experimental import io_callback
 
-from ..errors import TempoLabError
+from ..ir.ops import flag
 from ..ir.sdg import SDG
 from ..memory.plan import MemoryPlan, size_class
-from ..schedule import Exec, For, Free, If, Schedule, Seq, While
-from ..stage import Stage
+from ..schedule import Exec, For, Free, If, Seq, While
 from ..symbolic import Const, Dim
 from ..symbolic import isl as I
 from . import index_code as ic
-from .executor import Profile, _attrs_key, collect_outputs, kernel_body
-from .statements import Padded, Stmt, resolve
+from .cache import LRU
+from .host import Host
+from .kernels import attrs_key, kernel_body
+from .lowered import Lowered, Padded, Stmt
 
-_PROGRAMS: dict[tuple, object] = {}  # structural key -> jitted program (process-wide)
-MAX_PROGRAMS = 64  # the least recently used go (each holds its compiled XLA executables)
-
-
-def disqualifiers(sdg: SDG, schedule: Schedule, plan: MemoryPlan, bounds) -> list[str]:
-    """Why this program cannot run as one XLA program (empty: it can)."""
-    out = []
-    ran = {n.op for n in schedule.ast.walk() if isinstance(n, Exec)}
-    for i in sorted(ran):
-        op = sdg.ops[i]
-        if op.kind == "sink":
-            out.append(f"{op.label} is a tl.sink at {op.loc}: it calls Python at every point")
-        elif op.kind == "source":
-            out.append(f"{op.label} is a tl.source at {op.loc}: it calls Python at every point")
-        elif op.kind in ("max", "min"):
-            for e in sdg.in_edges(i)[:1]:
-                if _may_be_empty(sdg, schedule, op, e, bounds):
-                    out.append(f"{op.label} ({op.kind} at {op.loc}) reduces a range that can be "
-                               "empty: an error the XLA program could not raise")
-    return out
+MAX_PROGRAMS = 64  # jitted programs kept process-wide (each holds its compiled XLA code)
+_PROGRAMS = LRU(MAX_PROGRAMS)
+_ACTIVE: list[Host] = []  # the host of the run in progress, for the program's callbacks
 
 
-def _may_be_empty(sdg, schedule, op, e, bounds) -> bool:
-    dom = schedule.domains[op.id]
-    if dom.is_empty():
+class XlaBackend:
+    name = "xla"
+
+    def prepare(self, lowered: Lowered, sync: bool, split: int):
+        return _Xla(lowered, split)
+
+
+def _may_be_empty(lowered: Lowered, st: Stmt) -> bool:
+    """Whether a ``max``/``min`` statement's range read can be empty for these bounds."""
+    op = st.op
+    dom = lowered.schedule.domains[op.id]
+    if dom.is_empty() or not st.edges:
         return False
-    lengths = [x.stop - x.start for x in e.index if hasattr(x, "stop")]
-    for n in lengths:
-        most = _max_over(-n, dom, op.domain, bounds, None)
-        if most is not None and -most <= 0:
-            return True
+    for x in st.edges[0].index:
+        if hasattr(x, "stop"):
+            most = _max_over(x.start - x.stop, dom, op.domain, lowered.bounds, None)
+            if most is not None and most >= 0:
+                return True
     return False
 
 
@@ -83,35 +79,32 @@ def _max_over(e, dom, dims, bounds, default):
         return default
 
 
-class XlaExecutor(Stage):
-    """``executor="xla"``: the loop AST as one jitted program of ``lax`` loops."""
+class _Xla:
+    """The loop AST as one jitted program of ``lax`` loops."""
 
-    name = "xla"
+    how = ["one jitted XLA program: For -> lax.fori_loop (lax.while_loop for a tl.until "
+           "bound), If -> lax.cond, each statement's kernel traced inline",
+           "bounds are run-time arguments: the program compiles once per layout of store "
+           "shapes and padded read sizes"]
 
-    def __init__(self, sdg: SDG, schedule: Schedule, plan: MemoryPlan, bounds: Mapping,
-                 sync: bool = False, forced: bool = False, reasons: list[str] | None = None,
-                 split: int = 8):
-        if reasons:
-            op = sdg.ops[sdg.roots[0]]
-            raise TempoLabError("executor='xla' cannot run this program: " + "; ".join(reasons)
-                                + " (use executor='auto' or 'codegen')", op.loc)
-        self.sdg, self.schedule, self.plan, self.sync = sdg, schedule, plan, sync
-        self.bounds = {k: int(v) for k, v in bounds.items()}
-        self.choice = ["CompileConfig(executor='xla')"] if forced else []
-        self._nodes = [n for n in schedule.ast.walk() if isinstance(n, Exec)]
-        self.stmts: dict[int, list[Stmt]] = {id(n): resolve(sdg, plan, n) for n in self._nodes}
-        self.local = _local_values(sdg, plan, schedule.ast, set(sdg.untils.values()))
+    def __init__(self, lowered: Lowered, split: int = 8):
+        self.lowered, self.sdg, self.schedule, self.plan = (lowered, lowered.sdg,
+                                                            lowered.schedule, lowered.plan)
+        self.bounds = lowered.bounds
+        self._nodes = [n for n in self.schedule.ast.walk() if isinstance(n, Exec)]
+        self.local = _local_values(self.sdg, self.plan, self.schedule.ast,
+                                   set(self.sdg.untils.values()))
         self.shapes = self._store_shapes()
         self.split = max(1, int(split))
-        self.pads = {id(st): self._static_pads(st) for n in self._nodes
-                     for st in self.stmts[id(n)]}
+        self.pads = [self._static_pads(st) for st in lowered.stmts]
         self._seg_pads: dict[tuple, tuple] = {}
         self._ops = sorted({n.op for n in self._nodes})
         self._slot = {i: k for k, i in enumerate(self._ops)}
-        self._host = [i for i in self._ops if sdg.ops[i].kind in ("const", "from_array")]
-        self._host_arrays = None
+        self.checked = {k for k, st in enumerate(lowered.stmts)
+                        if flag(st.op.kind, "nonempty") and _may_be_empty(lowered, st)}
+        self._ndom = max((len(st.op.domain) for st in lowered.stmts), default=0)
         self._fn = None
-        self.source = "\n".join(self._describe(schedule.ast, 0))
+        self.source = "\n".join(self._describe(self.schedule.ast, 0))
 
     # -- static layout --------------------------------------------------------------------
     def _store_shapes(self) -> dict[int, tuple]:
@@ -167,25 +160,25 @@ class XlaExecutor(Stage):
                                         size_class(self._max(st.op, x))))
         return tuple(pads)
 
-    def pads_for(self, st: Stmt, seg: tuple) -> tuple:
+    def pads_for(self, s: int, seg: tuple) -> tuple:
         if not seg:
-            return self.pads[id(st)]
-        key = (id(st), seg)
+            return self.pads[s]
+        key = (s, seg)
         if key not in self._seg_pads:
-            self._seg_pads[key] = self._static_pads(st, seg)
+            self._seg_pads[key] = self._static_pads(self.lowered.stmts[s], seg)
         return self._seg_pads[key]
 
     def segments(self, node: For) -> list[tuple[int, int]]:
         """How a loop is split so that range reads growing with its variable are padded per
         segment, not to their largest size: [(first, end)] with equal static spans, or [] to
-        keep it whole (no such read, a nested loop, a bound that depends on another loop)."""
-        if self.split < 2 or node.step != 1 or node.hi.dims() or node.lo.dims() or any(
-                isinstance(n, For) for n in node.body.walk()):
+        keep it whole (no such read, a bound that depends on another loop). Loops inside are
+        traced once per segment, their reads padded for it too."""
+        if self.split < 2 or node.step != 1 or node.hi.dims() or node.lo.dims():
             return []
         v = Dim(node.var)
         grows = any(_offset(p, v) is not None
                     for n in node.body.walk() if isinstance(n, Exec)
-                    for st in self.stmts[id(n)] for p in st.padded() if p.cap is None)
+                    for st in self.lowered.stmts_of(n) for p in st.padded() if p.cap is None)
         if not grows:
             return []
         classes = {b: size_class(n) for b, n in self.bounds.items()}
@@ -197,7 +190,7 @@ class XlaExecutor(Stage):
 
     def _key(self) -> tuple:
         sdg = self.sdg
-        ops = tuple((o.id, o.kind, _attrs_key(o), str(o.type), tuple(d.name for d in o.domain),
+        ops = tuple((o.id, o.kind, attrs_key(o), str(o.type), tuple(d.name for d in o.domain),
                      str(o.attrs.get("expr")), np.shape(o.attrs.get("array", ())))
                     for o in sdg.ops.values())
         edges = tuple((e.dst, e.src, e.slot, tuple(map(str, e.index)), str(e.cond))
@@ -206,34 +199,22 @@ class XlaExecutor(Stage):
                 tuple(sorted((i, s.slots) for i, s in self.plan.storages.items())),
                 tuple(sorted((i, sh, str(dt)) for i, (sh, dt) in self.shapes.items())),
                 tuple(sorted(self.local)), tuple(sorted(self.sdg.untils.items())),
-                tuple(self.pads[id(st)] for n in self._nodes for st in self.stmts[id(n)]),
+                tuple(self.pads), tuple(sorted(self.checked)),
                 tuple(tuple(self.segments(n)) for n in self.schedule.ast.walk()
                       if isinstance(n, For)))
 
     # -- stage --------------------------------------------------------------------------------
-    def __repr__(self) -> str:
-        loops = sum(1 for n in self.schedule.ast.walk() if isinstance(n, For))
-        return (f"Executable(executor=xla, statements={len(self._nodes)}, loops={loops}, "
-                f"stores={len(self.shapes)}, static_bytes={self.static_bytes})")
-
-    def _sections(self):
+    def sections(self):
         stores = [f"{self.sdg.ops[i].label}: {dt.name if hasattr(dt, 'name') else dt}"
                   f"{list(sh)}" for i, (sh, dt) in sorted(self.shapes.items())]
         local = [self.sdg.ops[i].label for i in sorted(self.local)]
-        return [("executor choice", list(self.choice)),
-                ("how it runs", [
-                    "one jitted XLA program: For -> lax.fori_loop (lax.while_loop for a "
-                    "tl.until bound), If -> lax.cond, each statement's kernel traced inline",
-                    "bounds are run-time arguments: the program compiles once per layout of "
-                    "store shapes and padded read sizes"]),
-                ("static stores (allocated for the whole run)", stores),
+        return [("static stores (allocated for the whole run)", stores),
                 ("values kept in registers (written and read in one iteration)", local),
                 ("source", self.source.splitlines())]
 
     def to_dict(self) -> dict:
-        return {"schema": "tempo_lab.executable/1", "executor": "xla",
-                "choice": list(self.choice), "static_bytes": self.static_bytes,
-                "stores": {str(i): list(sh) for i, (sh, _) in sorted(self.shapes.items())},
+        return {"static_bytes": self.static_bytes,
+                "static_stores": {str(i): list(sh) for i, (sh, _) in sorted(self.shapes.items())},
                 "local": sorted(self.local), "source": self.source.splitlines()}
 
     def _describe(self, node, d) -> list[str]:
@@ -255,8 +236,10 @@ class XlaExecutor(Stage):
                 out += [f"{pad}else:"] + self._describe(node.orelse, d + 1)
             return out
         if isinstance(node, Exec):
-            what = "value" if node.op in self.local else "store"
-            return [f"{pad}{self.schedule._stmt(node)}  [{what}]"]
+            kind = self.sdg.ops[node.op].kind
+            what = ("host callback" if flag(kind, "effect") else
+                    "value" if node.op in self.local else "store")
+            return [f"{pad}{' '.join(self.schedule._stmt(node).split())}  [{what}]"]
         return []
 
     # -- tracing ------------------------------------------------------------------------------
@@ -268,50 +251,60 @@ class XlaExecutor(Stage):
             state = {"s": {i: jnp.zeros(sh, dt) for i, (sh, dt) in self.shapes.items()},
                      "calls": jnp.zeros(len(self._ops), jnp.int32),
                      "w": {i: jnp.int32(-1) for i in self.sdg.untils.values()},
-                     "b": {p: env[ic.bound(p)] for p in self.sdg.untils}}
-            ctx = _Trace(self, dict(zip(self._host, hosts)))
+                     "b": {p: env[ic.bound(p)] for p in self.sdg.untils},
+                     "err": jnp.zeros(2 + self._ndom, jnp.int32)}
+            ctx = _Trace(self, dict(zip(self.lowered.hosts, hosts)))
             state = ctx.node(self.schedule.ast, env, state, {})
             outs = {i: state["s"][i] for i in self.sdg.outputs.values() if i in state["s"]}
-            return outs, state["calls"], state["b"]
+            return outs, state["calls"], state["b"], state["err"]
 
         return program
 
     def _compiled(self):
         if self._fn is None:
-            key = self._key()
-            fn = _PROGRAMS.pop(key, None)
-            if fn is None:
-                fn = jax.jit(self._program())
-            _PROGRAMS[key] = fn  # most recently used last
-            while len(_PROGRAMS) > MAX_PROGRAMS:
-                _PROGRAMS.pop(next(iter(_PROGRAMS)))
-            self._fn = fn
-            self._host_arrays = tuple(jnp.asarray(self.sdg.ops[i].attrs[
-                "value" if self.sdg.ops[i].kind == "const" else "array"]) for i in self._host)
+            self._fn = _PROGRAMS.get(self._key(), lambda: jax.jit(self._program()))
         return self._fn
+
+    def _hosts(self, host: Host | None = None) -> tuple:
+        return tuple(host.host_array(i) if host is not None else
+                     jnp.asarray(self.lowered.host_array(i)) for i in self.lowered.hosts)
 
     def jaxpr(self) -> str:
         """The traced program as a jaxpr (text)."""
-        self._compiled()
         bvec = jnp.asarray([self.bounds.get(p, 1) for p in self.sdg.params], jnp.int32)
-        return str(jax.make_jaxpr(self._program())(bvec, self._host_arrays))
+        return str(jax.make_jaxpr(self._program())(bvec, self._hosts()))
 
-    def run(self, bounds: Mapping[str, int]):
+    def run(self, host: Host, bounds: Mapping[str, int]):
         fn = self._compiled()
-        t0 = time.perf_counter()
+        host.t0 = time.perf_counter()
         bvec = jnp.asarray([int(bounds.get(p, 1)) for p in self.sdg.params], jnp.int32)
-        outs, calls, reached = fn(bvec, self._host_arrays)
-        env = {**bounds, **{k: int(v) for k, v in reached.items()}}
-        values = collect_outputs(self.sdg, env, outs)
+        _ACTIVE.append(host)
+        try:
+            outs, calls, reached, err = fn(bvec, self._hosts(host))
+            jax.block_until_ready(outs)
+        finally:
+            _ACTIVE.pop()
+        host.raise_error()
+        err = np.asarray(err)
+        if err[0]:  # the first max/min over an empty range, as the other executors raise it
+            s = int(err[1])
+            st = self.lowered.stmts[s]
+            n = len(st.reads[0].lens([None] * len(st.reads[0].padded())))
+            host.check(s, [0] * n, tuple(int(v) for v in err[2:2 + len(st.op.domain)]))
         calls = np.asarray(calls)
-        prof = Profile(self.sdg, calls={i: int(calls[k]) for k, i in enumerate(self._ops)
-                                        if calls[k]},
-                       timeline=[self.static_bytes], synced=True,
-                       measured="store bytes: the static stores the XLA program allocates for "
-                                "the whole run (one timeline entry); calls: statement instances "
-                                "counted inside the XLA program")
-        prof.wall_s = time.perf_counter() - t0
-        return values, prof, {name: env[name] for name in self.sdg.untils}
+        profile = host.profile(
+            "xla", {i: int(calls[k]) for k, i in enumerate(self._ops)}, {},
+            [self.static_bytes], "store bytes: the static stores the XLA program allocates for "
+                                 "the whole run (one timeline entry); calls: statement "
+                                 "instances counted inside the XLA program", synced=True)
+        return outs, {k: int(v) for k, v in reached.items()}, profile
+
+
+def _host_call(method: str, s: int, default=None):
+    """A callback into the host of the run in progress (statement ``s``'s ``method``)."""
+    def call(*args):
+        return _ACTIVE[-1].guarded(method, default)(s, *args)
+    return call
 
 
 def _offset(p: Padded, v: Dim) -> int | None:
@@ -333,15 +326,16 @@ def _has_exec(node) -> bool:
     return any(isinstance(n, Exec) for n in node.walk())
 
 
-def _writes(ex: XlaExecutor, node) -> list[int]:
+def _writes(ex: _Xla, node) -> list[int]:
     return sorted({n.op for n in node.walk() if isinstance(n, Exec) and n.op in ex.shapes})
 
 
 class _Trace:
     """Traces the loop AST into lax control flow; state = {"s": stores, "calls": counters,
-    "w": until ops' last written point, "b": until bounds as reached}."""
+    "w": until ops' last written point, "b": until bounds as reached, "err": the first
+    max/min over an empty range (1 + statement, then its point)}."""
 
-    def __init__(self, ex: XlaExecutor, hosts: dict):
+    def __init__(self, ex: _Xla, hosts: dict):
         self.ex, self.hosts = ex, hosts
         self.seg: tuple = ()  # (loop variable, largest value) of the split loops being traced
 
@@ -416,22 +410,22 @@ class _Trace:
             return _merge(state, keys, carry)
 
         def cond(c):
-            v, done, carry = c
-            st = _merge(state, keys, carry)
-            return (v < ic.jax_int(node.hi, env_of(st, v))) & ~done
-
-        def wbody(c):
             v, _, carry = c
+            st = _merge(state, keys, carry)
+            return v < ic.jax_int(node.hi, env_of(st, v))
+
+        def wbody(c):  # the bound is set once; the loop runs on while its new end allows
+            v, ended, carry = c
             st = body(v, _merge(state, keys, carry))
-            done = jnp.bool_(False)
             if stop:
                 b, i = node.bound, node.done
                 at = ic.jax_int(node.at, env_of(st, v))
                 buf = st["s"][i]
-                hit = (st["w"][i] >= at) & lax.dynamic_index_in_dim(buf, at, 0, keepdims=False)
+                hit = ~ended & (st["w"][i] >= at) & lax.dynamic_index_in_dim(
+                    buf, jnp.clip(at, 0, buf.shape[0] - 1), 0, keepdims=False)
                 st = {**st, "b": {**st["b"], b: jnp.where(hit, at + 1, st["b"][b])}}
-                done = hit
-            return v + node.step, done, _carry(st, keys)
+                ended = ended | hit
+            return v + node.step, ended, _carry(st, keys)
 
         init = (jnp.int32(lo), jnp.bool_(False), _carry(state, keys))
         _, _, carry = lax.while_loop(cond, wbody, init)
@@ -439,11 +433,15 @@ class _Trace:
 
     def exec(self, node: Exec, env, state, vals):
         ex = self.ex
-        stmts = ex.stmts[id(node)]
+        idx = ex.lowered.of_exec[id(node)]
+        stmts = [ex.lowered.stmts[k] for k in idx]
         op = ex.sdg.ops[node.op]
         if not stmts:
             return state
-        ys = [self.stmt(st, env, state, vals) for st in stmts]
+        ys = []
+        for k in idx:
+            y, state = self.stmt(k, env, state, vals)
+            ys.append(y)
         if len(ys) == 1:
             y = ys[0]
         else:  # a merge: every branch's value, the one whose condition holds selected
@@ -469,11 +467,13 @@ class _Trace:
             state = {**state, "w": {**state["w"], op.id: jnp.maximum(state["w"][op.id], p)}}
         return state
 
-    def stmt(self, st: Stmt, env, state, vals):
-        """The op's value at this point (not yet written anywhere)."""
+    def stmt(self, k: int, env, state, vals):
+        """Statement ``k``'s value at this point (not yet written anywhere), and the state
+        (with the emptiness check of a max/min recorded)."""
         ex = self.ex
+        st = ex.lowered.stmts[k]
         op = st.op
-        pads = ex.pads_for(st, self.seg)
+        pads = ex.pads_for(k, self.seg)
         reads, out = st.static(pads)
         in_types = tuple(ex.sdg.ops[r.src].type for r in st.reads)
         fn = kernel_body(op, in_types, tuple(p for _, p in reads), out, False, st.levels)
@@ -487,21 +487,63 @@ class _Trace:
         ints = [ic.jax_int(x, env) for x in st.ints()]
         ints = jnp.stack([jnp.asarray(x, jnp.int32) for x in ints]) if ints else \
             jnp.zeros((0,), jnp.int32)
+        point = [jnp.int32(ic.jax_int(x, env)) for x in st.point]
         host = None
-        if op.kind in ("const", "from_array"):
+        if flag(op.kind, "array"):
             host = self.hosts[op.id]
         elif op.kind == "dimval":
             host = jnp.asarray(ic.jax_value(st.host, env)).astype(op.type.dtype)
-        return fn(tuple(bufs), ints, host, None)
+        elif op.kind == "source":
+            shape = jax.ShapeDtypeStruct(tuple(op.type.shape), op.type.dtype)
+            host = io_callback(_host_call("source", k, lambda: np.zeros(shape.shape,
+                                                                       shape.dtype)),
+                               shape, tuple(point), ordered=True)
+        y = fn(tuple(bufs), ints, host, None)
+        if op.kind == "sink" or k in ex.checked:
+            r = st.reads[0]
+            lens = r.lens([ic.jax_int(p.length, env) for p in r.padded()])
+        if op.kind == "sink":
+            have = [n for n in lens if n is not None]
+            io_callback(_sink_call(k, [n is None for n in lens]), None, tuple(point), y,
+                        tuple(have), ordered=True)
+        if k in ex.checked:
+            axes = _reduced(op, len(lens))
+            empty = jnp.bool_(False)
+            for a in axes:
+                if lens[a] is not None:
+                    empty = empty | (jnp.int32(lens[a]) == 0)
+            err = state["err"]
+            row = jnp.stack([jnp.int32(k + 1), jnp.int32(k)] + point
+                            + [jnp.int32(0)] * (err.shape[0] - 2 - len(point)))
+            state = {**state, "err": jnp.where((err[0] == 0) & empty, row, err)}
+        return y, state
 
 
 def _carry(state, keys):
-    return ({i: state["s"][i] for i in keys}, state["calls"], dict(state["w"]), dict(state["b"]))
+    return ({i: state["s"][i] for i in keys}, state["calls"], dict(state["w"]), dict(state["b"]),
+            state["err"])
 
 
 def _merge(state, keys, carry):
-    s, calls, w, b = carry
-    return {"s": {**state["s"], **s}, "calls": calls, "w": w, "b": b}
+    s, calls, w, b, err = carry
+    return {"s": {**state["s"], **s}, "calls": calls, "w": w, "b": b, "err": err}
+
+
+def _sink_call(s: int, static: list[bool]):
+    """The sink callback of statement ``s``: the valid lengths come for the symbolic axes
+    only (``static`` marks the others)."""
+    def call(point, y, have):
+        it = iter(have)
+        lens = [None if st else int(next(it)) for st in static]
+        return _ACTIVE[-1].guarded("sink")(s, point, y, lens)
+    return call
+
+
+def _reduced(op, ndim: int) -> tuple[int, ...]:
+    axis = op.attrs.get("axis")
+    if axis is None:
+        return tuple(range(ndim))
+    return tuple(a % ndim for a in ((axis,) if isinstance(axis, int) else axis))
 
 
 def _local_values(sdg: SDG, plan: MemoryPlan, ast, keep: set[int]) -> set[int]:

@@ -1,0 +1,124 @@
+"""The ``Executable`` stage and the back-end protocol (the shape of ``jax.stages``:
+``lowered.compile(backend) -> Executable``, ``executable.run(bounds) -> Run``).
+
+A back end turns a ``Lowered`` program into something that runs on a ``Host`` (the one place
+that owns stores, host values, callbacks and measurements): the loop-AST interpreter, a
+generated Python program, or one XLA program. Adding an executor is one module that implements
+``Backend`` plus a line in ``BACKENDS``.
+"""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Protocol
+
+from ..errors import TempoLabError
+from ..stage import Stage
+from .host import Cached, Host
+from .lowered import Lowered
+from .profile import Profile
+
+
+class Prepared(Protocol):
+    """A program made ready by a back end (generated source, a traced XLA program, ...)."""
+
+    how: list[str]                       # how it runs, for ``executable.pretty()``
+    predicted_peak_bytes: int            # the store bytes its profile should measure
+
+    def run(self, host: Host, bounds: Mapping[str, int]
+            ) -> tuple[dict[int, object], dict[str, int], Profile]:
+        """Run once: (output store buffers, bounds reached, profile)."""
+
+    def sections(self) -> list[tuple[str, list[str]]]: ...
+
+    def to_dict(self) -> dict: ...
+
+
+class Backend(Protocol):
+    name: str
+
+    def prepare(self, lowered: Lowered, sync: bool, split: int) -> Prepared:
+        """Compile-time work for ``lowered`` (no bound values beyond ``lowered.bounds``)."""
+
+
+def backends() -> dict[str, Backend]:
+    from .codegen import CodegenBackend
+    from .interpreter import InterpreterBackend
+    from .xla import XlaBackend
+
+    return {b.name: b for b in (XlaBackend(), CodegenBackend(), InterpreterBackend())}
+
+
+def compile_lowered(lowered: Lowered, backend, sync: bool = False, split: int = 8
+                    ) -> Executable:
+    """``backend``: a name ("auto" picks "xla" unless the program calls Python at every
+    point, then "codegen") or a ``Backend`` object."""
+    found = backends()
+    choice: list[str] = []
+    if backend == "auto":
+        reasons = [f"{lowered.stmts[k].op.label} is a tl.{lowered.stmts[k].op.kind} at "
+                   f"{lowered.stmts[k].op.loc}: it calls Python at every point"
+                   for k in lowered.sources + lowered.sinks]
+        backend = "codegen" if reasons else "xla"
+        choice = (["auto chose codegen: a Python callback at every point would serialise "
+                   "the XLA program"] + reasons if reasons else
+                  ["auto chose xla: every loop nest runs inside one XLA program (static "
+                   "store shapes for these bounds, no host callbacks)"])
+    if isinstance(backend, str):
+        if backend not in found:
+            raise TempoLabError(f"unknown executor {backend!r}; choose one of "
+                                f"{', '.join(['auto', *found])}")
+        choice = choice or [f"CompileConfig(executor={backend!r})"]
+        backend = found[backend]
+    return Executable(lowered, backend, backend.prepare(lowered, sync, split), sync, choice)
+
+
+class Executable(Stage):
+    """A program ready to run on one back end (``prog.executable``)."""
+
+    def __init__(self, lowered: Lowered, backend: Backend, prepared: Prepared, sync: bool,
+                 choice: list[str]):
+        self.lowered, self.backend, self.prepared = lowered, backend, prepared
+        self.sync, self.choice = sync, list(choice)
+        self.program = None  # the Program it runs for (set by the Program), for its Run
+        self._cached = Cached(lowered)
+
+    @property
+    def name(self) -> str:
+        return self.backend.name
+
+    @property
+    def predicted_peak_bytes(self) -> int:
+        """The peak of store bytes this executor's profile should measure."""
+        return self.prepared.predicted_peak_bytes
+
+    def __getattr__(self, name):  # what one back end adds (``source``, ``jaxpr()``, ...)
+        if name.startswith("_") or name in ("prepared", "lowered", "backend"):
+            raise AttributeError(name)
+        return getattr(self.prepared, name)
+
+    def run(self, bounds: Mapping[str, int] | None = None, record: bool = False):
+        """Run with ``bounds`` (the compiled ones by default); ``record`` keeps every
+        statement instance as a kernel event in ``run.profile.events``. Returns the ``Run``."""
+        from ..program import Run
+
+        bounds = dict(self.lowered.bounds if bounds is None else bounds)
+        host = Host(self.lowered, self.sync, record, self._cached)
+        bufs, reached, profile = self.prepared.run(host, bounds)
+        host.raise_error()
+        env = {**bounds, **reached}
+        values = self.lowered.outputs(bufs, env)
+        return Run(self.program, values, profile.wall_s, profile, env)
+
+    # -- stage vocabulary ---------------------------------------------------------------------
+    def __repr__(self) -> str:
+        return (f"Executable(executor={self.name}, statements={len(self.lowered.stmts)}, "
+                f"stores={len(self.lowered.stores)})")
+
+    def _sections(self):
+        return [("executor choice", self.choice), ("how it runs", self.prepared.how),
+                *self.prepared.sections()]
+
+    def to_dict(self) -> dict:
+        return {"schema": "tempo_lab.executable/1", "executor": self.name,
+                "choice": list(self.choice), "statements": len(self.lowered.stmts),
+                "stores": len(self.lowered.stores), **self.prepared.to_dict()}

@@ -1,0 +1,128 @@
+"""One run's host side, the same for every executor: store buffers (allocated, grown by whole
+blocks, their bytes), host values (constants and arrays on the device, dim values), the user's
+``tl.source``/``tl.sink`` functions, the emptiness check of ``max``/``min``, kernels by padded
+size, and what the run measures (``Profile``, and its kernel events when recorded).
+
+The loop executors call it directly; the XLA program calls it back from inside XLA
+(``jax.experimental.io_callback``), where an exception cannot be raised: a user error there is
+kept (``error``) and raised when the program returns.
+"""
+from __future__ import annotations
+
+import time
+
+import jax.numpy as jnp
+import numpy as np
+
+from ..errors import TempoLabError
+from ..ir.callbacks import deliver, source_value
+from ..memory.plan import size_class
+from .kernels import check_nonempty, shared_kernel
+from .lowered import Lowered, grown_shape, initial_shape
+from .profile import KernelEvent, Profile
+
+
+class Cached:
+    """What a host keeps across runs of one executable: kernels by statement and padded sizes,
+    and host arrays already on the device."""
+
+    def __init__(self, lowered: Lowered):
+        self.kernels: list[dict] = [{} for _ in lowered.stmts]
+        self.device: dict[int, object] = {}
+
+
+class Host:
+    def __init__(self, lowered: Lowered, sync: bool = False, record: bool = False,
+                 cached: Cached | None = None):
+        self.lowered, self.sdg, self.sync, self.record = lowered, lowered.sdg, sync, record
+        cached = cached or Cached(lowered)
+        self.kernels, self._device = cached.kernels, cached.device
+        self.error: TempoLabError | None = None
+        self.events: list[KernelEvent] = []
+        self.t0 = time.perf_counter()
+        self.clock = time.perf_counter
+        self.a32 = lambda xs: np.asarray(xs, np.int32)
+        self.sc = size_class
+
+    # -- kernels ------------------------------------------------------------------------------
+    def kernel(self, s: int, pads: tuple):
+        """Statement ``s``'s kernel for these padded sizes (made and cached on a miss)."""
+        st = self.lowered.stmts[s]
+        reads, out = st.static(pads)
+        fn = self.kernels[s][pads] = shared_kernel(self.sdg, st.op, reads, out,
+                                                   st.slots is not None, st.donate, st.levels)
+        return fn
+
+    # -- stores -------------------------------------------------------------------------------
+    def alloc(self, op: int):
+        """A fresh store buffer, its growing extents, and its bytes."""
+        s = self.lowered.stores[op]
+        return self._store(s, jnp.zeros(initial_shape(s), s.dtype))
+
+    def grow(self, op: int, buf, point: tuple):
+        """The buffer extended by whole blocks so that ``point`` fits (same result shape)."""
+        s = self.lowered.stores[op]
+        want = grown_shape(s, buf.shape[:len(s.slots)], point)
+        return self._store(s, jnp.pad(buf, [(0, x - y) for x, y in zip(want, buf.shape)]))
+
+    @staticmethod
+    def _store(s, buf):
+        return (buf, *[buf.shape[k] for k, w in enumerate(s.slots) if w is None],
+                int(buf.size) * buf.dtype.itemsize)
+
+    # -- host values --------------------------------------------------------------------------
+    def host_array(self, op: int):
+        arr = self._device.get(op)
+        if arr is None:
+            arr = self._device[op] = jnp.asarray(self.lowered.host_array(op))
+        return arr
+
+    def dimval(self, s: int, value):
+        return np.asarray(value, self.lowered.stmts[s].op.type.dtype)
+
+    def _at(self, s: int, point) -> dict[str, int]:
+        return {d.name: int(v) for d, v in zip(self.lowered.stmts[s].op.domain, point)}
+
+    def source(self, s: int, point: tuple):
+        return source_value(self.lowered.stmts[s].op, self._at(s, point))
+
+    def sink(self, s: int, point: tuple, y, lens) -> None:
+        value = np.asarray(y)[tuple(slice(0, int(n)) for n in lens if n is not None)]
+        deliver(self.lowered.stmts[s].op, self._at(s, point), value)
+
+    def check(self, s: int, lens, point: tuple) -> None:
+        check_nonempty(self.lowered.stmts[s].op, [None if n is None else int(n) for n in lens],
+                       tuple(int(v) for v in point))
+
+    # -- calls from inside a compiled program -------------------------------------------------
+    def guarded(self, method: str, default=None):
+        """``method`` as a callback for a compiled program: after a user error it does
+        nothing more (the error waits in ``error``), and it returns ``default()`` then."""
+        fn = getattr(self, method)
+
+        def call(*args):
+            if self.error is None:
+                try:
+                    return fn(*args)
+                except TempoLabError as e:
+                    self.error = e
+            return None if default is None else default()
+        return call
+
+    def raise_error(self):
+        if self.error is not None:
+            err, self.error = self.error, None
+            raise err
+
+    # -- measurements -------------------------------------------------------------------------
+    def event(self, op: int, point: tuple, start: float, nbytes: int) -> None:
+        self.events.append(KernelEvent(op, tuple(int(v) for v in point), start - self.t0,
+                                       time.perf_counter() - self.t0, nbytes))
+
+    def profile(self, executor: str, calls, seconds, timeline, measured: str,
+                synced: bool | None = None) -> Profile:
+        return Profile(self.sdg, calls={i: int(n) for i, n in calls.items() if n},
+                       seconds=dict(seconds), timeline=list(timeline),
+                       wall_s=time.perf_counter() - self.t0,
+                       synced=self.sync if synced is None else synced, measured=measured,
+                       executor=executor, events=self.events)

@@ -1,0 +1,154 @@
+"""The kernel library every JAX executor shares: one jitted function per op structure and
+static read pattern, reading the op's inputs from their stores (points by index, ranges by a
+padded slice or gather), computing the op with its JAX rule (``jax_ops``) and writing its own
+store in place (``dynamic_update_slice`` on a donated buffer). The XLA-loop executor traces the
+same bodies inline instead of jitting them one by one.
+"""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from ..errors import ShapeError
+from ..ir.ops import flag
+from ..ir.sdg import SDG, Op
+from ..ir.vmap import base_op
+from . import jax_ops
+from .cache import LRU
+
+MAX_KERNELS = 4096  # jitted per-statement kernels kept process-wide (least recently used go)
+KERNELS = LRU(MAX_KERNELS)
+
+
+def shared_kernel(sdg: SDG, op: Op, reads: tuple, out_shape: tuple, has_store: bool,
+                  donate: bool, levels: tuple):
+    """The process-wide jitted kernel for an op's structure and static read pattern
+    (``reads``: (source op id, pattern) per input), so equal ops in other programs and other
+    bound values reuse it."""
+    in_types = tuple(sdg.ops[src].type for src, _ in reads)
+    patterns = tuple(p for _, p in reads)
+    key = (op.kind, attrs_key(op), op.type, len(op.domain), in_types, patterns, out_shape,
+           has_store, donate, levels)
+    return KERNELS.get(key, lambda: _make_kernel(op, in_types, patterns, out_shape, has_store,
+                                                 donate, levels))
+
+
+def _vmapped(op: Op, xs, lens, in_types, out_shape, levels):
+    """The op applied per element of its vectorised leading axes, with ``jax.vmap``."""
+    base = base_op(op)
+    inner = []
+    for i, ln in enumerate(lens):
+        k = sum(level[i] is not None for level in levels)
+        a = next((level[i] for level in levels if level[i] is not None), 0)
+        inner.append(tuple(ln[:a]) + tuple(ln[a + k:]))
+
+    def f(*args):
+        return jax_ops.compute(base, list(args), inner, list(in_types), out_shape[len(levels):])
+    for k in reversed(range(len(levels))):
+        f = jax.vmap(f, in_axes=tuple(levels[k]), axis_size=out_shape[k])
+    return f(*xs)
+
+
+def check_nonempty(op: Op, lens: list, point: tuple):
+    """max/min over an empty range has no value (the reference raises the same error)."""
+    axis = op.attrs.get("axis")
+    nd = len(lens)
+    axes = range(nd) if axis is None else [a % nd for a in ((axis,) if isinstance(axis, int)
+                                                              else axis)]
+    if any(lens[a] == 0 for a in axes):
+        where = {d.name: v for d, v in zip(op.domain, point)}
+        raise ShapeError(f"{op.kind} over an empty axis at {where}: {op.kind} has no identity; "
+                         "make the range non-empty at every point (e.g. 0:t + 1) or guard this "
+                         "point with a branch", op.loc)
+
+
+def attrs_key(op: Op) -> tuple:
+    """The attributes a kernel is specialised on (host-side values such as constants, arrays,
+    callables and index expressions are passed at call time, not baked in)."""
+    return tuple((k, repr(v)) for k, v in sorted(op.attrs.items())
+                 if k not in ("value", "array", "fn", "expr", "type", "weak"))
+
+
+def _make_kernel(op: Op, in_types: tuple, patterns: tuple, out_shape: tuple, has_store: bool,
+                 donate: bool, levels: tuple):
+    """One jitted function: gather every input from its store, compute, write in place."""
+    kernel = kernel_body(op, in_types, patterns, out_shape, has_store, levels)
+    return jax.jit(kernel, donate_argnums=(3,) if donate else ())
+
+
+def kernel_body(op: Op, in_types: tuple, patterns: tuple, out_shape: tuple, has_store: bool,
+                levels: tuple):
+    """The traceable body of a kernel (``kernel(bufs, ints, host_value, out_buf)``), shared by
+    the jitted per-statement kernels and by the XLA-loop executor, which traces it inside a
+    loop. ``levels``: per vectorised dim of the op, the axis of each input to map over."""
+    ndom = len(op.domain)
+
+    def kernel(bufs, ints, host_value, out_buf):
+        xs, lens_struct, pos = [], [], 0
+        for (pattern, cut), buf in zip(patterns, bufs):
+            d = ints[pos:pos + len(pattern)]
+            pos += len(pattern)
+            x, ax, ln = buf, 0, []
+            for j, p in enumerate(pattern):
+                if p[0] == "p":
+                    x = lax.dynamic_index_in_dim(x, d[j], axis=ax, keepdims=False)
+                    continue
+                if p[2] is None and p[3]:  # 0:n on a growing axis: a plain slice, no gather
+                    x = _prefix(x, ax, p[1])
+                elif p[2] is None:  # s:s+n (a tiled block): two dynamic slices, no gather
+                    x = _window(x, ax, d[j], p[1])
+                else:  # a ring: slots wrap around
+                    idx = (d[j] + jnp.arange(p[1], dtype=jnp.int32)) % p[2]
+                    x = jnp.take(x, idx, axis=ax)
+                ax += 1
+                ln.append(ints[pos])
+                pos += 1
+            x = x[(slice(None),) * ax + tuple(slice(0, c) for c in cut)]
+            for c in cut:
+                ln.append(None if c is None else ints[pos])
+                pos += c is not None
+            xs.append(x)
+            lens_struct.append(tuple(ln))
+        at, slot = ints[pos:pos + ndom], ints[pos + ndom:]
+        if op.kind == "sink":
+            return xs[0]
+        if op.kind == "from_array":
+            rest = host_value.shape[ndom:]
+            y = lax.dynamic_slice(host_value, tuple(at) + (0,) * len(rest),
+                                  (1,) * ndom + rest).reshape(rest)
+        elif flag(op.kind, "value"):
+            y = jnp.asarray(host_value)
+        elif levels:
+            y = _vmapped(op, xs, lens_struct, in_types, out_shape, levels)
+        else:
+            y = jax_ops.compute(op, xs, lens_struct, list(in_types), out_shape)
+        y = jax_ops.fit(y.astype(op.type.dtype), out_shape)
+        if not has_store:
+            return y
+        upd = y.reshape((1,) * ndom + y.shape)
+        return lax.dynamic_update_slice(out_buf, upd, tuple(slot) + (0,) * y.ndim)
+
+    return kernel
+
+
+def _prefix(x, axis: int, n: int):
+    """The first ``n`` entries of ``axis`` (zeros past the buffer's end)."""
+    have = min(n, x.shape[axis])
+    x = lax.slice_in_dim(x, 0, have, axis=axis)
+    if have < n:
+        pads = [(0, 0)] * x.ndim
+        pads[axis] = (0, n - have)
+        x = jnp.pad(x, pads)
+    return x
+
+
+def _window(x, axis: int, start, n: int):
+    """Entries ``start:start+n`` of ``axis`` (zeros past the buffer's end). A dynamic slice
+    clamps its start to fit the buffer, so the window is cut where it fits and then shifted
+    back by what the clamp took off, through a buffer of twice its size."""
+    x = _prefix(x, axis, max(n, x.shape[axis]))
+    lo = jnp.clip(start, 0, x.shape[axis] - n)
+    w = lax.dynamic_slice_in_dim(x, lo, n, axis=axis)
+    return lax.dynamic_slice_in_dim(jnp.concatenate([w, jnp.zeros_like(w)], axis), start - lo,
+                                    n, axis=axis)
