@@ -58,10 +58,8 @@ from .frontend.context import Context
 from .frontend.tensor import RecurrentTensor
 from .frontend.trace import Trace
 from .ir.sdg import SDG
-from .program import CompileConfig, Program, Run, compile_context, until
+from .program import CompileConfig, Program, Run, until
 from .symbolic import Bound, Dim, Slice
-
-Context.compile = compile_context
 
 __version__ = "0.1.0"
 

@@ -1,12 +1,14 @@
 """``Program`` (a compiled context) and ``Run`` (its results): the objects tying the stages."""
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 
 import numpy as np
 
+from . import progress
 from .errors import (
     ArgumentError,
     BoundsError,
@@ -22,8 +24,8 @@ from .frontend.validate import validate
 from .ir.sdg import SDG
 from .memory import plan_memory
 from .passes import run_passes
-from .runtime.reference import reference_bounds, run_reference
 from .runtime.lowered import Lowered
+from .runtime.reference import reference_bounds, run_reference
 from .schedule import FALLBACK_OPTION_SETS, OPTION_SETS, IncompleteSchedule, schedule_sdg
 from .stage import Stage
 from .symbolic import Bound, Dim
@@ -203,43 +205,65 @@ def _used_bounds(sdg: SDG) -> set[str]:
     return used
 
 
+class _Stages:
+    """Times each compilation stage (``prog.compile_times``) and shows them as a progress bar
+    when compiling takes long."""
+
+    STAGES = ("build", "validate", "passes", "schedule", "lower", "compile")
+
+    def __init__(self):
+        self.times: dict[str, float] = {}
+        self.bar = progress.bar(len(self.STAGES), "compile", "stage")
+
+    @contextlib.contextmanager
+    def stage(self, name: str):
+        self.bar.set_description_str(f"compile: {name}", refresh=False)
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.times[name] = self.times.get(name, 0.0) + time.perf_counter() - t0
+            self.bar.update()
+
+
 @user_api
 def compile_context(ctx, bounds, outputs, config: CompileConfig | None = None) -> Program:
     config = config or CompileConfig()
     if not isinstance(config, CompileConfig):
         raise ArgumentError(f"config={config!r}: give a tl.CompileConfig(...)")
     loc = user_location()
-    times = {}
-    t0 = time.perf_counter()
-    bounds, dynamic = _normalise_bounds(ctx, bounds)
-    outs = _normalise_outputs(outputs, ctx)
-    for rt in outs.values():
-        if rt.ctx is not ctx:
-            raise TempoLabError("an output belongs to another tl.Context", loc)
-    sdg = build_sdg(ctx, outs, untils=dynamic)
-    missing = sorted(_used_bounds(sdg) - set(bounds))
-    if missing:
-        raise BoundsError(f"no value for the bound(s) {', '.join(missing)}; pass them in "
-                          f"bounds={{{', '.join(f'{m}: ...' for m in missing)}}}", loc)
-    times["build"] = time.perf_counter() - t0
-    if config.validate:
-        t0 = time.perf_counter()
-        validate(sdg, bounds)
-        times["validate"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    sdg, passes = run_passes(sdg, config, config.check_invariants, bounds, dynamic)
-    bounds = {**bounds, **passes.new_bounds}  # the dims a pass added (tiling's blocks)
-    times["passes"] = time.perf_counter() - t0
-    schedule = plan = lowered = executable = None
-    if config.executor != "reference":
-        schedule, plan = _best_schedule(sdg, bounds, config, times)
-        t0 = time.perf_counter()
-        lowered = Lowered(sdg, schedule, plan, bounds)
-        times["lower"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        executable = lowered.compile(config.executor, config.sync_profile, config.xla_split)
-        times["compile"] = time.perf_counter() - t0
-    return Program(ctx.trace, sdg, bounds, outs, config, times, schedule, plan, lowered,
+    st = _Stages()
+    try:
+        with st.stage("build"):
+            bounds, dynamic = _normalise_bounds(ctx, bounds)
+            outs = _normalise_outputs(outputs, ctx)
+            for rt in outs.values():
+                if rt.ctx is not ctx:
+                    raise TempoLabError("an output belongs to another tl.Context", loc)
+            sdg = build_sdg(ctx, outs, untils=dynamic)
+            missing = sorted(_used_bounds(sdg) - set(bounds))
+            if missing:
+                raise BoundsError(f"no value for the bound(s) {', '.join(missing)}; pass them "
+                                  f"in bounds={{{', '.join(f'{m}: ...' for m in missing)}}}", loc)
+        if config.validate:
+            with st.stage("validate"):
+                validate(sdg, bounds)
+        with st.stage("passes"):
+            sdg, passes = run_passes(sdg, config, config.check_invariants, bounds, dynamic)
+            bounds = {**bounds, **passes.new_bounds}  # the dims a pass added (tiling's blocks)
+        schedule = plan = lowered = executable = None
+        if config.executor != "reference":
+            with st.stage("schedule"):
+                schedule, plan = _best_schedule(sdg, bounds, config, st.times)
+            st.times["schedule"] -= st.times["memory"]  # its own stage, timed inside
+            with st.stage("lower"):
+                lowered = Lowered(sdg, schedule, plan, bounds)
+            with st.stage("compile"):
+                executable = lowered.compile(config.executor, config.sync_profile,
+                                             config.xla_split)
+    finally:
+        st.bar.close()
+    return Program(ctx.trace, sdg, bounds, outs, config, st.times, schedule, plan, lowered,
                    executable, passes)
 
 
@@ -251,20 +275,17 @@ def _best_schedule(sdg: SDG, bounds, config, times):
     in turn) or its memory plan makes a window reader's ring grow in a program small enough
     for isl to be quick (then the plan with the lowest predicted peak, the first on ties)."""
     best = None
-    times["schedule"] = times["memory"] = 0.0
+    times["memory"] = 0.0
     for options in OPTION_SETS + FALLBACK_OPTION_SETS:
         if best is not None and (options in FALLBACK_OPTION_SETS or not best[1].grown
                                  or len(sdg.ops) > ISL_RETRY_OPS):
             break
-        t0 = time.perf_counter()
         try:
             schedule = schedule_sdg(sdg, options)
         except IncompleteSchedule:
-            times["schedule"] += time.perf_counter() - t0
             continue
         t1 = time.perf_counter()
         plan = plan_memory(sdg, schedule, bounds, config.block_size)
-        times["schedule"] += t1 - t0
         times["memory"] += time.perf_counter() - t1
         if best is None or plan.peak_bytes < best[1].peak_bytes:
             best = (schedule, plan)

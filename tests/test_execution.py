@@ -22,8 +22,8 @@ from hypothesis import Phase, given, settings
 
 import tempo_lab as tl
 from tempo_lab.demo import decoder, make_weights, numpy_decoder
-from tempo_lab.memory.plan import pad
 from tempo_lab.runtime import kernels as kernels_mod
+from tempo_lab.symbolic.sizes import pad
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/ is not a package
 

@@ -15,7 +15,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/ is not a pack
 
 from randprog import (  # noqa: E402
     ALL_FEATURES,
-    ATOL,
     RTOL,
     Binary,
     Const,

@@ -79,6 +79,14 @@ class Context:
         self._sinks: list[Node] = []
         self._calls: list[TraceEntry] = []
 
+    def compile(self, bounds, outputs, config=None):
+        """Compile the program written in this context: ``bounds`` gives every bound used
+        (an int, or ``tl.until(done, max=N)``), ``outputs`` the tensors to return (a dict of
+        names, or a list); ``config`` a ``tl.CompileConfig``. Returns a ``tl.Program``."""
+        from ..program import compile_context
+
+        return compile_context(self, bounds, outputs, config)
+
     @property
     def trace(self) -> Trace:
         """What has been recorded so far (a snapshot)."""

@@ -13,7 +13,7 @@ from ..errors import Location
 from ..stage import Stage
 from ..symbolic import TRUE, Cond, Dim, Expr, Slice
 from ..symbolic import isl as I
-from .ops import CATALOG, TensorType
+from .ops import CATALOG, TensorType, norm_dim
 
 SCHEMA = "tempo_lab.sdg/1"
 
@@ -61,6 +61,16 @@ def _attr_str(v) -> str:
 # Dims the passes add, by role: "blocks" (tiling: the blocks of a range along a step dim),
 # "parts" (incrementalisation: blocks of a vectorised dim's points, in its place).
 ROLES = ("blocks", "parts")
+
+
+def read_type(producer: Op, e: Edge) -> TensorType:
+    """The type of what read ``e`` gives its reader: the axes its slices prepend, then the
+    producer's spatial shape at the points read."""
+    lengths = tuple(norm_dim(x.length) for x in e.index if isinstance(x, Slice))
+    points = {d: x for d, x in zip(producer.domain, e.index) if not isinstance(x, Slice)}
+    shape = tuple(s if isinstance(s, int) else norm_dim(s.substitute(points))
+                  for s in producer.type.shape)
+    return TensorType(lengths + shape, producer.type.dtype, producer.type.weak)
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,6 @@ from ..symbolic import TRUE
 from .manager import Editor, register
 
 
-
 @register("dce", "dce")
 def dead_code(ed: Editor):
     """Dead-code elimination: erase ops that no output or sink depends on."""

@@ -19,7 +19,7 @@ with two ranges would keep ``b`` from becoming a spatial axis.
 """
 from __future__ import annotations
 
-from ..frontend.vjp import Cotangent
+from ..ir.cotangent import Cotangent
 from ..ir.sdg import Edge, Op
 from ..symbolic import TRUE, Slice
 from .manager import Editor, register

@@ -13,11 +13,10 @@ from types import MappingProxyType
 
 from ..errors import InternalError, TempoLabError
 from ..ir.ops import TensorType, flag, infer, norm_dim
-from ..ir.sdg import SDG, Edge, Op
-from ..symbolic import Dim
+from ..ir.sdg import SDG, Edge, Op, read_type
 from ..ir.vmap import base_op, in_axes, vdims
 from ..stage import Stage
-from ..symbolic import Slice
+from ..symbolic import Dim
 
 SCHEMA = "tempo_lab.passtrace/1"
 
@@ -262,7 +261,7 @@ def check_invariants(sdg: SDG, after: str) -> None:
             bad(f"{op.label} has input slots {[e.slot for e in ins]}")
         if op.kind == "merge" or flag(op.kind, "value"):  # typed by attributes
             continue
-        types = [_read_type(sdg, e) for e in ins]
+        types = [read_type(sdg.ops[e.src], e) for e in ins]
         have = op
         if vdims(op):  # check the op for one element of its vectorised axes
             for level in in_axes(sdg, op, ins):
@@ -274,15 +273,6 @@ def check_invariants(sdg: SDG, after: str) -> None:
                 or want.dtype != op.type.dtype:
             bad(f"{op.label} ({op.kind}) has type {op.type} but its inputs give {want}")
     _check_acyclic(sdg, bad)
-
-
-def _read_type(sdg: SDG, e: Edge):
-    p = sdg.ops[e.src]
-    lengths = tuple(norm_dim(x.length) for x in e.index if isinstance(x, Slice))
-    points = {d: x for d, x in zip(p.domain, e.index) if not isinstance(x, Slice)}
-    shape = tuple(s if isinstance(s, int) else norm_dim(s.substitute(points))
-                  for s in p.type.shape)
-    return TensorType(lengths + shape, p.type.dtype, p.type.weak)
 
 
 def _check_acyclic(sdg: SDG, bad):

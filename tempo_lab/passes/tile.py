@@ -23,12 +23,11 @@ from __future__ import annotations
 import numpy as np
 
 from ..ir.ops import CATALOG, TensorType, flag, infer
-from ..ir.sdg import Edge, Op
+from ..ir.sdg import Edge, Op, read_type
 from ..ir.vmap import vdims
-from ..memory.plan import const_cap
 from ..symbolic import TRUE, Const, Dim, Slice, floordiv, min_
-from .manager import Editor, _read_type, register
-
+from ..symbolic.sizes import const_cap
+from .manager import Editor, register
 
 
 def auto_block(longest: int) -> int:
@@ -86,7 +85,7 @@ def _grow(ed: Editor, start: Edge, t: Dim, c: int) -> Region | None:
         if op.domain != reg.domain or vdims(op) or op.kind not in CATALOG:
             return None
         for e in ed.in_edges(i):
-            a = _axis(_read_type(ed, e).shape, length)
+            a = _axis(read_type(ed.ops[e.src], e).shape, length)
             if a == -1:
                 return None
             if a is None:
@@ -181,7 +180,7 @@ class _Builder:
                         dict(op.attrs), self.block, note)
 
     def add(self, kind, edges, attrs, domain, note) -> int:
-        typ = infer(kind, [_read_type(self.ed, e) for e in edges], attrs)
+        typ = infer(kind, [read_type(self.ed.ops[e.src], e) for e in edges], attrs)
         op = Op(-1, kind, domain, typ, attrs, self.loc)
         return self.ed.add(op, edges, self.reg.terminal, note)
 
@@ -241,7 +240,7 @@ def _online_softmax(ed: Editor, reg: Region, b: _Builder, new: dict[int, int]):
     last = reg.chain[-1] if reg.chain else reg.softmax
     wslot = next(e.slot for e in ed.in_edges(reg.terminal) if e.src == last)
     other = ed.in_edges(reg.terminal)[1 - wslot]
-    squeeze = _read_type(ed, other).ndim == 1 and ed.ops[last].type.ndim >= 2
+    squeeze = read_type(ed.ops[other.src], other).ndim == 1 and ed.ops[last].type.ndim >= 2
 
     def lay(x: int, note: str) -> int:
         """A row factor (the range axis reduced to 1) laid out like the result."""

@@ -63,7 +63,7 @@ class _Codegen:
 
     # -- generation ---------------------------------------------------------------------------
     def _generate(self, record: bool) -> str:
-        self.record = record
+        self.record, self._depth = record, 0
         low = self.lowered
         w = _Writer()
         params = ", ".join(ic.bound(p) for p in self.sdg.params)
@@ -121,21 +121,25 @@ class _Codegen:
         v = ic.var(node.var)
         lo, hi = ic.expr_src(node.lo), ic.expr_src(node.hi)
         dynamic = any(s.name in self.sdg.untils for s in node.hi.bounds())
+        self._depth += 1
         if not isinstance(node, While) and not dynamic:
             step = f", {node.step}" if node.step != 1 else ""
             w(d, f"for {v} in range({lo}, {hi}{step}):")
             self._node(w, node.body, d + 1)
-            return
-        w(d, f"{v} = {lo}")
-        if isinstance(node, While):
-            w(d, f"E{node.done} = False")
-        w(d, f"while {v} < {hi}:")
-        self._node(w, node.body, d + 1)
-        if isinstance(node, While):  # the bound is set once; the loop runs on to its new end
-            at, i = ic.expr_src(node.at), node.done
-            w(d + 1, f"if not E{i} and W{i} >= {at} >= 0 and bool(b{i}[{at}]):")
-            w(d + 2, f"{ic.bound(node.bound)}, E{i} = {at} + 1, True")
-        w(d + 1, f"{v} += {node.step}")
+        else:
+            w(d, f"{v} = {lo}")
+            if isinstance(node, While):
+                w(d, f"E{node.done} = False")
+            w(d, f"while {v} < {hi}:")
+            self._node(w, node.body, d + 1)
+            if isinstance(node, While):  # the bound is set once; the loop runs on to its end
+                at, i = ic.expr_src(node.at), node.done
+                w(d + 1, f"if not E{i} and W{i} >= {at} >= 0 and bool(b{i}[{at}]):")
+                w(d + 2, f"{ic.bound(node.bound)}, E{i} = {at} + 1, True")
+            w(d + 1, f"{v} += {node.step}")
+        if self._depth == 1:  # progress: an iteration of an outermost loop ended
+            w(d + 1, "R.tick()")
+        self._depth -= 1
 
     def _exec(self, w: _Writer, node: Exec, d: int):
         low = self.lowered

@@ -103,7 +103,11 @@ class Executable(Stage):
 
         bounds = dict(self.lowered.bounds if bounds is None else bounds)
         host = Host(self.lowered, self.sync, record, self._cached)
-        bufs, reached, profile = self.prepared.run(host, bounds)
+        host.start(self.name, bounds)
+        try:
+            bufs, reached, profile = self.prepared.run(host, bounds)
+        finally:
+            host.stop()
         host.raise_error()
         env = {**bounds, **reached}
         values = self.lowered.outputs(bufs, env)

@@ -14,12 +14,23 @@ import time
 import jax.numpy as jnp
 import numpy as np
 
+from .. import progress
 from ..errors import TempoLabError
 from ..ir.callbacks import deliver, source_value
-from ..memory.plan import size_class
+from ..schedule import For, If
+from ..symbolic.sizes import size_class
 from .kernels import check_nonempty, shared_kernel
 from .lowered import Lowered, grown_shape, initial_shape
 from .profile import KernelEvent, Profile
+
+
+def _outermost(node) -> list:
+    """The loops of the AST that no other loop encloses."""
+    if isinstance(node, For):
+        return [node]
+    return [x for n in getattr(node, "body", ()) for x in _outermost(n)] + (
+        _outermost(node.then) + (_outermost(node.orelse) if node.orelse else [])
+        if isinstance(node, If) else [])
 
 
 class Cached:
@@ -43,6 +54,22 @@ class Host:
         self.clock = time.perf_counter
         self.a32 = lambda xs: np.asarray(xs, np.int32)
         self.sc = size_class
+        self.bar = None
+
+    # -- progress -----------------------------------------------------------------------------
+    def start(self, executor: str, bounds) -> None:
+        """A progress bar over the iterations of the outermost loops (shown for long runs)."""
+        env = dict(bounds)
+        total = sum(max(0, n.hi.evaluate(env) - n.lo.evaluate(env))
+                    for n in _outermost(self.lowered.ast))
+        self.bar = progress.bar(total or None, f"run ({executor})", "step")
+
+    def tick(self) -> None:
+        self.bar.update()
+
+    def stop(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
 
     # -- kernels ------------------------------------------------------------------------------
     def kernel(self, s: int, pads: tuple):

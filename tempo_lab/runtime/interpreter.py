@@ -7,7 +7,7 @@ import time
 from collections.abc import Mapping
 
 from ..ir.ops import flag
-from ..schedule import Exec, Free, walk
+from ..schedule import Free, walk
 from .host import Host
 from .lowered import Lowered
 
@@ -51,7 +51,7 @@ class _Interpreter:
         def done(loop, at):
             return written.get(loop.done, -1) >= at >= 0 and bool(bufs[loop.done][at])
 
-        for node, point in walk(low.ast, env, done):
+        for node, point in walk(low.ast, env, done, host.tick):
             if isinstance(node, Free):
                 for o in node.ops:
                     total -= held.pop(o, 0)

@@ -16,6 +16,7 @@ from ..ir.ops import BINARY, CATALOG, NONE, UNARY, promote, rule
 from ..ir.sdg import Op
 from . import counter_rng
 
+
 def _mask(x, axis: int, n, fill):
     keep = lax.broadcasted_iota(jnp.int32, x.shape, axis) < n
     return jnp.where(keep, x, jnp.asarray(fill, x.dtype))

@@ -18,11 +18,12 @@ import numpy as np
 from ..ir.ops import flag
 from ..ir.sdg import SDG, Edge, Op
 from ..ir.vmap import in_axes, vdims
-from ..memory.plan import MemoryPlan, Storage, const_cap, size_class
+from ..memory.plan import MemoryPlan, Storage
 from ..schedule import Exec, For, Schedule, While
 from ..stage import Stage
 from ..symbolic import TRUE, Const, Dim, Expr, Slice, mod
 from ..symbolic.cond import Cond
+from ..symbolic.sizes import const_cap, size_class
 
 SCHEMA = "tempo_lab.lowered/1"
 

@@ -34,10 +34,11 @@ from jax.experimental import io_callback
 
 from ..ir.ops import flag
 from ..ir.sdg import SDG
-from ..memory.plan import MemoryPlan, size_class
+from ..memory.plan import MemoryPlan
 from ..schedule import Exec, For, Free, If, Seq, While
 from ..symbolic import Const, Dim
 from ..symbolic import isl as I
+from ..symbolic.sizes import size_class
 from . import index_code as ic
 from .cache import LRU
 from .host import Host

@@ -162,13 +162,15 @@ def _isl_schedule(sdg: SDG, dom, validity, options: Mapping[str, int]):
 
 
 def walk(node: Node, env: dict[str, int],
-         done: Callable[[While, int], bool] | None = None) -> Iterator[tuple[Node, tuple]]:
+         done: Callable[[While, int], bool] | None = None,
+         tick: Callable[[], None] | None = None) -> Iterator[tuple[Node, tuple]]:
     """Execute the loop AST abstractly: yield ``(Exec or Free, point)`` in schedule order.
 
     ``env`` holds the bound values (and is updated with loop variables). ``done(loop, point)``
     is asked after every iteration of a ``While`` loop with the point of its condition, until
     it holds: the bound in ``env`` then becomes ``point + 1``, and the loop runs on while its
-    own bound, evaluated with that value, allows; so do later loops.
+    own bound, evaluated with that value, allows; so do later loops. ``tick()`` is called after
+    every iteration of an outermost loop (progress).
     """
     if isinstance(node, Exec):
         yield node, tuple(a.evaluate(env) for a in node.args)
@@ -176,18 +178,20 @@ def walk(node: Node, env: dict[str, int],
         yield node, ()
     elif isinstance(node, Seq):
         for n in node.body:
-            yield from walk(n, env, done)
+            yield from walk(n, env, done, tick)
     elif isinstance(node, If):
         if node.cond.evaluate(env):
-            yield from walk(node.then, env, done)
+            yield from walk(node.then, env, done, tick)
         elif node.orelse is not None:
-            yield from walk(node.orelse, env, done)
+            yield from walk(node.orelse, env, done, tick)
     elif isinstance(node, For):
         v, hi = node.lo.evaluate(env), node.hi.evaluate(env)
         ended = False
         while v < hi:
             env[node.var] = v
             yield from walk(node.body, env, done)
+            if tick is not None:
+                tick()
             if isinstance(node, While) and done is not None and not ended:
                 at = node.at.evaluate(env)
                 if done(node, at):

@@ -97,7 +97,7 @@ class Cmp(Cond):
         return self.expr.symbols()
 
     def substitute(self, mapping):
-        return _cmp(self.op, self.expr.substitute(mapping))
+        return compare(self.op, self.expr.substitute(mapping))
 
     def __str__(self):
         # Put one dim with coefficient +-1 on the left: "t >= 1", "t < T", "t == 0".
@@ -174,7 +174,7 @@ def as_cond(c) -> Cond:
     raise ExprError(f"{c!r} is not a condition; build one with < <= > >= tl.eq tl.ne & | ~")
 
 
-def _cmp(op: str, e: Expr) -> Cond:
+def compare(op: str, e: Expr) -> Cond:
     if isinstance(e, Const):
         return as_cond(e.value >= 0 if op == ">=" else e.value == 0)
     if op == "==" and isinstance(e, Lin) and e.terms[0][1] < 0:
@@ -183,16 +183,16 @@ def _cmp(op: str, e: Expr) -> Cond:
 
 
 def le(a, b) -> Cond:
-    return _cmp(">=", as_expr(b) - as_expr(a))
+    return compare(">=", as_expr(b) - as_expr(a))
 
 
 def lt(a, b) -> Cond:
-    return _cmp(">=", as_expr(b) - as_expr(a) - 1)
+    return compare(">=", as_expr(b) - as_expr(a) - 1)
 
 
 def eq(a, b) -> Cond:
     """``tl.eq(a, b)``: the symbolic ``a == b`` (Python ``==`` is structural equality)."""
-    return _cmp("==", as_expr(a) - as_expr(b))
+    return compare("==", as_expr(a) - as_expr(b))
 
 
 def ne(a, b) -> Cond:
@@ -229,5 +229,5 @@ def not_(c) -> Cond:
     if isinstance(c, Not):
         return c.arg
     if isinstance(c, Cmp) and c.op == ">=":
-        return _cmp(">=", -c.expr - 1)  # ~(e >= 0)  <=>  -e - 1 >= 0
+        return compare(">=", -c.expr - 1)  # ~(e >= 0)  <=>  -e - 1 >= 0
     return Not(c)

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 import islpy as isl
 
 from ..errors import ExprError
-from .cond import TRUE, BoolConst, Cmp, Cond, Junction, Not, _cmp, and_, or_
+from .cond import TRUE, BoolConst, Cmp, Cond, Junction, Not, and_, compare, or_
 from .expr import Bound, Const, Dim, DivMod, Expr, Lin, MinMax, Slice, Sym
 
 CTX = isl.DEFAULT_CONTEXT
@@ -148,7 +148,7 @@ def cond_from_set(s: isl.Set) -> Cond:
 
 
 def _recanon(c: Cmp) -> Cond:
-    return _cmp(c.op, c.expr)
+    return compare(c.op, c.expr)
 
 
 def _constraint_expr(con, syms, divs) -> Expr:
