@@ -130,16 +130,16 @@ def schedule_sdg(sdg: SDG, options: Mapping[str, int] | str | None = None) -> Sc
                                                         for m, index in deps])
         except fusion.Declined as e:
             raise IncompleteSchedule(f"the fusion scheduler declined: {e}") from None
-        depth = tree.get_map_list().get_at(0).dim(isl.dim_type.out)
-        if not fusion.check(tree, validity, depth):
+        if not fusion.check(tree.get_map(), validity):
             raise IncompleteSchedule("the fused loop nest breaks a dependence")
     else:
         tree = _isl_schedule(sdg, dom, validity, options)
     try:
-        ast = build.mark_untils(build.lower(build.ast(tree, pctx), sdg), sdg)
+        ast = build.mark_untils(build.lower(build.ast(tree, pctx), sdg), sdg,
+                                shifts=options != "fusion")
     except build.IslScheduleRejected as e:
         raise IncompleteSchedule(str(e)) from None
-    order = tree if options == "fusion" else build.time_map(ast, sdg)
+    order = tree.get_map() if options == "fusion" else build.time_map(ast, sdg)
     if not dom.is_subset(order.domain()):
         raise IncompleteSchedule(f"the schedule ({options}) leaves out statement instances")
     ast = build.insert_frees(ast, build.last_reads(sdg, order, domains, maps), sdg)

@@ -184,12 +184,13 @@ def check_untils(sdg: SDG, domains: dict[int, isl.Set]):
                 stack.append(e.src)
 
 
-def mark_untils(root: Node, sdg: SDG) -> Node:
+def mark_untils(root: Node, sdg: SDG, shifts: bool = True) -> Node:
     """Turn the loop that computes each ``tl.until`` condition into a ``While``. The loop sets
     the bound as soon as the condition holds and then runs on while its own bound, now
     evaluated with the value reached, allows (isl may compute an op a few iterations after its
     point); an op that the condition reads must not be computed ahead of its point, or a
-    point past the end would run before the end is known."""
+    point past the end would run before the end is known (checked where the schedule may
+    shift points, ``shifts``: the fusion scheduler's loops run every op at its own point)."""
     found: set[str] = set()
 
     def visit(node):
@@ -204,7 +205,8 @@ def mark_untils(root: Node, sdg: SDG) -> Node:
                 at = _exec_in(body, done)
                 if at is not None and isinstance(at - Dim(node.var), Const) \
                         and at.dims() == {Dim(node.var)}:
-                    _check_ahead(body, at, sdg, done)
+                    if shifts:
+                        _check_ahead(body, at, sdg, done)
                     found.add(bound)
                     return While(node.var, node.lo, node.hi, body, node.dim, node.step, bound,
                                  done, at)

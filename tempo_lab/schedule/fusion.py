@@ -256,43 +256,61 @@ def _sccs(nodes: list[int], succ: dict[int, list[int]]) -> list[list[int]]:
     return out
 
 
-def fusion_schedule(sdg: SDG, domains: dict[int, isl.Set], deps: list[Dep]) -> isl.UnionMap:
-    """The 2d+1 schedule map of every op with demanded points (``Declined`` if the fused nest
-    does not exist or fails isl's check)."""
+def fusion_schedule(sdg: SDG, domains: dict[int, isl.Set], deps: list[Dep]) -> isl.Schedule:
+    """The fused loop nest of every op with demanded points, as an isl schedule tree: a
+    sequence node per level, a band node (one member: the loop's dim, negated for a loop that
+    runs backwards) per loop (``Declined`` if no such nest exists)."""
     live = {i for i, d in domains.items() if not d.is_empty()}
     f = _Fusion(sdg, live, [dep for dep in deps if dep.src in live and dep.dst in live])
     items = f.level(sorted(live), (), ())
-    rows: dict[int, list] = {}
+    dom = _union([domains[i] for i in sorted(live)])
+    node = isl.Schedule.from_domain(dom).get_root().child(0)
+    return _insert(node, items, sdg, domains).get_schedule()
 
-    def place(items, prefix):
-        for beta, it in enumerate(items):
-            if it[0] == "op":
-                rows[it[1]] = prefix + [beta]
-            else:
-                _, d, w, body = it
-                place(body, prefix + [beta, (d, w)])
 
-    place(items, [])
-    depth = max(len(r) for r in rows.values())
-    params = ", ".join(sdg.params)
-    sched = None
-    for i, row in rows.items():
+def _ops_of(item) -> list[int]:
+    return [item[1]] if item[0] == "op" else [i for it in item[3] for i in _ops_of(it)]
+
+
+def _union(sets) -> isl.UnionSet:
+    out = None
+    for s in sets:
+        out = isl.UnionSet.from_set(s) if out is None else out.union(isl.UnionSet.from_set(s))
+    return out
+
+
+def _insert(node, items, sdg: SDG, domains):
+    """Put ``items`` below ``node`` (a leaf); returns a node of the same tree."""
+    if len(items) > 1:
+        filters = isl.UnionSetList.alloc(I.CTX, len(items))
+        for it in items:
+            filters = filters.add(_union([domains[i] for i in _ops_of(it)]))
+        node = node.insert_sequence(filters)
+        for k, it in enumerate(items):
+            node = _insert(node.child(k).child(0), [it], sdg, domains).parent().parent()
+        return node
+    it = items[0]
+    if it[0] == "op":
+        return node
+    _, d, w, body = it
+    member = None
+    for i in _ops_of(it):
         names = [f"x{k}" for k in range(len(sdg.ops[i].domain))]
-        pos = {x.name: k for k, x in enumerate(sdg.ops[i].domain)}
-        coords = [str(c) if not isinstance(c, tuple) else
-                  f"{'-' if c[1] < 0 else ''}x{pos[c[0]]}" for c in row]
-        coords += ["0"] * (depth - len(coords))
-        m = isl.Map(f"[{params}] -> {{ op{i}[{', '.join(names)}] -> [{', '.join(coords)}] }}",
-                    context=I.CTX).intersect_domain(domains[i])
-        sched = isl.UnionMap.from_map(m) if sched is None else sched.union(isl.UnionMap.from_map(m))
-    return sched
+        k = [x.name for x in sdg.ops[i].domain].index(d)
+        m = isl.Map(f"[{', '.join(sdg.params)}] -> {{ op{i}[{', '.join(names)}] -> "
+                    f"[{'-' if w < 0 else ''}x{k}] }}", context=I.CTX)
+        m = isl.UnionMap.from_map(m.intersect_domain(domains[i]))
+        member = m if member is None else member.union(m)
+    node = node.insert_partial_schedule(isl.MultiUnionPwAff.from_union_map(member))
+    return _insert(node.child(0), body, sdg, domains).parent()
 
 
-def check(schedule: isl.UnionMap, validity: isl.UnionMap, depth: int) -> bool:
+def check(schedule: isl.UnionMap, validity: isl.UnionMap) -> bool:
     """Whether ``schedule`` runs every dependence's source before its sink."""
     if validity.is_empty():
         return True
     pairs = validity.apply_domain(schedule).apply_range(schedule)
+    depth = schedule.get_map_list().get_at(0).dim(isl.dim_type.out)
     sp = isl.Space.create_from_names(I.CTX, set=[f"c{k}" for k in range(depth)],
                                      params=pairs.get_space().get_var_names(isl.dim_type.param))
     bad = pairs.intersect(isl.UnionMap.from_map(isl.Map.lex_ge(sp)))
