@@ -1,6 +1,7 @@
 """Compile time by stage against the number of layers (the paper's compile-time figure).
 
     python -m benchmarks.compile [--layers 2 4 8 16 32 64] [--seq-len 32] [--out FILE] [--quick]
+    python -m benchmarks.compile --scale [--quick]
 
 For each layer count, in a fresh subprocess (JAX and tempo_lab cache compiled kernels per
 process): the decoder of ``benchmarks.decode`` (batch, layers and steps as dims) is compiled by
@@ -15,6 +16,13 @@ one program over iterations and steps) is measured the same way (``--training``)
 stages, the kernels its first run compiles, and the run, against one ``jax.jit`` of a
 ``lax.scan`` over iterations with ``jax.grad`` inside (``jax_scan``), on the same inputs; the
 two loss curves are checked equal first.
+
+The scaling study (``--scale``, ``--scale --quick`` for a subset) compiles, each in a fresh
+subprocess: the decoder with its layers *unrolled* as separate ops (2-64 layers, how most models
+are written; ``tempo_lab.examples.unrolled_decoder``), the same with layers as a dim
+(``layered``), a chain of 1 000 / 10 000 ops with recurrences (``tempo_lab.examples.op_chain``)
+and PPO (``tl.rl.ppo``, 32 x 250). Each is checked against, and its compile time compared with,
+``jax.jit(...).lower(...).compile()`` of its plain-JAX twin in the same process.
 """
 from __future__ import annotations
 
@@ -112,6 +120,182 @@ def one_training(iters: int, steps: int) -> dict:
             "max_abs_err": err}
 
 
+def one_scale(program: str, size: int, seq_len: int, fuse: bool = True) -> dict:
+    """``--scale``: compile time by stage of one program of the scaling study, in this process,
+    against ``jax.jit`` of its plain-JAX twin (compile only: ``lower().compile()``).
+
+    ``unrolled``: the decoder with ``size`` layers written out as separate ops; ``layered``:
+    the same with layers as a dim; ``chain``: about ``size`` ops in a chain with recurrences
+    (``tempo_lab.examples.op_chain``); ``ppo``: ``tl.rl.ppo`` at 32 environments x 250 steps
+    against the CleanRL-style baseline of ``benchmarks.rl``."""
+    import time
+
+    import jax
+    import numpy as np
+
+    import tempo_lab as tl
+    from benchmarks.decode import _CompileClock
+    from tempo_lab.demo import make_weights, numpy_decoder
+    from tempo_lab.examples import op_chain, unrolled_decoder
+
+    tl.config.progress = False
+    load = loadavg()
+    cfg = tl.CompileConfig(fuse=fuse)
+    if program == "ppo":
+        return _one_ppo(load)
+    weights = make_weights(size, 32, 64) if program in ("unrolled", "layered") else None
+    tokens = np.random.default_rng(1).standard_normal((seq_len, 32)).astype(np.float32)
+    data = np.random.default_rng(0).standard_normal((seq_len, 8)).astype(np.float32)
+    t_trace = time.perf_counter()  # jax.jit's lower traces too, so tracing is counted here
+    if program in ("unrolled", "layered"):
+        if program == "unrolled":
+            ctx = tl.Context(dims=("t",))
+            (T,) = ctx.bounds
+            y = unrolled_decoder(ctx, weights, tokens, 2)
+            bounds = {T: seq_len}
+        else:
+            from tempo_lab.demo import decoder
+
+            ctx = tl.Context(dims=("n", "t"))
+            N, T = ctx.bounds
+            h = decoder(ctx, weights, tokens, 2)
+            with ctx:
+                y = h[N - 1, ctx.dims[1]]
+            bounds = {N: size, T: seq_len}
+        twin, args = _jax_unrolled_decoder(weights, 2), (tokens,)
+    elif program == "chain":
+        ctx = tl.Context(dims=("t",))
+        (T,) = ctx.bounds
+        y, twin = op_chain(ctx, size, data)
+        bounds, args = {T: seq_len}, (data,)
+    else:
+        raise ValueError(program)
+    trace_s = time.perf_counter() - t_trace
+    want = numpy_decoder(weights, tokens, 2) if weights is not None else None
+    t0 = time.perf_counter()
+    prog = ctx.compile(bounds=bounds, outputs={"y": y}, config=cfg)
+    compile_s = time.perf_counter() - t0 + trace_s
+    clock = _CompileClock()
+    clock.active = True
+    got = prog.run()["y"]
+    clock.active = False
+    t0 = time.perf_counter()
+    jitted = jax.jit(twin).lower(*args).compile()
+    jax_s = time.perf_counter() - t0
+    ref = np.asarray(jitted(*args)) if want is None else want
+    err = float(np.max(np.abs(got - ref)))
+    if not np.allclose(got, ref, rtol=1e-3, atol=1e-3):
+        raise RuntimeError(f"{program} {size}: tempo_lab and the JAX twin differ by {err}")
+    stages = {"trace": trace_s, **prog.compile_times, "kernels": clock.seconds}
+    return {"scale": program, "size": size, "seq_len": seq_len, "fuse": fuse,
+            "traced_ops": len(prog.passes.initial.ops), "sdg_ops": len(prog.sdg.ops),
+            "scheduler": prog.schedule.method.split(" ")[0], "loadavg_at_start": load,
+            "tempo_lab_compile_s": compile_s, "tempo_lab_by_stage": stages,
+            "tempo_lab_with_kernels_s": compile_s + clock.seconds,
+            "jax_jit_compile_s": jax_s, "ratio": (compile_s + clock.seconds) / jax_s,
+            "max_abs_err": err}
+
+
+def _jax_unrolled_decoder(weights: dict, heads: int):
+    """The decoder in plain JAX: a ``lax.scan`` over steps with a KV cache, the layers a
+    Python loop inside the step (so ``jax.jit`` sees every layer)."""
+    import jax
+    import jax.numpy as jnp
+
+    layers = weights["wq"].shape[0]
+
+    def norm(x):
+        return x / jnp.sqrt((x * x).mean(-1, keepdims=True) + 1e-6)
+
+    def run(tokens):
+        steps, d = tokens.shape
+        dh = d // heads
+        w = {k: jnp.asarray(v) for k, v in weights.items()}
+
+        def step(cache, item):
+            t, h = item
+            new = []
+            for layer in range(layers):
+                kc, vc = cache[layer]
+                x = norm(h)
+                q, k, v = ((x @ w[m][layer]).reshape(heads, dh) for m in ("wq", "wk", "wv"))
+                kc, vc = kc.at[t].set(k), vc.at[t].set(v)
+                s = jnp.einsum("hd,shd->hs", q, kc) / jnp.sqrt(dh)
+                s = jnp.where(jnp.arange(steps)[None] <= t, s, -jnp.inf)
+                att = jnp.einsum("hs,shd->hd", jax.nn.softmax(s, axis=-1), vc).reshape(d)
+                h_mid = h + att @ w["wo"][layer]
+                h = h_mid + jax.nn.relu(norm(h_mid) @ w["w1"][layer]) @ w["w2"][layer]
+                new.append((kc, vc))
+            return new, h
+
+        cache = [(jnp.zeros((steps, heads, dh)), jnp.zeros((steps, heads, dh)))
+                 for _ in range(layers)]
+        return jax.lax.scan(step, cache, (jnp.arange(steps), tokens))[1]
+
+    return run
+
+
+def _one_ppo(load) -> dict:
+    """PPO (32 x 250, hidden 64, 2 iterations): tempo_lab's compile stages against the
+    CleanRL-style baseline's ``lower().compile()`` of its two phases, both from
+    ``benchmarks.rl`` (no warm runs: only compile is measured here)."""
+    import time
+
+    import numpy as np
+
+    from benchmarks import rl
+
+    cfg = rl.Config(num_envs=32, ep_len=250, hidden=64, iterations=2)
+    t0 = time.perf_counter()
+    prog = rl.compile_tempo_lab(cfg)
+    compile_s = time.perf_counter() - t0
+    first = prog.run()
+    base = rl.bench_cleanrl(cfg, 0, False)
+    err = float(abs(np.asarray(first["return"]) - np.asarray(base["returns"])).max())
+    stages = {**prog.compile_times, "kernels": first.seconds}
+    return {"scale": "ppo", "size": cfg.num_envs * cfg.ep_len, "seq_len": cfg.ep_len,
+            "fuse": True, "traced_ops": len(prog.passes.initial.ops),
+            "sdg_ops": len(prog.sdg.ops), "scheduler": prog.schedule.method.split(" ")[0],
+            "loadavg_at_start": load, "tempo_lab_compile_s": compile_s,
+            "tempo_lab_by_stage": stages,
+            "tempo_lab_with_kernels_s": compile_s + first.seconds,
+            "kernels_method": "first run (kernels compile inside it; 2 iterations)",
+            "jax_jit_compile_s": base["compile_s"],
+            "ratio": (compile_s + first.seconds) / base["compile_s"], "max_abs_err": err}
+
+
+SCALE_QUICK = [("unrolled", 2), ("unrolled", 24), ("layered", 24), ("chain", 1000),
+               ("ppo", 0)]
+SCALE_FULL = ([("unrolled", n) for n in (2, 8, 16, 24, 32, 64)]
+              + [("layered", n) for n in (2, 24, 64)]
+              + [("chain", 1000), ("chain", 10000), ("ppo", 0)])
+
+
+def measure_scale(cases, seq_len: int = 32, on_record=None) -> list[dict]:
+    """``--scale``: every case in a fresh subprocess, for the same reason as ``measure``."""
+    root = Path(__file__).resolve().parent.parent
+    records = []
+    for program, size in cases:
+        proc = subprocess.run([sys.executable, "-m", "benchmarks.compile", "--one-scale",
+                               program, str(size), "--seq-len", str(seq_len)],
+                              capture_output=True, text=True, cwd=root)
+        line = next((x for x in proc.stdout.splitlines() if x.startswith(RESULT)), None)
+        if proc.returncode != 0 or line is None:
+            raise RuntimeError(f"{program} {size} failed:\n{proc.stderr[-3000:]}")
+        records.append(json.loads(line[len(RESULT):]))
+        if on_record:
+            on_record(records[-1])
+    return records
+
+
+def _print_scale_row(rec: dict) -> None:
+    stages = ", ".join(f"{k} {v:.2f}" for k, v in rec["tempo_lab_by_stage"].items())
+    print(f"{rec['scale']:>8} {rec['size']:>6}  {rec['traced_ops']:>6} {rec['sdg_ops']:>5}  "
+          f"{rec['scheduler']:>7}  {rec['tempo_lab_compile_s']:>8.2f}  "
+          f"{rec['tempo_lab_with_kernels_s']:>8.2f}  {rec['jax_jit_compile_s']:>7.2f}  "
+          f"{rec['ratio']:>6.1f}x  {stages}", flush=True)
+
+
 def measure(layers: list[int], seq_len: int = 32, on_record=None) -> list[dict]:
     """One record per layer count, each measured in a fresh subprocess (JAX and tempo_lab
     cache compiled kernels per process, which would flatter every count after the first)."""
@@ -144,10 +328,32 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=DEFAULT_OUT)
     ap.add_argument("--training", action="store_true",
                     help="the training example (200 iterations x 8 steps) instead of layers")
+    ap.add_argument("--scale", action="store_true",
+                    help="the scaling study: unrolled and layered decoders, op chains, PPO")
     ap.add_argument("--one", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--one-scale", nargs=2, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.one is not None:
         print(RESULT + json.dumps(one(args.one, args.seq_len)))
+        return 0
+    if args.one_scale is not None:
+        program, size = args.one_scale
+        print(RESULT + json.dumps(one_scale(program, int(size), args.seq_len)))
+        return 0
+    if args.scale:
+        print(f"{'program':>8} {'size':>6}  {'traced':>6} {'ops':>5}  {'sched':>7}  "
+              f"{'compile':>8}  {'+kernels':>8}  {'jax.jit':>7}  {'ratio':>7}  stages (s)")
+        try:
+            records = measure_scale(SCALE_QUICK if args.quick else SCALE_FULL, args.seq_len,
+                                    on_record=_print_scale_row)
+        except RuntimeError as e:
+            print(e, file=sys.stderr)
+            return 1
+        out = args.out if args.out != DEFAULT_OUT else DEFAULT_OUT.replace(".json", "_scale.json")
+        os.makedirs(os.path.dirname(out) or ".", exist_ok=True)
+        with open(out, "w") as f:
+            json.dump(records, f, indent=1)
+        print(f"wrote {out}")
         return 0
     if args.training:
         rec = one_training(200, 8)

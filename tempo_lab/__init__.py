@@ -54,7 +54,7 @@ from .frontend.api import (
 )
 from .frontend.api import constant_ as constant
 from .frontend.autodiff import grad
-from .frontend.context import Context
+from .frontend.context import Context, scope
 from .frontend.tensor import RecurrentTensor
 from .frontend.trace import Trace
 from .ir.sdg import SDG
@@ -68,7 +68,7 @@ __all__ = [
     "ExprError", "GradientError", "Program", "RecurrentTensor", "Run", "SDG", "ScheduleError", "ShapeError",
     "Slice", "TempoLabError", "Trace", "abs", "arange", "concatenate", "config", "constant",
     "cos", "eq", "exp", "expand_dims", "from_array", "full", "grad", "lift", "log", "matmul", "max", "maximum",
-    "mean", "min", "minimum", "ne", "nn", "ones", "optim", "placeholder", "random", "relu", "reshape", "rl", "sigmoid", "sin",
+    "mean", "min", "minimum", "ne", "nn", "ones", "optim", "placeholder", "random", "relu", "reshape", "rl", "scope", "sigmoid", "sin",
     "sink", "softmax", "source", "sqrt", "squeeze", "stack", "sum", "tanh", "transpose", "until",
     "where", "zeros",
 ]

@@ -79,3 +79,74 @@ class DelayLine:
         def train(xs):
             return jax.lax.scan(iteration, (p0, zeros, zeros, 0.0), xs)[1]
         return train
+
+
+def unrolled_decoder(ctx: tl.Context, weights: dict, tokens: np.ndarray, heads: int,
+                     window: int | None = None):
+    """``tempo_lab.demo.decoder`` with its layers written out, one set of ops per layer (how
+    most models are written): ``ctx`` has dims ``(t,)`` or ``(b, t)`` with tokens over
+    ``(b, t)``; ``weights`` as for the demo, stacked over layers. Returns the last layer's
+    output (about 15 ops per layer)."""
+    from .demo import rms_norm
+
+    *lead, t = ctx.dims
+    d = tokens.shape[-1]
+    dh = d // heads
+    start = 0 if window is None else tl.max(0, t - window + 1)
+    with ctx:
+        h = tl.from_array(tokens, domain=ctx.dims, name="emb")
+        for layer in range(weights["wq"].shape[0]):
+            with tl.scope(f"layer{layer}"):
+                w = {k: tl.constant(v[layer]) for k, v in weights.items()}
+                x = rms_norm(h)
+                q = (x @ w["wq"]).reshape(heads, dh)
+                k = (x @ w["wk"]).reshape(heads, dh)
+                v = (x @ w["wv"]).reshape(heads, dh)
+                keys = k[(*lead, slice(start, t + 1))].transpose(1, 0, 2)
+                values = v[(*lead, slice(start, t + 1))].transpose(1, 0, 2)
+                scores = (keys @ q.expand_dims(2)).squeeze(2) / float(np.sqrt(dh))
+                att = (tl.softmax(scores, axis=-1).expand_dims(1) @ values).squeeze(1)
+                h_mid = h + att.reshape(d) @ w["wo"]
+                h = h_mid + tl.relu(rms_norm(h_mid) @ w["w1"]) @ w["w2"]
+    return h
+
+
+def op_chain(ctx: tl.Context, n: int, data: np.ndarray):
+    """A chain of about ``n`` ops over ``(t,)`` (the shape of a long unrolled program, for
+    compile-time scaling): ``x * 0.9 + 0.1`` again and again, every tenth link a recurrence
+    ``r[0] = x; r[t] = tanh(r[t - 1] * 0.5 + x)``. ``data``: the input over ``(t, width)``.
+    Returns ``(y, jax_fn)``: the last link, and a plain-JAX twin ``jax_fn(data) -> y``."""
+    (t,) = ctx.dims
+    kinds = ["rec" if k % 10 == 9 else "affine" for k in range(max(1, n // 2))]
+    with ctx:
+        x = tl.from_array(data, domain=(t,), name="x0")
+        for kind in kinds:
+            if kind == "affine":
+                x = x * 0.9 + 0.1
+            else:
+                r = tl.placeholder((data.shape[1],), domain=(t,))
+                r[0] = x
+                r[t] = tl.tanh(r[t - 1] * 0.5 + x)
+                x = r
+
+    def jax_fn(xs):
+        import jax
+        import jax.numpy as jnp
+
+        def step(carry, item):
+            i, x = item
+            states = list(carry)
+            j = 0
+            for kind in kinds:
+                if kind == "affine":
+                    x = x * 0.9 + 0.1
+                else:
+                    x = jnp.where(i == 0, x, jnp.tanh(states[j] * 0.5 + x))
+                    states[j] = x
+                    j += 1
+            return tuple(states), x
+
+        init = tuple(jnp.zeros(xs.shape[1:], xs.dtype) for k in kinds if k == "rec")
+        return jax.lax.scan(step, init, (jnp.arange(xs.shape[0]), xs))[1]
+
+    return x, jax_fn

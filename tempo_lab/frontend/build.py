@@ -30,7 +30,7 @@ def build_sdg(ctx: Context, outputs: dict[str, RecurrentTensor], partial: bool =
         stack.extend(i.node for i in n.inputs)
     nodes = sorted(seen.values(), key=lambda n: n.id)
     renum = {n.id: k for k, n in enumerate(nodes)}
-    ops = [Op(renum[n.id], n.kind, n.domain, n.type, dict(n.attrs), n.loc, n.name)
+    ops = [Op(renum[n.id], n.kind, n.domain, n.type, dict(n.attrs), n.loc, n.name, n.scope)
            for n in nodes]
     edges = []
     for n in nodes:

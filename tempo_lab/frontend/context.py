@@ -5,6 +5,7 @@ branches after it is read). ``compile`` freezes what the outputs reach into an i
 """
 from __future__ import annotations
 
+import contextlib
 import contextvars
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -50,6 +51,24 @@ class Node:
     loc: Location
     inputs: list[Input] = field(default_factory=list)
     name: str | None = None
+    scope: tuple[str, ...] = ()
+
+
+_SCOPE: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("tempo_lab_scope",
+                                                                        default=())
+
+
+@contextlib.contextmanager
+def scope(name: str):
+    """``with tl.scope("layer3"):`` tags the ops made inside with the scope path (nested scopes
+    form a path, ``("block", "layer3")``): views group by it, ``to_dict()`` exports it."""
+    if not isinstance(name, str) or not name:
+        raise ArgumentError(f"tl.scope needs a non-empty name string, got {name!r}")
+    token = _SCOPE.set(_SCOPE.get() + (name,))
+    try:
+        yield
+    finally:
+        _SCOPE.reset(token)
 
 
 class Context:
@@ -153,7 +172,7 @@ class Context:
         loc = loc or user_location()
         self.check_open(f"this op ({kind})", loc)
         node = Node(len(self._nodes), kind, attrs, self.order(domain), type_, loc, inputs,
-                    name)
+                    name, _SCOPE.get())
         self._nodes.append(node)
         return node
 

@@ -32,6 +32,7 @@ class Op:
     attrs: Mapping = field(default_factory=dict)
     loc: Location = Location("<unknown>", 0)
     name: str | None = None
+    scope: tuple[str, ...] = ()  # tl.scope path it was made in
 
     @property
     def label(self) -> str:
@@ -110,6 +111,7 @@ class SDG(Stage):
         self.untils: Mapping[str, int] = MappingProxyType(dict(untils or {}))
         # dims a pass made: name -> (role, the dim it is made from); see ROLES
         self.made: Mapping[str, tuple[str, str]] = MappingProxyType(dict(made or {}))
+        self._isl: dict = {}  # isl maps and boxes, made on first use
         self._in: dict[int, list[Edge]] = {i: [] for i in self.ops}
         self._out: dict[int, list[Edge]] = {i: [] for i in self.ops}
         for e in self.edges:
@@ -147,14 +149,21 @@ class SDG(Stage):
         return tuple(d.bound.name for d in self.dims)
 
     def isl_map(self, e: Edge) -> I.isl.Map:
-        """The edge as an isl map from consumer points to the producer points they read."""
-        c, p = self.ops[e.dst], self.ops[e.src]
-        return I.edge_map((f"op{c.id}", c.domain), (f"op{p.id}", p.domain), e.index, e.cond,
-                          self.params)
+        """The edge as an isl map from consumer points to the producer points they read
+        (made once: the SDG does not change)."""
+        m = self._isl.get(e)
+        if m is None:
+            c, p = self.ops[e.dst], self.ops[e.src]
+            m = self._isl[e] = I.edge_map((f"op{c.id}", c.domain), (f"op{p.id}", p.domain),
+                                          e.index, e.cond, self.params)
+        return m
 
     def isl_domain(self, op_id: int) -> I.isl.Set:
-        op = self.ops[op_id]
-        return I.box(op.domain, self.params).set_tuple_name(f"op{op.id}")
+        key = ("domain", op_id)
+        if key not in self._isl:
+            op = self.ops[op_id]
+            self._isl[key] = I.box(op.domain, self.params).set_tuple_name(f"op{op.id}")
+        return self._isl[key]
 
     # -- stage vocabulary ---------------------------------------------------------------------
     def __repr__(self) -> str:
@@ -197,7 +206,8 @@ class SDG(Stage):
                      "shape": [str(s) for s in op.type.shape], "dtype": op.type.dtype.name,
                      "attrs": {k: _attr_str(v) for k, v in sorted(op.attrs.items())
                                if k not in ("weak", "type")},
-                     "file": op.loc.file, "line": op.loc.line} for op in self.ops.values()],
+                     "file": op.loc.file, "line": op.loc.line, "scope": list(op.scope)}
+                    for op in self.ops.values()],
             "edges": [{"dst": e.dst, "src": e.src, "slot": e.slot,
                        "index": [str(x) for x in e.index], "cond": str(e.cond),
                        "file": e.loc.file, "line": e.loc.line} for e in self.edges],

@@ -24,7 +24,8 @@ def base_op(op: Op) -> Op:
         t = attrs["type"]
         attrs["type"] = TensorType(t.shape[n:], t.dtype, t.weak)
     return Op(op.id, op.kind, op.domain, TensorType(op.type.shape[n:], op.type.dtype,
-                                                    op.type.weak), attrs, op.loc, op.name)
+                                                    op.type.weak), attrs, op.loc, op.name,
+              op.scope)
 
 
 def in_axes(sdg: SDG, op: Op, edges: list[Edge]) -> list[list[int | None]]:

@@ -16,12 +16,12 @@ import islpy as isl
 import numpy as np
 
 from ..ir.sdg import SDG, Op
-from ..schedule import Exec, For, Free, If, Seq
 from ..stage import Stage
 from ..symbolic import Const, Dim, Expr, Slice
 from ..symbolic import isl as I
 from ..symbolic.expr import MinMax
 from ..symbolic.sizes import const_cap, pad, size_class
+from .simulate import simulate
 
 SCHEMA = "tempo_lab.memory/1"
 
@@ -59,17 +59,30 @@ class Storage:
 
 
 class MemoryPlan(Stage):
-    """Storage per op, buffer lifetimes (schedule steps) and predicted live bytes per step."""
+    """Storage per op, buffer lifetimes (schedule steps) and predicted live bytes over the
+    schedule: ``timeline[k]`` is the bytes live after step ``steps[k]`` (every step of a short
+    run; the steps of the iterations simulated, for a long one: see ``simulate.py``), of
+    ``n_steps`` in all; ``peak_bytes`` is exact either way."""
 
     def __init__(self, sdg: SDG, storages: dict[int, Storage], timeline: list[int],
-                 lifetimes: dict[int, tuple[int, int]], grown: tuple[int, ...] = ()):
+                 lifetimes: dict[int, tuple[int, int]], grown: tuple[int, ...] = (),
+                 steps: list[int] | None = None, n_steps: int | None = None,
+                 peak: int | None = None):
         self.sdg, self.storages, self.timeline, self.lifetimes = (sdg, storages, timeline,
                                                                   lifetimes)
         self.grown = grown  # ops with a window reader whose ring this schedule makes grow
+        self.steps = list(range(len(timeline))) if steps is None else steps
+        self.n_steps = len(timeline) if n_steps is None else n_steps
+        self._peak = max(timeline, default=0) if peak is None else peak
 
     @property
     def peak_bytes(self) -> int:
-        return max(self.timeline, default=0)
+        return self._peak
+
+    @property
+    def sampled(self) -> bool:
+        """Whether the timeline holds a sample of the steps rather than every one."""
+        return len(self.timeline) < self.n_steps
 
     def __repr__(self) -> str:
         kinds = {}
@@ -77,20 +90,24 @@ class MemoryPlan(Stage):
             kinds[s.kind] = kinds.get(s.kind, 0) + 1
         k = ", ".join(f"{n}={c}" for n, c in sorted(kinds.items()))
         return (f"MemoryPlan(stores={len(self.storages)} ({k}), peak_bytes={self.peak_bytes}, "
-                f"steps={len(self.timeline)})")
+                f"steps={self.n_steps})")
 
     def _sections(self):
         lines = []
         for i, s in self.storages.items():
             a, b = self.lifetimes.get(i, (0, 0))
             lines.append(f"{self.sdg.ops[i].label}: {s.describe()}, live steps {a}..{b}")
-        peak_at = self.timeline.index(self.peak_bytes) if self.timeline else 0
+        peak_at = self.steps[self.timeline.index(self.peak_bytes)] if self.timeline else 0
+        sample = ([f"timeline: {len(self.timeline)} of the {self.n_steps} steps (the first and "
+                   "last iterations of each stretch of a long loop; the peak is exact)"]
+                  if self.sampled else [])
         return [("stores", lines),
-                ("bytes", [f"peak {self.peak_bytes} at step {peak_at} of {len(self.timeline)}",
-                           f"final {self.timeline[-1] if self.timeline else 0}"])]
+                ("bytes", [f"peak {self.peak_bytes} at step {peak_at} of {self.n_steps}",
+                           f"final {self.timeline[-1] if self.timeline else 0}", *sample])]
 
     def to_dict(self) -> dict:
-        return {"schema": SCHEMA, "peak_bytes": self.peak_bytes, "steps": len(self.timeline),
+        return {"schema": SCHEMA, "peak_bytes": self.peak_bytes, "steps": self.n_steps,
+                "timeline": {"steps": list(self.steps), "bytes": list(self.timeline)},
                 "stores": [{"op": i, "kind": s.kind, "dims": list(s.dims),
                             "slots": list(s.slots), "spatial": list(s.spatial),
                             "dtype": s.dtype.name, "blocks": list(s.blocks),
@@ -138,6 +155,18 @@ def _window(x, d: Dim) -> bool:
     return isinstance(x, Slice) and _offset(x.start, d) is not None
 
 
+def _maps(umap: isl.UnionMap) -> list[isl.Map]:
+    lst = umap.get_map_list()
+    return [lst.get_at(k) for k in range(lst.n_map())]
+
+
+def _union_maps(maps) -> isl.UnionMap:
+    out = None
+    for m in maps:
+        out = isl.UnionMap.from_map(m) if out is None else out.union(isl.UnionMap.from_map(m))
+    return out
+
+
 def _conflicts(op: Op, slots, dom: isl.Set, readers: isl.UnionMap, smap: isl.UnionMap) -> bool:
     """Would a ring of ``slots`` lose a value before its last read (per the schedule)?"""
     n = len(op.domain)
@@ -162,7 +191,8 @@ def _conflicts(op: Op, slots, dom: isl.Set, readers: isl.UnionMap, smap: isl.Uni
 
 
 def plan_memory(sdg: SDG, schedule, bounds: dict[str, int], block: int = 64) -> MemoryPlan:
-    smap = I.fix(schedule.order, bounds)
+    order = I.fix(schedule.order, bounds)
+    by_op = {int(m.get_tuple_name(isl.dim_type.in_)[2:]): m for m in _maps(order)}
     domains = {i: I.fix(d, bounds) for i, d in schedule.domains.items()}
     storages: dict[int, Storage] = {}
     grown = []
@@ -181,6 +211,8 @@ def plan_memory(sdg: SDG, schedule, bounds: dict[str, int], block: int = 64) -> 
                                           .intersect_domain(domains[e.dst]))
                 rmap = m if rmap is None else rmap.union(m)
             wanted = slots
+            # only this op's and its readers' part of the schedule: isl's cost follows it
+            smap = _union_maps([by_op[k] for k in {i} | {e.dst for e in readers} if k in by_op])
             for _ in range(len(slots) + 1):
                 if not _conflicts(op, slots, domains[i], rmap, smap):
                     break
@@ -200,63 +232,5 @@ def plan_memory(sdg: SDG, schedule, bounds: dict[str, int], block: int = 64) -> 
                        size_class(bounds[d.bound.name]) for k, d in enumerate(op.domain))
         storages[i] = Storage(i, tuple(d.name for d in op.domain), slots, spatial,
                               op.type.dtype, blocks)
-    timeline, lifetimes = simulate(schedule.ast, storages, bounds)
-    return MemoryPlan(sdg, storages, timeline, lifetimes, tuple(grown))
-
-
-def simulate(ast, storages: dict[int, Storage], bounds):
-    """Predicted bytes live after every executed statement, and each store's live steps.
-
-    Walks the loop AST once per statement instance (like ``schedule.walk``, without its
-    generators): a point or ring store is live at its full size from its first write, so
-    only growing stores evaluate their point."""
-    extents: dict[int, list[int]] = {}
-    live: dict[int, int] = {}
-    first: dict[int, int] = {}
-    last: dict[int, int] = {}
-    timeline: list[int] = []
-    total = 0
-    env = dict(bounds)
-
-    def run(node):
-        nonlocal total
-        if isinstance(node, Exec):
-            i = node.op
-            s = storages.get(i)
-            if s is not None:
-                if i not in live or None in s.slots:
-                    ext = extents.setdefault(i, [1] * len(node.args))
-                    if None in s.slots:
-                        for k, a in enumerate(node.args):
-                            v = a.evaluate(env) + 1
-                            if v > ext[k]:
-                                ext[k] = v
-                    new = s.bytes_for(tuple(ext))
-                    total += new - live.get(i, 0)
-                    live[i] = new
-                first.setdefault(i, len(timeline))
-                last[i] = len(timeline)
-            timeline.append(total)
-        elif isinstance(node, Free):
-            for o in node.ops:
-                total -= live.pop(o, 0)
-                if o in first:
-                    last[o] = len(timeline)
-            timeline.append(total)
-        elif isinstance(node, Seq):
-            for n in node.body:
-                run(n)
-        elif isinstance(node, If):
-            if node.cond.evaluate(env):
-                run(node.then)
-            elif node.orelse is not None:
-                run(node.orelse)
-        elif isinstance(node, For):
-            lo, hi = node.lo.evaluate(env), node.hi.evaluate(env)
-            for v in range(lo, hi, node.step):
-                env[node.var] = v
-                run(node.body)
-            env.pop(node.var, None)
-
-    run(ast)
-    return timeline, {i: (a, last[i]) for i, a in first.items()}
+    steps, timeline, lifetimes, n_steps, peak = simulate(schedule.ast, storages, bounds)
+    return MemoryPlan(sdg, storages, timeline, lifetimes, tuple(grown), steps, n_steps, peak)

@@ -5,6 +5,7 @@ request otherwise) and keeps a ``PassTrace`` of before/after graphs, edits and t
 """
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import time
 from collections.abc import Callable
@@ -117,7 +118,8 @@ class Editor:
         """Add ``op`` (its id is assigned here) reading ``inputs`` (their dst is filled in)."""
         i = self._next
         self._next += 1
-        self._ops[i] = Op(i, op.kind, op.domain, op.type, dict(op.attrs), op.loc, op.name)
+        scope = op.scope or (self._ops[source].scope if source in self._ops else ())
+        self._ops[i] = Op(i, op.kind, op.domain, op.type, dict(op.attrs), op.loc, op.name, scope)
         self._in[i], self._out[i] = {}, set()
         for slot, e in enumerate(inputs):
             self._link(Edge(i, e.src, slot, e.index, e.cond, e.loc))
@@ -134,7 +136,7 @@ class Editor:
     def rewrite(self, i: int, op: Op, inputs: list[Edge], note: str = ""):
         """Put ``op`` (with id ``i``) in place of op ``i``, reading ``inputs``."""
         self._unlink_inputs(i)
-        self._ops[i] = op
+        self._ops[i] = self._scoped(i, op)
         for e in inputs:
             self._link(Edge(i, e.src, e.slot, e.index, e.cond, e.loc))
         self.events.append(Event("rewritten", i, None, note))
@@ -142,8 +144,13 @@ class Editor:
     def update(self, i: int, op: Op, note: str = ""):
         """Put ``op`` (with id ``i``: new attributes, type, domain or name) in place of op
         ``i``; its reads stay."""
-        self._ops[i] = op
+        self._ops[i] = self._scoped(i, op)
         self.events.append(Event("rewritten", i, None, note))
+
+    def _scoped(self, i: int, op: Op) -> Op:
+        """``op`` in place of op ``i`` keeps ``i``'s ``tl.scope`` unless it has its own."""
+        return op if op.scope or not self._ops[i].scope else dataclasses.replace(
+            op, scope=self._ops[i].scope)
 
     def reindex(self, e: Edge, index: tuple, note: str = ""):
         """The read ``e`` at another index (a pass that changes the producer's domain)."""
@@ -212,7 +219,7 @@ class Editor:
             raise TempoLabError(f"internal: pass {self.pass_name} made a cycle without a "
                                 "placeholder")
         edges = self.edges
-        self._ops = {new[i]: Op(new[i], op.kind, op.domain, op.type, op.attrs, op.loc, op.name)
+        self._ops = {new[i]: dataclasses.replace(op, id=new[i])
                      for i, op in sorted(self._ops.items(), key=lambda kv: new[kv[0]])}
         self._in = {i: {} for i in self._ops}
         self._out = {i: set() for i in self._ops}

@@ -15,6 +15,8 @@ the largest value would exceed the memory budget (``CompileConfig.vectorise_budg
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..ir.ops import TensorType, flag, norm_dim
@@ -170,10 +172,15 @@ def incrementalise(ed: Editor):
         big = max(largest_point(op) for op in ops)
         if big * size <= budget:  # fits whole: not vectorised for another reason (or off)
             continue
-        block = max((b for b in range(1, size) if size % b == 0 and b * big <= budget),
-                    default=1)
+        block = max((b for b in _divisors(size) if b < size and b * big <= budget), default=1)
         if block >= 2:
             vectorise_dim(ed, d, size, block)
+
+
+def _divisors(n: int) -> list[int]:
+    """The divisors of ``n`` (in O(sqrt n): a bound may be 10**9)."""
+    small = [k for k in range(1, math.isqrt(n) + 1) if n % k == 0]
+    return small + [n // k for k in small]
 
 
 def _reduced_whole(ed: Editor, d: Dim) -> bool:

@@ -130,7 +130,7 @@ def schedule_sdg(sdg: SDG, options: Mapping[str, int] | str | None = None) -> Sc
                                                         for m, index in deps])
         except fusion.Declined as e:
             raise IncompleteSchedule(f"the fusion scheduler declined: {e}") from None
-        if not fusion.check(tree.get_map(), validity):
+        if not fusion.check(tree.get_map(), [m for m, _ in deps]):
             raise IncompleteSchedule("the fused loop nest breaks a dependence")
     else:
         tree = _isl_schedule(sdg, dom, validity, options)

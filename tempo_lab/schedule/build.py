@@ -593,6 +593,8 @@ def last_reads(sdg: SDG, smap: isl.UnionMap, domains, maps) -> dict[int, list[tu
     """
     params = param_context(sdg)
     keep = set(sdg.outputs.values()) | set(sdg.untils.values())
+    by_op = {int(m.get_tuple_name(isl.dim_type.in_)[2:]): m
+             for m in maps_of(smap)}
     out: dict[int, list[tuple]] = {}
     for i in sdg.ops:
         readers = [maps[e].intersect_domain(domains[e.dst]).domain()
@@ -600,9 +602,12 @@ def last_reads(sdg: SDG, smap: isl.UnionMap, domains, maps) -> dict[int, list[tu
         readers = [r for r in readers if not r.is_empty()]
         if i in keep or not readers or domains[i].is_empty():
             continue
-        # after the last read, and after the last write (a point may be computed, unread)
-        times = union(readers + [domains[i]], isl.UnionSet).apply(smap)
-        last = times.lexmax().apply(smap.reverse())
+        # after the last read, and after the last write (a point may be computed, unread);
+        # only these statements' part of the schedule takes part (isl's cost follows it)
+        ops = {i} | {int(r.get_tuple_name()[2:]) for r in readers}
+        local = union([by_op[k] for k in sorted(ops) if k in by_op], isl.UnionMap)
+        times = union(readers + [domains[i]], isl.UnionSet).apply(local)
+        last = times.lexmax().apply(local.reverse())
         for s in sets_of(last):
             reader = int(s.get_tuple_name()[2:])
             s = I.named(s, sdg.ops[reader].domain)
