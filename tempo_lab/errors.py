@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dis
 import functools
+import inspect
 import linecache
 import os
 import sys
@@ -164,9 +165,20 @@ def user_api(fn):
         except TempoLabError:
             raise
         except Exception as e:
+            if isinstance(e, TypeError) and not _binds(fn, args, kwargs):
+                raise ArgumentError(f"{e}; see help({fn.__qualname__})") from None
             raise InternalError(f"internal error in tempo_lab ({type(e).__name__}: {e}); please "
                                 "report it with the program") from e
     return wrapper
+
+
+def _binds(fn, args: tuple, kwargs: dict) -> bool:
+    """Whether the call matches ``fn``'s signature (if not, its TypeError is the user's)."""
+    try:
+        inspect.signature(fn).bind(*args, **kwargs)
+    except TypeError:
+        return False
+    return True
 
 
 def run_callback(fn, args: tuple, what: str, loc: Location, point: dict):

@@ -12,6 +12,7 @@ from . import progress
 from .errors import (
     ArgumentError,
     BoundsError,
+    Location,
     OutputError,
     ScheduleError,
     TempoLabError,
@@ -124,6 +125,7 @@ class Until:
 
     done: RecurrentTensor
     max: int
+    loc: Location
 
 
 def until(done: RecurrentTensor, max: int) -> Until:  # noqa: A002 - the documented keyword
@@ -134,7 +136,7 @@ def until(done: RecurrentTensor, max: int) -> Until:  # noqa: A002 - the documen
     if not _positive_int(max) or max > MAX_BOUND:
         raise BoundsError(f"tl.until: max must be a positive int up to {MAX_BOUND}, got "
                           f"{max!r}")
-    return Until(done, int(max))
+    return Until(done, int(max), user_location())
 
 
 MAX_BOUND = 2**31 - 1  # kernels index with int32
@@ -154,9 +156,11 @@ def _normalise_bounds(ctx, bounds) -> tuple[dict[str, int], dict[str, RecurrentT
         if isinstance(v, Until):
             d = next(d for d in ctx.dims if d.bound.name == name)
             if v.done.domain != (d,) or v.done.dtype != np.bool_ or v.done.shape != ():
-                raise BoundsError(f"tl.until for {name}: done must be a bool scalar over ({d},) "
-                                  f"only, got {v.done.type} over "
-                                  f"({', '.join(map(str, v.done.domain))})", v.done.loc)
+                raise BoundsError(f"tl.until for {name}: done ({v.done.name}, made at "
+                                  f"{v.done.loc}) must be a bool scalar over ({d},) only, got "
+                                  f"{v.done.type} over ({', '.join(map(str, v.done.domain))});"
+                                  f" write it at the point {d}, e.g. done = x[{d}] > 0.5",
+                                  v.loc)
             dynamic[name] = v.done
             v = v.max
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
@@ -362,6 +366,8 @@ class Program(Stage):
     def run(self, record: bool = False) -> Run:
         """Run the program. ``record``: keep every statement instance as a kernel event in
         ``run.profile.events`` (interpreter and generated code)."""
+        if not isinstance(record, (bool, np.bool_)):
+            raise ArgumentError(f"record={record!r}: give True or False")
         if self.executable is not None:
             return self.executable.run(self.bounds, record)
         t0 = time.perf_counter()  # the SDG as built: no pass stands between it and NumPy

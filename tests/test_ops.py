@@ -636,3 +636,22 @@ def test_weak_types(name, f, jf):
     assert y.type.weak == want.weak_type
     got = compile_(ctx, {T: 2}, {"y": y}).run()["y"]
     assert got.dtype == want.dtype
+
+
+def test_every_op_has_each_rule_or_says_it_has_none():
+    """One home per op: its OpDef carries the NumPy (reference), JAX and VJP rules, each a
+    function or the explicit NONE; flags are from the documented set; a combining op exists."""
+    import tempo_lab.runtime.jax_ops  # noqa: F401 - registers the JAX rules
+    import tempo_lab.runtime.reference  # noqa: F401 - registers the NumPy rules
+    from tempo_lab.ir.ops import CATALOG, FLAGS, NONE
+
+    assert len(CATALOG) > 40
+    for name, op in CATALOG.items():
+        for kind in ("numpy", "jax", "vjp"):
+            r = getattr(op, kind)
+            assert r is NONE or callable(r), f"{name} has no {kind} rule"
+        assert op.flags <= FLAGS, f"{name}: unknown flags {op.flags - FLAGS}"
+        assert op.combine is None or CATALOG[op.combine].category == "elementwise", name
+        # the reference computes every op; only values the host hands over have no kernel
+        assert op.numpy is not NONE, name
+        assert (op.jax is NONE) == ("value" in op.flags), name

@@ -5,17 +5,17 @@ Names and semantics follow ``jax.numpy``; ``tl.min``/``tl.max`` are on index exp
 """
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 from ..errors import DefinitionError, ExprError, ShapeError, assigned_name, user_location
-from ..ir.ops import TensorType, canonical_dtype
+from ..ir.ops import TensorType, canonical_dtype, int_arg
 from ..symbolic import eq as _eq
 from ..symbolic import max_, min_
 from ..symbolic import ne as _ne
 from .context import current_context
-from .tensor import RecurrentTensor, apply, constant, numeric_array
+from .tensor import RecurrentTensor, apply, as_tensor, cast_array, constant, numeric_array
 
 RT = RecurrentTensor
 
@@ -69,7 +69,7 @@ def from_array(array, domain, name: str | None = None) -> RT:
     if arr.ndim < len(domain):
         raise ShapeError(f"from_array: the array has {arr.ndim} axes but the domain "
                          f"({', '.join(map(str, domain))}) needs at least {len(domain)}", loc)
-    arr = arr.astype(canonical_dtype(arr.dtype))
+    arr = cast_array(arr, canonical_dtype(arr.dtype), "tl.from_array", loc)
     attrs = {"array": arr, "ndomain": len(domain)}
     t = TensorType(arr.shape[len(domain):], arr.dtype)
     node = ctx.add_node("from_array", [], attrs, domain, t, name=name or assigned_name(),
@@ -156,51 +156,60 @@ def matmul(a, b) -> RT:
 
 
 def softmax(x, axis=-1) -> RT:
-    return apply("softmax", [x], {"axis": int(axis)})
+    return apply("softmax", [x], {"axis": int_arg(axis, "softmax: axis")})
+
+
+def _values(xs, what: str) -> list:
+    if isinstance(xs, (RT, str)) or not isinstance(xs, Sequence):
+        raise ShapeError(f"{what} needs a list of tensors, got {type(xs).__name__}")
+    return list(xs)
 
 
 def concatenate(xs, axis=0) -> RT:
-    xs = list(xs)
-    return apply("concatenate", xs, {"axis": int(axis)})
+    return apply("concatenate", _values(xs, "concatenate"),
+                 {"axis": int_arg(axis, "concatenate: axis")})
 
 
 def stack(xs, axis=0) -> RT:
-    xs = list(xs)
+    xs = _values(xs, "stack")
     if not xs:
         raise ShapeError("stack needs at least one value")
     ctx = current_context(*xs)
-    from .tensor import as_tensor
-
     rts = [as_tensor(x, ctx) for x in xs]
     nd = rts[0].ndim + 1
-    ax = int(axis) % nd if -nd <= axis < nd else None
-    if ax is None:
+    axis = int_arg(axis, "stack: axis")
+    if not -nd <= axis < nd:
         raise ShapeError(f"stack: axis {axis} is out of range for results of rank {nd}")
-    return concatenate([r.expand_dims(ax) for r in rts], axis=ax)
+    return concatenate([r.expand_dims(axis % nd) for r in rts], axis=axis % nd)
+
+
+def _tensor(x) -> RT:
+    """``tl.sum(x)`` and friends also take arrays and numbers, as ``jnp.sum`` does."""
+    return as_tensor(x, current_context(x))
 
 
 def sum(x, axis=None, keepdims=False) -> RT:  # noqa: A001
-    return x.sum(axis, keepdims)
+    return _tensor(x).sum(axis, keepdims)
 
 
 def mean(x, axis=None, keepdims=False) -> RT:
-    return x.mean(axis, keepdims)
+    return _tensor(x).mean(axis, keepdims)
 
 
 def reshape(x, shape) -> RT:
-    return x.reshape(shape)
+    return _tensor(x).reshape(shape)
 
 
 def transpose(x, axes=None) -> RT:
-    return x.transpose(*(axes or ()))
+    return _tensor(x).transpose(*(() if axes is None else (axes,)))
 
 
 def squeeze(x, axis=None) -> RT:
-    return x.squeeze(axis)
+    return _tensor(x).squeeze(axis)
 
 
 def expand_dims(x, axis) -> RT:
-    return x.expand_dims(axis)
+    return _tensor(x).expand_dims(axis)
 
 
 # -- index expressions ----------------------------------------------------------------------------

@@ -49,6 +49,9 @@ def grad(loss: RT, wrt):
     to each tensor in ``wrt`` (one tensor or a list): RTs with their domains and shapes."""
     loc = user_location()
     single = isinstance(wrt, RT)
+    if not single and not isinstance(wrt, (list, tuple)):
+        raise GradientError(f"tl.grad(loss, wrt): wrt is a tensor or a list of tensors, got "
+                            f"{type(wrt).__name__}", loc)
     targets = [wrt] if single else list(wrt)
     if not isinstance(loss, RT):
         raise GradientError("tl.grad needs a recurrent tensor as the loss", loc)

@@ -16,6 +16,7 @@ from ..errors import (
     ExprError,
     Location,
     TempoLabError,
+    user_api,
     user_location,
 )
 from ..ir.ops import TensorType
@@ -58,12 +59,16 @@ _SCOPE: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("tempo_
                                                                         default=())
 
 
-@contextlib.contextmanager
 def scope(name: str):
     """``with tl.scope("layer3"):`` tags the ops made inside with the scope path (nested scopes
     form a path, ``("block", "layer3")``): views group by it, ``to_dict()`` exports it."""
     if not isinstance(name, str) or not name:
         raise ArgumentError(f"tl.scope needs a non-empty name string, got {name!r}")
+    return _entered(name)
+
+
+@contextlib.contextmanager
+def _entered(name: str):
     token = _SCOPE.set(_SCOPE.get() + (name,))
     try:
         yield
@@ -98,6 +103,7 @@ class Context:
         self._sinks: list[Node] = []
         self._calls: list[TraceEntry] = []
 
+    @user_api
     def compile(self, bounds, outputs, config=None):
         """Compile the program written in this context: ``bounds`` gives every bound used
         (an int, or ``tl.until(done, max=N)``), ``outputs`` the tensors to return (a dict of
@@ -138,9 +144,11 @@ class Context:
         return tuple(d for d in self.dims if d in dims)
 
     def check_domain(self, domain) -> tuple[Dim, ...]:
+        if isinstance(domain, Dim):
+            domain = (domain,)
+        if not isinstance(domain, Sequence) or any(not isinstance(d, Dim) for d in domain):
+            raise ExprError(f"a domain is a tuple of dims such as (b, t), got {domain!r}")
         domain = tuple(domain)
-        if any(not isinstance(d, Dim) for d in domain):
-            raise ExprError(f"a domain is a tuple of dims such as (b, t), got {domain}")
         ordered = self.order(domain)
         if ordered != domain:
             raise DefinitionError(f"domain ({', '.join(map(str, domain))}) must list its dims in "

@@ -16,7 +16,15 @@ from ..errors import (
     assigned_name,
     user_location,
 )
-from ..ir.ops import TensorType, broadcast_shapes, canonical_dtype, infer, norm_dim, promote
+from ..ir.ops import (
+    TensorType,
+    broadcast_shapes,
+    canonical_dtype,
+    infer,
+    int_tuple,
+    norm_dim,
+    promote,
+)
 from ..symbolic import TRUE, Cond, Const, Dim, Expr, Slice, and_, as_expr, eq
 from .context import Context, Input, Node, current_context
 
@@ -129,12 +137,14 @@ class RecurrentTensor:
         return apply("min", [self], {"axis": axis, "keepdims": keepdims})
 
     def reshape(self, *shape):
-        shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
-        return apply("reshape", [self], {"shape": tuple(int(s) for s in shape)})
+        if len(shape) == 1 and not isinstance(shape[0], (int, np.integer)):
+            shape = shape[0]  # reshape((2, 3)) as well as reshape(2, 3)
+        return apply("reshape", [self], {"shape": int_tuple(shape, "reshape: the shape")})
 
     def transpose(self, *axes):
         axes = axes[0] if len(axes) == 1 and isinstance(axes[0], (tuple, list)) else axes
-        perm = tuple(axes) if axes else tuple(reversed(range(self.ndim)))
+        perm = (int_tuple(axes, "transpose: the axes") if axes
+                else tuple(reversed(range(self.ndim))))
         return apply("transpose", [self], {"perm": perm})
 
     @property
@@ -144,12 +154,10 @@ class RecurrentTensor:
     def squeeze(self, axis=None):
         if axis is None:
             axis = tuple(i for i, s in enumerate(self.shape) if norm_dim(s) == 1)
-        axis = (axis,) if isinstance(axis, int) else tuple(axis)
-        return apply("squeeze", [self], {"axis": axis})
+        return apply("squeeze", [self], {"axis": int_tuple(axis, "squeeze: axis")})
 
     def expand_dims(self, axis):
-        axis = (axis,) if isinstance(axis, int) else tuple(axis)
-        return apply("expand_dims", [self], {"axis": axis})
+        return apply("expand_dims", [self], {"axis": int_tuple(axis, "expand_dims: axis")})
 
     def astype(self, dtype):
         return apply("cast", [self], {"dtype": canonical_dtype(dtype)})
@@ -355,13 +363,34 @@ def numeric_array(value, what: str, loc=None) -> np.ndarray:
     return arr
 
 
+def cast_array(arr: np.ndarray, dtype, what: str, loc=None) -> np.ndarray:
+    """``arr`` in ``dtype``, or a DTypeError where a value does not fit (JAX computes in 32
+    bits: an int64 2**40 would wrap and a float64 1e300 become inf, silently)."""
+    dt = np.dtype(dtype)
+    if arr.size and dt.kind in "iu" and arr.dtype.kind in "iuf":
+        info = np.iinfo(dt)
+        finite = arr[np.isfinite(arr)] if arr.dtype.kind == "f" else arr
+        if finite.size and (finite.min() < info.min or finite.max() > info.max):
+            raise DTypeError(f"{what}: values from {finite.min()} to {finite.max()} do not fit "
+                             f"in {dt} (tempo_lab computes in 32 bits, as JAX does by default);"
+                             " scale them or give floats", loc)
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = arr.astype(dt)
+    if dt.kind == "f" and arr.dtype.kind in "iuf" and arr.size:
+        lost = np.isfinite(arr) & ~np.isfinite(out)
+        if lost.any():
+            raise DTypeError(f"{what}: {arr[lost].flat[0]} overflows {dt} (tempo_lab computes in "
+                             "32 bits, as JAX does by default); scale the values", loc)
+    return out
+
+
 def constant(value, ctx: Context, dtype=None, name: str | None = None) -> RecurrentTensor:
     weak = isinstance(value, (bool, int, float, complex)) and dtype is None
     weak = weak and not isinstance(value, bool)
     loc = user_location()
     arr = numeric_array(value, "a constant", loc)
     dt = canonical_dtype(dtype if dtype is not None else arr.dtype)
-    arr = arr.astype(dt)
+    arr = cast_array(arr, dt, "a constant", loc)
     node = ctx.add_node("const", [], {"value": arr, "weak": weak}, (),
                         TensorType(arr.shape, dt, weak), name=name, loc=loc)
     shown = arr.item() if arr.ndim == 0 else f"array({TensorType(arr.shape, dt)})"

@@ -160,10 +160,30 @@ def broadcast_shapes(*shapes) -> tuple:
     return tuple(out)
 
 
+def int_tuple(value, what: str) -> tuple[int, ...]:
+    """An int or a sequence of ints as a tuple of ints, or a ShapeError naming ``what``."""
+    items = (value,) if isinstance(value, (int, np.integer)) else value
+    try:
+        items = tuple(items)
+    except TypeError:
+        items = None
+    if items is None or any(isinstance(a, bool) or not isinstance(a, (int, np.integer))
+                            for a in items):
+        raise ShapeError(f"{what} must be an int or a tuple of ints, got {value!r}")
+    return tuple(int(a) for a in items)
+
+
+def int_arg(value, what: str) -> int:
+    """One int, or a ShapeError naming ``what``."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise ShapeError(f"{what} must be an int, got {value!r}")
+    return int(value)
+
+
 def norm_axes(axis, ndim: int, what: str) -> tuple[int, ...]:
     if axis is None:
         return tuple(range(ndim))
-    axes = (axis,) if isinstance(axis, (int, np.integer)) else tuple(axis)
+    axes = int_tuple(axis, f"{what}: axis")
     out = []
     for a in axes:
         if not -ndim <= a < ndim:

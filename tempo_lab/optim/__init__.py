@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import DefinitionError, user_location
+from ..errors import ArgumentError, DefinitionError, user_location
 from ..frontend.api import placeholder, sqrt
 from ..frontend.autodiff import grad
 from ..frontend.context import current_context
@@ -51,6 +51,18 @@ def _state(like: RecurrentTensor, name: str) -> RecurrentTensor:
 
 
 class _Optimizer:
+    # field -> (low, high, high included): the ranges in which the update is meaningful
+    RANGES: dict[str, tuple[float, float, bool]] = {}
+
+    def __post_init__(self):
+        for name, (low, high, closed) in self.RANGES.items():
+            v = getattr(self, name)
+            ok = (isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
+                  and np.isfinite(v) and low <= v and (v <= high if closed else v < high))
+            if not ok:
+                raise ArgumentError(f"{type(self).__name__}: {name}={v!r} must be a number in "
+                                    f"[{low}, {high}{']' if closed else ')'}")
+
     def minimize(self, loss: RecurrentTensor, params: Parameters) -> dict[str, RecurrentTensor]:
         """Define every parameter's recurrence; returns the gradients (name -> RT over i)."""
         if not isinstance(params, Parameters):
@@ -75,6 +87,7 @@ class SGD(_Optimizer):
 
     lr: float = 1e-2
     momentum: float = 0.0
+    RANGES = {"lr": (0.0, np.inf, False), "momentum": (0.0, 1.0, True)}
 
     def _update(self, name, p, g, i):
         if not self.momentum:
@@ -92,6 +105,8 @@ class Adam(_Optimizer):
     b1: float = 0.9
     b2: float = 0.999
     eps: float = 1e-8
+    RANGES = {"lr": (0.0, np.inf, False), "b1": (0.0, 1.0, False), "b2": (0.0, 1.0, False),
+              "eps": (0.0, np.inf, False)}
 
     def _update(self, name, p, g, i):
         m, v = _state(p, f"{name}_m"), _state(p, f"{name}_v")

@@ -1,0 +1,85 @@
+"""The memory plan's simulation: compressed (a long loop runs its first and last iterations of
+each stretch) against running every iteration, and its cost against the bounds.
+
+``peak_bytes`` must be exact whatever the compression, the number of steps exact, and every
+sampled point of the timeline equal to the full timeline at that step."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+import tempo_lab as tl
+from tempo_lab.demo import decoder, make_weights
+from tempo_lab.memory.simulate import simulate
+
+sys.path.insert(0, str(Path(__file__).parent))
+from randprog import compile_program, program_strategy  # noqa: E402
+
+EVERY = 10**9  # a run_all no loop here reaches: every iteration runs
+
+
+def assert_compression_exact(prog):
+    ast, stores, bounds = prog.schedule.ast, prog.memory.storages, prog.bounds
+    full_steps, full, full_life, n_full, peak_full = simulate(ast, stores, bounds, EVERY)
+    steps, sampled, life, n, peak = simulate(ast, stores, bounds, run_all=2)
+    assert full_steps == list(range(n_full))
+    assert (n, peak, life) == (n_full, peak_full, full_life)
+    assert peak == max(full, default=0)
+    for s, b in zip(steps, sampled):
+        assert full[s] == b, f"step {s}: {b} sampled, {full[s]} in the full run"
+
+
+@settings(max_examples=60, deadline=None, derandomize=True, database=None,
+          suppress_health_check=list(HealthCheck))
+@given(program_strategy())
+def test_compressed_simulation_equals_the_full_one_on_random_programs(program):
+    prog = compile_program(program, config=tl.CompileConfig(executor="xla"))
+    assert_compression_exact(prog)
+
+
+def _windowed(T, window=4):
+    ctx = tl.Context(dims=("t",))
+    (t,), (T_,) = ctx.dims, ctx.bounds
+    with ctx:
+        x = tl.placeholder((16,), "float32", domain=(t,))
+        x[0] = tl.ones((16,))
+        x[t] = x[t - 1] * 0.5 + 1.0
+        y = x[tl.max(0, t - window + 1):t + 1].sum(axis=0)
+        tl.sink(y, lambda p, v: None)
+    return ctx.compile(bounds={T_: T}, outputs={})
+
+
+@pytest.mark.parametrize("make", [
+    lambda: _windowed(300),
+    lambda: _decoder(40, window=None),
+    lambda: _decoder(40, window=8)])
+def test_compressed_simulation_equals_the_full_one_on_long_loops(make):
+    assert_compression_exact(make())
+
+
+def _decoder(T, window):
+    w = make_weights(2, 16, 32)
+    tokens = np.random.default_rng(0).standard_normal((T, 16)).astype(np.float32)
+    ctx = tl.Context(dims=("n", "t"))
+    N, T_ = ctx.bounds
+    h = decoder(ctx, w, tokens, 2, window=window)
+    return ctx.compile(bounds={N: 2, T_: T}, outputs={"h": h})
+
+
+def test_the_plan_does_not_grow_with_the_bound():
+    """The same statements are simulated at T = 10^3 and 10^9 (no work per step), with the
+    same peak: the window's ring does not depend on T."""
+    small, huge = _windowed(10**3), _windowed(10**9)
+    assert huge.memory.peak_bytes == small.memory.peak_bytes
+    assert len(huge.memory.timeline) == len(small.memory.timeline) < 200
+    assert huge.memory.sampled and huge.memory.n_steps > 10**9
+
+
+def test_the_predicted_peak_is_the_measured_one_on_a_long_run():
+    prog = _windowed(5000)
+    run = prog.run()
+    assert run.profile.peak_bytes == prog.memory.peak_bytes
