@@ -54,7 +54,7 @@ def _windowed(T, window=4):
 
 
 @pytest.mark.parametrize("make", [
-    lambda: _windowed(300),
+    lambda: _windowed(300), lambda: _causal(300),
     lambda: _decoder(40, window=None),
     lambda: _decoder(40, window=8)])
 def test_compressed_simulation_equals_the_full_one_on_long_loops(make):
@@ -79,7 +79,26 @@ def test_the_plan_does_not_grow_with_the_bound():
     assert huge.memory.sampled and huge.memory.n_steps > 10**9
 
 
-def test_the_predicted_peak_is_the_measured_one_on_a_long_run():
-    prog = _windowed(5000)
+def _causal(T):
+    """A recurrence that reads its whole past: its store grows by a block every 64 steps."""
+    ctx = tl.Context(dims=("t",))
+    (t,), (T_,) = ctx.dims, ctx.bounds
+    with ctx:
+        x = tl.placeholder((16,), "float32", domain=(t,))
+        r = tl.placeholder((16,), "float32", domain=(t,))
+        x[0] = tl.ones((16,))
+        x[t] = tl.tanh(r[t - 1] + 0.1)
+        r[t] = x[0:t + 1].mean(axis=0)
+    return ctx.compile(bounds={T_: T}, outputs={"final": x[T_ - 1]},
+                       config=tl.CompileConfig(executor="interpreter", fuse=False))
+
+
+@pytest.mark.parametrize("make", [lambda: _windowed(5000), lambda: _causal(256)])
+def test_the_sampled_timeline_is_the_measured_one(make):
+    """At every step the plan simulated, the bytes the interpreter's stores hold."""
+    prog = make()
     run = prog.run()
+    assert prog.memory.sampled
     assert run.profile.peak_bytes == prog.memory.peak_bytes
+    assert len(run.profile.timeline) == prog.memory.n_steps
+    assert [run.profile.timeline[s] for s in prog.memory.steps] == prog.memory.timeline

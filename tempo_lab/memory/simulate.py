@@ -8,7 +8,8 @@ last ``period`` of them where a ``//`` or ``%`` of the variable repeats with a p
 piece every guard keeps its truth value, so the same stores are allocated and freed in every
 iteration, point and ring stores keep their size and growing stores only grow: the bytes at
 each position of the body are monotone across the piece, and the largest is in its first or
-last iteration. So the peak is exact. The timeline is the bytes after every statement that
+last iteration (run after a silent run of the iteration before them, so that a growing store
+already has the extent it would have there). So the peak is exact. The timeline is the bytes after every statement that
 ran, with its step number; steps in the iterations skipped are counted from the ones run (the
 count of each skipped iteration interpolated between the first and last run: exact when it is
 constant or affine in the variable).
@@ -116,6 +117,7 @@ def _loop(node: For, env, st: _State, run_all: int):
             continue
         first = [_iteration(node, v, env, st, run_all) for v in piece[:ends]]
         skipped = len(piece) - 2 * ends
+        _catch_up(node, piece[-ends - 1], env, st, run_all)
         mark = st.step
         last = [_iteration(node, v, env, st, run_all) for v in piece[-ends:]]
         # the skipped iterations' steps, each counted between the first and last runs
@@ -131,6 +133,16 @@ def _iteration(node: For, v: int, env, st: _State, run_all: int) -> int:
     before = st.step
     _run(node.body, env, st, run_all)
     return st.step - before
+
+
+def _catch_up(node: For, v: int, env, st: _State, run_all: int):
+    """Bring the stores to where they stand before the last iterations: run the skipped
+    iteration ``v`` without recording it, keeping only what it leaves behind (a growing store's
+    extent; every other store is allocated and freed alike in each iteration of a piece)."""
+    saved = (len(st.steps), st.step, dict(st.first), dict(st.last), st.peak)
+    _iteration(node, v, env, st, run_all)
+    n, st.step, st.first, st.last, st.peak = saved
+    del st.steps[n:], st.bytes[n:]
 
 
 def _shift(st: _State, mark: int, extra: int):
