@@ -835,7 +835,9 @@ def test_max_over_an_empty_range(executor):
 # Compile switches
 # ================================================================================================
 @pytest.mark.parametrize("kw", [{"tile_block": 0}, {"tile_block": -4}, {"tile_block": 2.5},
-                                {"tile_block": True}, {"executor": "fast"}])
+                                {"tile_block": True}, {"executor": "fast"}, {"block_size": 0},
+                                {"xla_split": 0}, {"vectorise_budget_bytes": -1},
+                                {"tile": "no"}, {"sync_profile": 1}])
 def test_bad_compile_config_names_the_users_line(kw):
     err = raises(tl.ArgumentError, lambda: tl.CompileConfig(**kw), here(0))
     assert ("tile_block" in str(err)) == ("tile_block" in kw)
@@ -854,6 +856,7 @@ def _one():
 
 @pytest.mark.parametrize("bounds, words", [
     ([4], "give a dict"), ({"T": 0}, "positive int"), ({"T": -3}, "positive int"),
+    ({"T": 2**63}, "exceeds"), ({"T": 4.0}, "positive int"),
     ({"T": 2.5}, "positive int"), ({"T": "4"}, "positive int"), ({"T": True}, "positive int"),
     ({"T": 2**40}, "exceeds"), ({"U": 4}, "not a bound"), ({}, "no value")])
 def test_bad_bounds(bounds, words):
@@ -917,9 +920,33 @@ def test_an_op_outside_the_with_block():
     assert "with ctx" in str(err)
 
 
-@pytest.mark.parametrize("dims, cls", [("t", tl.ArgumentError), ((), tl.ArgumentError),
-                                       (("T",), tl.ExprError), (("and",), tl.ExprError),
-                                       (("t", "t"), tl.ExprError), (("t-1",), tl.ExprError)])
+def test_a_branch_added_after_the_with_block():
+    ctx, t, T = ctx1()
+    with ctx:
+        x = tl.placeholder((), "float32", domain=(t,))
+        x[0] = tl.zeros(())
+
+    def late():
+        x[t] = x[t - 1] + 1.0
+
+    err = raises(tl.DefinitionError, late, here(-2))
+    assert "with ctx" in str(err)
+
+
+def test_a_cast_to_a_type_that_is_not_numeric():
+    ctx, t, T, y = _one()
+    with ctx:
+        line = here()
+        raises(tl.DTypeError, lambda: y.astype(object), line)
+        line = here()
+        raises(tl.DTypeError, lambda: y.astype("str"), line)
+
+
+@pytest.mark.parametrize("dims, cls", [("t", tl.ArgumentError), ("bt", tl.ArgumentError),
+                                       ((), tl.ArgumentError), (("T",), tl.ExprError),
+                                       (("and",), tl.ExprError), (("t", "t"), tl.ExprError),
+                                       (("t-1",), tl.ExprError), (("tä",), tl.ExprError),
+                                       ((3,), tl.ExprError)])
 def test_bad_dim_names(dims, cls):
     raises(cls, lambda: tl.Context(dims=dims), here(0))
 
@@ -1066,3 +1093,22 @@ def test_every_public_function_rejects_malformed_arguments_at_the_users_line():
             for v in MALFORMED:
                 attempt(f"x.{m}({v!r})", getattr(x, m), v)
     assert not escaped, "\n".join(f"{k}: {v}" for k, v in escaped.items())
+
+
+def test_equality_of_dims_is_not_a_condition():
+    """``t == 1`` is Python's comparison of two expressions (False): used as a condition it
+    would silently select nothing, so it is an error that names tl.eq."""
+    ctx, t, T = ctx1()
+    with ctx:
+        x = tl.placeholder((), "float32", domain=(t,))
+        a = tl.zeros(())
+        line = here()
+        err = raises(tl.ExprError, lambda: tl.where(t == 1, a, a), line)
+        assert "tl.eq(t, 1)" in str(err)
+        line = here()
+        raises(tl.ExprError, lambda: (t >= 3) & (t % 2 == 1), line)
+
+        def branch():
+            x[t == 0] = 1.0
+
+        raises(tl.ExprError, branch, here(-2))

@@ -13,6 +13,7 @@ from ..errors import DefinitionError, ExprError, ShapeError, assigned_name, user
 from ..ir.ops import TensorType, canonical_dtype, int_arg
 from ..symbolic import eq as _eq
 from ..symbolic import max_, min_
+from ..symbolic.cond import not_a_bool
 from ..symbolic import ne as _ne
 from .context import current_context
 from .tensor import RecurrentTensor, apply, as_tensor, cast_array, constant, numeric_array
@@ -148,7 +149,7 @@ def minimum(a, b) -> RT:
 
 
 def where(cond, a, b) -> RT:
-    return apply("where", [cond, a, b])
+    return apply("where", [not_a_bool(cond, "the condition of tl.where"), a, b])
 
 
 def matmul(a, b) -> RT:

@@ -26,6 +26,7 @@ from ..ir.ops import (
     promote,
 )
 from ..symbolic import TRUE, Cond, Const, Dim, Expr, Slice, and_, as_expr, eq
+from ..symbolic.cond import not_a_bool
 from .context import Context, Input, Node, current_context
 
 
@@ -187,7 +188,7 @@ class RecurrentTensor:
                 raise ExprError("a temporal dim cannot be indexed by a tensor value; index it "
                                 "with an expression over dims and bounds", loc)
             else:
-                entries.append(as_expr(e))
+                entries.append(as_expr(not_a_bool(e, f"the index of {self.name} along {d}")))
         entries += list(self.domain[len(entries):])
         out = self
         if tuple(entries) != tuple(self.domain):
@@ -238,6 +239,8 @@ class RecurrentTensor:
         if isinstance(key, Cond):
             key = (key,)
         key = key if isinstance(key, tuple) else (key,)
+        for e in key:
+            not_a_bool(e, f"the branch key of {self.name}")
         cond_key = bool(key) and isinstance(key[0], Cond)
         if len(key) > len(self.domain) and not all(isinstance(k, Cond) for k in key):
             raise DefinitionError(f"the key has {len(key)} entries but {self.name} has "

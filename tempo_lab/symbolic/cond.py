@@ -8,8 +8,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..errors import ExprError
 from .expr import Const, Dim, Expr, Lin, as_expr, fast_evaluate
+
+
+def not_a_bool(value, what: str):
+    """A Python bool where a condition is expected is almost always ``t == 1`` (``==`` on
+    expressions compares them as objects, for dicts and shapes): say so instead of using it."""
+    if isinstance(value, (bool, np.bool_)):
+        raise ExprError(f"{what} is the Python bool {bool(value)}: == and != on dims and index "
+                        "expressions compare the expressions themselves, not their values; "
+                        "write tl.eq(t, 1) or tl.ne(t, 1) for a condition")
+    return value
 
 
 class Cond:
@@ -17,19 +29,23 @@ class Cond:
 
     # with anything but a condition (e.g. a bool tensor) let the other operand decide
     def __and__(self, other):
-        return and_(self, other) if isinstance(other, (Cond, bool)) else NotImplemented
+        return and_(self, not_a_bool(other, "the right of &")) if isinstance(
+            other, (Cond, bool)) else NotImplemented
 
     def __or__(self, other):
-        return or_(self, other) if isinstance(other, (Cond, bool)) else NotImplemented
+        return or_(self, not_a_bool(other, "the right of |")) if isinstance(
+            other, (Cond, bool)) else NotImplemented
 
     def __invert__(self):
         return not_(self)
 
     def __rand__(self, other):
-        return and_(other, self) if isinstance(other, (Cond, bool)) else NotImplemented
+        return and_(not_a_bool(other, "the left of &"), self) if isinstance(
+            other, (Cond, bool)) else NotImplemented
 
     def __ror__(self, other):
-        return or_(other, self) if isinstance(other, (Cond, bool)) else NotImplemented
+        return or_(not_a_bool(other, "the left of |"), self) if isinstance(
+            other, (Cond, bool)) else NotImplemented
 
     def __bool__(self):
         raise ExprError(f"the condition {self} is symbolic and has no truth value here; use it as "

@@ -1,0 +1,134 @@
+"""The classes of disagreement between the compiled executors and the reference found by trying
+tempo_lab as a user would, each written as the user wrote it and run on every executor (and
+every gradient against ``jax.grad``). ``test_random_programs.py`` draws programs with the same
+features at random; these are the cases as found."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import tempo_lab as tl
+
+EXECUTORS = ("reference", "interpreter", "codegen", "xla", "auto")
+
+
+@pytest.fixture(params=EXECUTORS)
+def executor(request):
+    return request.param
+
+
+def compile_(ctx, bounds, outputs, executor, **kw):
+    return ctx.compile(bounds=bounds, outputs=outputs,
+                       config=tl.CompileConfig(executor=executor, **kw))
+
+
+# 1. a data-dependent bound read at its last point, over its whole range and through tl.grad
+def test_until_means_the_last_point_reached_everywhere(executor):
+    xs = np.linspace(0.1, 2.0, 20).astype(np.float32)
+    ctx = tl.Context(dims=("t",))
+    (t,), (T,) = ctx.dims, ctx.bounds
+    with ctx:
+        x = tl.from_array(xs, domain=(t,))
+        h = tl.placeholder((), "float32", domain=(t,))
+        h[0] = x[0]
+        h[t] = h[t - 1] * 1.5 + x[t]
+        done = h > 6.0
+        last, total = h[T - 1], h[0:T].sum(axis=0)
+        loss = h[T - 1] * h[T - 1] + (x[0:T] * x[0:T]).sum(axis=0)
+        (dx,) = tl.grad(loss, [x])
+    run = compile_(ctx, {T: tl.until(done, max=20)},
+                   {"h": h, "last": last, "total": total, "dx": dx}, executor).run()
+
+    def unrolled(v):  # the same recurrence in JAX, over the steps reached
+        hs = [v[0]]
+        for k in range(1, len(v)):
+            hs.append(hs[-1] * 1.5 + v[k])
+        return hs[-1] ** 2 + (v * v).sum(), jnp.stack(hs)
+
+    ref = np.asarray(unrolled(jnp.asarray(xs))[1])
+    n = int(np.argmax(ref > 6.0)) + 1                    # the first point where done holds
+    assert run.bounds["T"] == n < 20
+    np.testing.assert_allclose(run["h"], ref[:n], rtol=1e-6)
+    np.testing.assert_allclose(run["last"], ref[n - 1], rtol=1e-6)
+    np.testing.assert_allclose(run["total"], ref[:n].sum(), rtol=1e-6)
+    want = jax.grad(lambda v: unrolled(v)[0])(jnp.asarray(xs[:n]))
+    np.testing.assert_allclose(run["dx"], want, rtol=1e-5)
+
+
+# 2. a condition on a dim used as a value
+def test_a_dim_condition_as_a_value(executor):
+    ctx = tl.Context(dims=("t",))
+    (t,), (T,) = ctx.dims, ctx.bounds
+    with ctx:
+        a = tl.zeros((2,)) + 1.0
+        y = tl.where(t < 2, a, a * 3.0) + tl.where((t >= 3) & tl.eq(t % 2, 1), 10.0, 0.0)
+    run = compile_(ctx, {T: 6}, {"y": y}, executor).run()
+    want = np.array([1, 1, 3, 13, 3, 13], np.float32)[:, None] * np.ones(2, np.float32)
+    np.testing.assert_array_equal(run["y"], want)
+
+
+# 3. the gradient of a whole-range read, vectorised, at a bound that is not a power of two
+@pytest.mark.parametrize("n", [20, 7])
+def test_gradient_of_a_whole_range_read_at_any_bound(executor, n):
+    xs = np.random.default_rng(0).standard_normal((n, 3)).astype(np.float32)
+    ctx = tl.Context(dims=("t",))
+    (t,), (T,) = ctx.dims, ctx.bounds
+    with ctx:
+        x = tl.from_array(xs, domain=(t,))
+        (dx,) = tl.grad((x[0:T] * x[0:T]).sum(), [x])
+    run = compile_(ctx, {T: n}, {"dx": dx}, executor).run()
+    want = jax.grad(lambda v: (v * v).sum())(jnp.asarray(xs))
+    np.testing.assert_allclose(run["dx"], want, rtol=1e-6)
+
+
+# 4. a program whose only effects are sinks
+def test_a_program_of_sinks_only(executor):
+    calls = []
+    ctx = tl.Context(dims=("t",))
+    (t,), (T,) = ctx.dims, ctx.bounds
+    with ctx:
+        x = tl.placeholder((), "float32", domain=(t,))
+        x[0] = tl.ones(())
+        x[t] = x[t - 1] * 2.0
+        tl.sink(x, lambda p, v: calls.append((p["t"], float(v))))
+    run = compile_(ctx, {T: 5}, {}, executor).run()
+    assert calls == [(k, 2.0 ** k) for k in range(5)]
+    assert run.bounds == {"T": 5}
+
+
+# 5. integer division and remainder by zero, and negative integer powers
+def test_integer_division_by_zero_follows_jax_numpy(executor):
+    a = np.array([7, -7, 0, 5], np.int32)
+    ctx = tl.Context(dims=("t",))
+    (t,), (T,) = ctx.dims, ctx.bounds
+    with ctx:
+        x = tl.from_array(np.stack([a, a]), domain=(t,))
+        z = tl.from_array(np.zeros((2, 4), np.int32), domain=(t,))
+        q, r, p = x // z, x % z, x ** (z - 1)
+    run = compile_(ctx, {T: 2}, {"q": q, "r": r, "p": p}, executor).run()
+    zero = jnp.zeros(4, jnp.int32)
+    for name, fn in (("q", jnp.floor_divide), ("r", jnp.remainder)):
+        np.testing.assert_array_equal(run[name][0], fn(jnp.asarray(a), zero))
+    np.testing.assert_array_equal(run["p"][0], jnp.asarray(a) ** (zero - 1))
+
+
+# 6. random numbers: bit for bit the same on every executor, under every pass switch
+@pytest.mark.parametrize("vectorise", [True, False])
+def test_random_numbers_are_bit_identical(executor, vectorise):
+    def program():
+        ctx = tl.Context(dims=("b", "t"))
+        b, t = ctx.dims
+        B, T = ctx.bounds
+        with ctx:
+            n = tl.random.normal((5,), domain=(b, t), seed=3)
+            u = tl.random.uniform((5,), domain=(t,), seed=4, minval=-2.0, maxval=3.0)
+        return ctx, {B: 3, T: 7}, {"n": n, "u": u}
+
+    ctx, bounds, outs = program()
+    got = compile_(ctx, bounds, outs, executor, vectorise=vectorise).run()
+    ctx, bounds, outs = program()
+    want = compile_(ctx, bounds, outs, "reference").run()
+    for k in outs:
+        np.testing.assert_array_equal(got[k], want[k])
