@@ -273,19 +273,8 @@ SCALE_FULL = ([("unrolled", n) for n in (2, 8, 16, 24, 32, 64)]
 
 def measure_scale(cases, seq_len: int = 32, on_record=None) -> list[dict]:
     """``--scale``: every case in a fresh subprocess, for the same reason as ``measure``."""
-    root = Path(__file__).resolve().parent.parent
-    records = []
-    for program, size in cases:
-        proc = subprocess.run([sys.executable, "-m", "benchmarks.compile", "--one-scale",
-                               program, str(size), "--seq-len", str(seq_len)],
-                              capture_output=True, text=True, cwd=root)
-        line = next((x for x in proc.stdout.splitlines() if x.startswith(RESULT)), None)
-        if proc.returncode != 0 or line is None:
-            raise RuntimeError(f"{program} {size} failed:\n{proc.stderr[-3000:]}")
-        records.append(json.loads(line[len(RESULT):]))
-        if on_record:
-            on_record(records[-1])
-    return records
+    return _in_subprocesses([(f"{program} {size}", ["--one-scale", program, str(size)])
+                             for program, size in cases], seq_len, on_record)
 
 
 def _print_scale_row(rec: dict) -> None:
@@ -299,15 +288,22 @@ def _print_scale_row(rec: dict) -> None:
 def measure(layers: list[int], seq_len: int = 32, on_record=None) -> list[dict]:
     """One record per layer count, each measured in a fresh subprocess (JAX and tempo_lab
     cache compiled kernels per process, which would flatter every count after the first)."""
+    return _in_subprocesses([(f"layers={n}", ["--one", str(n)]) for n in layers], seq_len,
+                            on_record)
+
+
+def _in_subprocesses(cases, seq_len: int, on_record) -> list[dict]:
+    """Run ``python -m benchmarks.compile ARGS --seq-len N`` per ``(label, ARGS)``; the
+    record each prints."""
     root = Path(__file__).resolve().parent.parent
     records = []
-    for n in layers:
-        proc = subprocess.run([sys.executable, "-m", "benchmarks.compile", "--one", str(n),
+    for label, args in cases:
+        proc = subprocess.run([sys.executable, "-m", "benchmarks.compile", *args,
                                "--seq-len", str(seq_len)], capture_output=True, text=True,
                               cwd=root)
         line = next((x for x in proc.stdout.splitlines() if x.startswith(RESULT)), None)
         if proc.returncode != 0 or line is None:
-            raise RuntimeError(f"layers={n} failed:\n{proc.stderr[-3000:]}")
+            raise RuntimeError(f"{label} failed:\n{proc.stderr[-3000:]}")
         records.append(json.loads(line[len(RESULT):]))
         if on_record:
             on_record(records[-1])

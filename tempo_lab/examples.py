@@ -81,20 +81,21 @@ class DelayLine:
         return train
 
 
-def unrolled_decoder(ctx: tl.Context, weights: dict, tokens: np.ndarray, heads: int,
+def unrolled_decoder(ctx: tl.Context, weights: dict, tokens, heads: int,
                      window: int | None = None):
     """``tempo_lab.demo.decoder`` with its layers written out, one set of ops per layer (how
     most models are written): ``ctx`` has dims ``(t,)`` or ``(b, t)`` with tokens over
-    ``(b, t)``; ``weights`` as for the demo, stacked over layers. Returns the last layer's
-    output (about 15 ops per layer)."""
+    ``(b, t)`` (an array, or a recurrent tensor over the context's dims); ``weights`` as for
+    the demo, stacked over layers. Returns the last layer's output (about 15 ops per layer)."""
     from .demo import rms_norm
 
     *lead, t = ctx.dims
-    d = tokens.shape[-1]
+    d = int(tokens.shape[-1])
     dh = d // heads
     start = 0 if window is None else tl.max(0, t - window + 1)
     with ctx:
-        h = tl.from_array(tokens, domain=ctx.dims, name="emb")
+        h = (tokens if isinstance(tokens, tl.RecurrentTensor) else
+             tl.from_array(tokens, domain=ctx.dims, name="emb"))
         for layer in range(weights["wq"].shape[0]):
             with tl.scope(f"layer{layer}"):
                 w = {k: tl.constant(v[layer]) for k, v in weights.items()}

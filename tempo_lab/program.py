@@ -25,13 +25,14 @@ from .frontend.validate import validate
 from .ir.sdg import SDG
 from .memory import plan_memory
 from .passes import run_passes
+from .runtime.executable import BACKENDS
 from .runtime.lowered import Lowered
 from .runtime.reference import reference_bounds, run_reference
 from .schedule import FALLBACK_OPTION_SETS, OPTION_SETS, IncompleteSchedule, schedule_sdg
 from .stage import Stage
 from .symbolic import Bound, Dim
 
-EXECUTORS = ("auto", "xla", "codegen", "interpreter", "reference")
+EXECUTORS = ("auto", *BACKENDS, "reference")
 
 
 @dataclass(frozen=True)

@@ -568,7 +568,8 @@ def _stage_program():
 def test_stage_objects_have_the_stage_vocabulary():
     (p1, r1), (p2, r2) = _stage_program(), _stage_program()
     pairs = {"schedule": (p1.schedule, p2.schedule), "memory": (p1.memory, p2.memory),
-             "executable": (p1.executable, p2.executable), "profile": (r1.profile, r2.profile)}
+             "lowered": (p1.lowered, p2.lowered), "executable": (p1.executable, p2.executable),
+             "profile": (r1.profile, r2.profile)}
     for what, (a, b) in pairs.items():
         rep = repr(a)
         assert "\n" not in rep and "0x" not in rep and rep, (what, rep)
@@ -585,6 +586,8 @@ def test_stage_objects_have_the_stage_vocabulary():
     assert p1.schedule.pretty() == p2.schedule.pretty()
     assert p1.memory.pretty() == p2.memory.pretty()
     assert p1.memory.to_dict() == p2.memory.to_dict()
+    assert p1.lowered.to_dict() == p2.lowered.to_dict()
+    assert p1.lowered.to_dict()["schema"] == "tempo_lab.lowered/1"
     code = str(p1.schedule)
     assert "for t in" in code and code == p1.schedule.pretty()
     assert "for t in" in p1.schedule.code()

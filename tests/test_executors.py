@@ -412,3 +412,40 @@ def test_xla_splits_a_loop_whose_reads_grow_and_stays_exact(weights):
         assert ("8 loops of 32 steps" in prog.executable.source) == (split == 8 and not tile), \
             prog.executable.source
         close(prog.run()["y"], want, msg=f"xla_split={split}, tile={tile}")
+
+
+# ------------------------------------------------------------------------------------------------
+# user names reach generated code only escaped; compiler-made dims are not told by their names
+# ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("executor", EXECUTORS + ("reference",))
+def test_names_with_quotes_and_newlines(executor):
+    calls = []
+    ctx = tl.Context(dims=("t",))
+    (t,), (T,) = ctx.dims, ctx.bounds
+    with ctx:
+        x = tl.placeholder((2,), "float32", domain=(t,), name='x"\n\'); import os #')
+        x[0] = tl.ones((2,))
+        x[t] = x[t - 1] * 2.0
+        y = tl.from_array(np.ones((5, 2), np.float32), domain=(t,), name="y'''\\") + x
+        tl.sink(y, lambda p, v: calls.append(p["t"]))
+    name = 'it\'s "y"\n\\'
+    run = ctx.compile(bounds={T: 5}, outputs={name: y}, config=cfg(executor)).run()
+    close(run[name], 1.0 + 2.0 ** np.arange(5)[:, None] * np.ones(2))
+    assert calls == list(range(5))
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_a_user_dim_named_like_a_compiler_dim(executor):
+    """Tiling makes a dim for its blocks; a user dim called ``t_tile`` (or ``b_blk``) is still
+    the user's: made dims are marked by role, not by name."""
+    ctx = tl.Context(dims=("t_tile", "t"))
+    (u, t), (U, T) = ctx.dims, ctx.bounds
+    xs = np.random.default_rng(0).standard_normal((3, 12, 4)).astype(np.float32)
+    with ctx:
+        x = tl.from_array(xs, domain=(u, t))
+        y = x[u, 0:t + 1].sum(axis=0)
+    prog = ctx.compile(bounds={U: 3, T: 12}, outputs={"y": y},
+                       config=cfg(executor, tile_block=4))
+    close(prog.run()["y"], np.cumsum(xs, axis=1))
+    roles = {d.name: prog.sdg.role(d) for d in prog.sdg.dims}
+    assert roles["t_tile"] is None and "blocks" in roles.values(), roles  # tiled, and a new dim

@@ -13,8 +13,8 @@ from ..errors import DefinitionError, ExprError, ShapeError, assigned_name, user
 from ..ir.ops import TensorType, canonical_dtype, int_arg
 from ..symbolic import eq as _eq
 from ..symbolic import max_, min_
-from ..symbolic.cond import not_a_bool
 from ..symbolic import ne as _ne
+from ..symbolic.cond import not_a_bool
 from .context import current_context
 from .tensor import RecurrentTensor, apply, as_tensor, cast_array, constant, numeric_array
 

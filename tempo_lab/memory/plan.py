@@ -15,7 +15,9 @@ from dataclasses import dataclass
 import islpy as isl
 import numpy as np
 
+from ..cache import LRU
 from ..ir.sdg import SDG, Op
+from ..schedule import canon
 from ..stage import Stage
 from ..symbolic import Const, Dim, Expr, Slice
 from ..symbolic import isl as I
@@ -155,18 +157,6 @@ def _window(x, d: Dim) -> bool:
     return isinstance(x, Slice) and _offset(x.start, d) is not None
 
 
-def _maps(umap: isl.UnionMap) -> list[isl.Map]:
-    lst = umap.get_map_list()
-    return [lst.get_at(k) for k in range(lst.n_map())]
-
-
-def _union_maps(maps) -> isl.UnionMap:
-    out = None
-    for m in maps:
-        out = isl.UnionMap.from_map(m) if out is None else out.union(isl.UnionMap.from_map(m))
-    return out
-
-
 def _conflicts(op: Op, slots, dom: isl.Set, readers: isl.UnionMap, smap: isl.UnionMap) -> bool:
     """Would a ring of ``slots`` lose a value before its last read (per the schedule)?"""
     n = len(op.domain)
@@ -190,9 +180,13 @@ def _conflicts(op: Op, slots, dom: isl.Set, readers: isl.UnionMap, smap: isl.Uni
     return not overwritten.is_empty()
 
 
+_CONFLICTS = LRU(8192)
+
+
 def plan_memory(sdg: SDG, schedule, bounds: dict[str, int], block: int = 64) -> MemoryPlan:
     order = I.fix(schedule.order, bounds)
-    by_op = {int(m.get_tuple_name(isl.dim_type.in_)[2:]): m for m in _maps(order)}
+    by_op = {int(m.get_tuple_name(isl.dim_type.in_)[2:]): m for m in I.maps_of(order)}
+    keys = canon.Keys(by_op)
     domains = {i: I.fix(d, bounds) for i, d in schedule.domains.items()}
     storages: dict[int, Storage] = {}
     grown = []
@@ -212,9 +206,17 @@ def plan_memory(sdg: SDG, schedule, bounds: dict[str, int], block: int = 64) -> 
                 rmap = m if rmap is None else rmap.union(m)
             wanted = slots
             # only this op's and its readers' part of the schedule: isl's cost follows it
-            smap = _union_maps([by_op[k] for k in {i} | {e.dst for e in readers} if k in by_op])
+            involved = {i} | {e.dst for e in readers}
+            smap = I.union_of([by_op[k] for k in involved if k in by_op])
+            found = keys.key(involved, [domains[i], rmap])
+
+            def conflicts(slots, op=op, i=i, rmap=rmap, smap=smap):
+                return _conflicts(op, slots, domains[i], rmap, smap)
+
             for _ in range(len(slots) + 1):
-                if not _conflicts(op, slots, domains[i], rmap, smap):
+                clash = (conflicts(slots) if found is None else  # another layer's answer
+                         _CONFLICTS.get((found[0], slots), lambda s=slots: conflicts(s)))
+                if not clash:
                     break
                 rings = [j for j, s in enumerate(slots) if s is not None]
                 slots = tuple(None if j == rings[-1] else s for j, s in enumerate(slots))

@@ -24,7 +24,6 @@ from ..symbolic.cond import BoolConst, Cmp, Junction, Not
 from ..symbolic.expr import DivMod, Lin, MinMax
 
 RUN_ALL = 32     # a loop of at most this many iterations runs whole
-MAX_PERIOD = 16  # a periodic body with a longer period runs whole
 
 
 class _State:
@@ -37,6 +36,7 @@ class _State:
         self.first: dict[int, int] = {}
         self.last: dict[int, int] = {}
         self.steps: list[int] = []
+        self.roots: dict[int, tuple] = {}  # per loop node: its body's roots and period
         self.bytes: list[int] = []
         self.peak = 0
 
@@ -101,28 +101,24 @@ def _loop(node: For, env, st: _State, run_all: int):
             _iteration(node, v, env, st, run_all)
         env.pop(node.var, None)
         return
-    cuts, period = _cuts(node, env)
-    if period > MAX_PERIOD:
-        for v in values:
-            _iteration(node, v, env, st, run_all)
-        env.pop(node.var, None)
-        return
+    cuts, period = _cuts(node, env, st)
+    ends = max(1, period)
     edges = sorted({lo, hi, *(c for c in cuts if lo < c < hi)})
     for a, b in zip(edges, edges[1:]):
         piece = range(a, b, node.step)
-        ends = max(1, period)
-        if len(piece) <= 2 * ends + 2:
+        if len(piece) <= 3 * ends + 2:
             for v in piece:
                 _iteration(node, v, env, st, run_all)
             continue
-        first = [_iteration(node, v, env, st, run_all) for v in piece[:ends]]
-        skipped = len(piece) - 2 * ends
-        _catch_up(node, piece[-ends - 1], env, st, run_all)
+        first = sum(_iteration(node, v, env, st, run_all) for v in piece[:ends])
+        # skip whole periods, so the body sees the same ``//`` and ``%`` phases it would
+        periods = (len(piece) - 2 * ends) // ends
+        tail = ends * (1 + periods)
+        _catch_up(node, piece[tail - 1], env, st, run_all)
         mark = st.step
-        last = [_iteration(node, v, env, st, run_all) for v in piece[-ends:]]
-        # the skipped iterations' steps, each counted between the first and last runs
-        per = (sum(first) + sum(last)) / (2 * ends)
-        extra = int(round(per * skipped))
+        last = [_iteration(node, v, env, st, run_all) for v in piece[tail:]]
+        # the skipped periods' steps: exact when a period's steps grow linearly along the piece
+        extra = int(round(periods * (first + sum(last[:ends])) / 2))
         _shift(st, mark, extra)
     env.pop(node.var, None)
 
@@ -161,12 +157,24 @@ def _shift(st: _State, mark: int, extra: int):
 
 
 # -- where a body changes behaviour with the loop variable ---------------------------------------
-def _cuts(node: For, env) -> tuple[set[int], int]:
+def _cuts(node: For, env, st: _State) -> tuple[set[int], int]:
     """Values of the loop variable at which some guard, inner bound or min/max arm of the body
     can change (the pieces start there), and the period of its ``//``/``%`` of the variable
-    (0: none)."""
-    v = Dim(node.var)
+    (0: none). The body is analysed once per loop; each call only evaluates the roots."""
+    found = st.roots.get(id(node))
+    if found is None:
+        found = st.roots[id(node)] = _roots(node)
+    roots, period = found
     cuts: set[int] = set()
+    for root in roots:
+        root(env, cuts)
+    return cuts, period
+
+
+def _roots(node: For):
+    """The functions ``(env, cuts)`` that add the cuts of each affine form of the body."""
+    v = Dim(node.var)
+    roots: list = []
     periods: list[int] = []
 
     def expr(e):
@@ -174,7 +182,7 @@ def _cuts(node: For, env) -> tuple[set[int], int]:
             for a in e.args:
                 expr(a)
             for a, b in zip(e.args, e.args[1:]):
-                _solve(a - b, v, env, cuts, equal=True)
+                _root(a - b, v, roots, equal=True)
         elif isinstance(e, Lin):
             for a, _ in e.terms:
                 expr(a)
@@ -186,7 +194,7 @@ def _cuts(node: For, env) -> tuple[set[int], int]:
     def cond(c):
         if isinstance(c, Cmp):
             expr(c.expr)
-            _solve(c.expr, v, env, cuts, equal=c.op == "==")
+            _root(c.expr, v, roots, equal=c.op == "==")
         elif isinstance(c, Junction):
             for a in c.args:
                 cond(a)
@@ -204,23 +212,44 @@ def _cuts(node: For, env) -> tuple[set[int], int]:
         elif isinstance(n, Exec):
             for a in n.args:
                 expr(a)
-    return cuts, math.lcm(*periods) if periods else 0
+    return roots, math.lcm(*periods) if periods else 0
 
 
-def _solve(e, v: Dim, env, cuts: set[int], equal: bool):
-    """Where the affine ``e`` (in ``v``, other names known in ``env`` or inner) crosses 0."""
+def _root(e, v: Dim, roots: list, equal: bool):
+    """Add the function giving where ``e`` (affine in ``v``, or in one ``(a * v + b) // d``)
+    crosses 0; none when it depends on an inner loop's variable (settled inside)."""
     if not isinstance(e, Lin):
         if e == v:
-            cuts.update({0, 1})
+            roots.append(lambda env, cuts: cuts.update({0, 1}))
         return
     coef = dict(e.terms).get(v)
-    if not coef:
+    if coef:
+        rest = e - v * coef
+        names = {s.name for s in rest.symbols()}
+
+        def linear(env, cuts):
+            if names <= env.keys():
+                x = -rest.evaluate(env) / coef  # e == 0 at v == x
+                cuts.update({math.floor(x), math.floor(x) + 1, math.ceil(x), math.ceil(x) + 1})
+                if equal:
+                    cuts.add(math.floor(x) - 1)
+        roots.append(linear)
         return
-    rest = e - v * coef
-    if any(s.name not in env for s in rest.symbols()):
-        return  # depends on an inner loop's variable: settled inside
-    r = rest.evaluate(env)
-    x = -r / coef  # e == 0 at v == x
-    cuts.update({math.floor(x), math.floor(x) + 1, math.ceil(x), math.ceil(x) + 1})
-    if equal:
-        cuts.update({math.floor(x) - 1})
+    divs = [(a, c) for a, c in e.terms if v in a.dims()]
+    if len(divs) != 1 or not isinstance(divs[0][0], DivMod) or divs[0][0].op != "//":
+        return  # ``%`` repeats (the period covers it); anything else is not affine
+    (q, k), = divs
+    rest = e - q * k
+    names = {s.name for s in rest.symbols()}
+    # ``q`` steps where its argument meets a multiple ``m`` of the divisor around the root
+    m = Dim("__multiple")
+    meets: list = []
+    _root(q.arg - m * q.divisor, v, meets, equal=False)
+
+    def quotient(env, cuts):
+        if names <= env.keys():
+            x = -rest.evaluate(env) / k  # q == x
+            for n in {math.floor(x), math.floor(x) + 1, math.ceil(x), math.ceil(x) + 1}:
+                for f in meets:
+                    f({**env, m.name: n}, cuts)
+    roots.append(quotient)

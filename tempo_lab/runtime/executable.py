@@ -40,12 +40,17 @@ class Backend(Protocol):
         """Compile-time work for ``lowered`` (no bound values beyond ``lowered.bounds``)."""
 
 
-def backends() -> dict[str, Backend]:
-    from .codegen import CodegenBackend
-    from .interpreter import InterpreterBackend
-    from .xla import XlaBackend
+# executor name -> (module of this package, class implementing Backend): the one list of back
+# ends; their modules are imported on first use
+BACKENDS = {"xla": ("xla", "XlaBackend"), "codegen": ("codegen", "CodegenBackend"),
+            "interpreter": ("interpreter", "InterpreterBackend")}
 
-    return {b.name: b for b in (XlaBackend(), CodegenBackend(), InterpreterBackend())}
+
+def backends() -> dict[str, Backend]:
+    import importlib
+
+    return {name: getattr(importlib.import_module(f".{mod}", __package__), cls)()
+            for name, (mod, cls) in BACKENDS.items()}
 
 
 def compile_lowered(lowered: Lowered, backend, sync: bool = False, split: int = 8

@@ -10,12 +10,12 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from ..cache import LRU
 from ..errors import ShapeError
 from ..ir.ops import flag
 from ..ir.sdg import SDG, Op
 from ..ir.vmap import base_op
 from . import jax_ops
-from .cache import LRU
 
 MAX_KERNELS = 4096  # jitted per-statement kernels kept process-wide (least recently used go)
 KERNELS = LRU(MAX_KERNELS)

@@ -32,6 +32,7 @@ import numpy as np
 from jax import lax
 from jax.experimental import io_callback
 
+from ..cache import LRU
 from ..ir.ops import flag
 from ..ir.sdg import SDG
 from ..memory.plan import MemoryPlan
@@ -40,7 +41,6 @@ from ..symbolic import Const, Dim
 from ..symbolic import isl as I
 from ..symbolic.sizes import size_class
 from . import index_code as ic
-from .cache import LRU
 from .host import Host
 from .kernels import attrs_key, kernel_body
 from .lowered import Lowered, Padded, Stmt

@@ -9,6 +9,7 @@ from ..ir.demand import demand
 from ..ir.sdg import SDG
 from ..stage import Stage
 from ..symbolic import TRUE
+from ..symbolic import isl as I
 from . import build, fusion
 from .loops import Exec, For, Free, If, Node, Seq, While, to_code
 
@@ -69,19 +70,19 @@ class Schedule(Stage):
         doms = []
         for i in self.statements:
             doms.append(f"op{i}: {self.domains[i].reset_tuple_id()}  ({self.sdg.ops[i].label})")
-        deps = sorted(str(m) for m in build.maps_of(self.validity))
+        deps = sorted(str(m) for m in I.maps_of(self.validity))
         return [("loops", self.code().splitlines()),
                 ("scheduler", [self.method]),
                 ("statements (demanded points)", doms),
                 ("validity = proximity (producer -> consumer)", deps),
                 ("isl schedule", str(self.tree.get_root()).splitlines()
                  if hasattr(self.tree, "get_root") else
-                 sorted(str(m) for m in build.maps_of(self.tree)))]
+                 sorted(str(m) for m in I.maps_of(self.tree)))]
 
     def to_dict(self) -> dict:
         return {"schema": SCHEMA, "code": self.code().splitlines(), "method": self.method,
                 "domains": {str(i): str(self.domains[i]) for i in self.statements},
-                "validity": sorted(str(m) for m in build.maps_of(self.validity)),
+                "validity": sorted(str(m) for m in I.maps_of(self.validity)),
                 "tree": str(self.tree)}
 
 

@@ -22,12 +22,14 @@ import warnings
 
 import islpy as isl
 
+from ..cache import LRU
 from ..errors import BoundsError, ScheduleError
 from ..ir.ops import flag
 from ..ir.sdg import SDG
 from ..symbolic import Bound, Const, Dim, Expr, and_, eq, floordiv, max_, min_, mod, or_
 from ..symbolic import isl as I
 from ..symbolic.cond import Cmp, Junction
+from . import canon
 from .loops import Exec, For, Free, If, Node, Seq, While
 
 _AST_OPS = isl.ast_expr_op_type
@@ -37,26 +39,6 @@ def param_context(sdg: SDG) -> isl.Set:
     """Bounds are positive: ``{ [B, T] : B >= 1 and T >= 1 }``."""
     sp = isl.Space.create_from_names(I.CTX, set=[], params=list(sdg.params))
     return I.cond_set(and_(*(Bound(p) >= 1 for p in sdg.params)), sp).params()
-
-
-def maps_of(umap: isl.UnionMap) -> list[isl.Map]:
-    """The maps of a union map (as owned copies: islpy's foreach callbacks are not safe to keep
-    objects from)."""
-    lst = umap.get_map_list()
-    return [lst.get_at(i) for i in range(lst.n_map())]
-
-
-def sets_of(uset: isl.UnionSet) -> list[isl.Set]:
-    lst = uset.get_set_list()
-    return [lst.get_at(i) for i in range(lst.n_set())]
-
-
-def union(items, kind):
-    out = None
-    for x in items:
-        x = kind.from_set(x) if kind is isl.UnionSet else kind.from_map(x)
-        out = x if out is None else out.union(x)
-    return out
 
 
 def statement_domains(demand: dict[int, isl.Set], tight=frozenset()) -> dict[int, isl.Set]:
@@ -69,9 +51,21 @@ def statement_domains(demand: dict[int, isl.Set], tight=frozenset()) -> dict[int
     the convex hull, slower to compute but keeping constraints between dims (``2*t_tile <= t``)
     that the simple hull can drop, adding blocks whose reads would be empty.
     """
-    return {i: d if d.is_empty() else (d.convex_hull() if i in tight else d.simple_hull())
-            .to_set().coalesce()
-            for i, d in demand.items()}
+    return {i: _hull(d, i in tight) for i, d in demand.items()}
+
+
+_HULLS = LRU(8192)
+_LAST_READS = LRU(8192)
+
+
+def _hull(d: isl.Set, tight: bool) -> isl.Set:
+    """Memoised by the set's text without its statement name (repeated layers demand alike)."""
+    def make():
+        out = d if d.is_empty() else (d.convex_hull() if tight else d.simple_hull()).to_set()
+        return out.coalesce().reset_tuple_id()
+
+    name = d.get_tuple_name()
+    return _HULLS.get((str(d.reset_tuple_id()), tight), make).set_tuple_name(name)
 
 
 def constraints(sdg: SDG, domains: dict[int, isl.Set], maps) -> tuple:
@@ -79,12 +73,12 @@ def constraints(sdg: SDG, domains: dict[int, isl.Set], maps) -> tuple:
     ``(map producer -> reader, the read's index or None)``) for the ops with demanded
     points."""
     live = {i: d for i, d in domains.items() if not d.is_empty()}
-    dom = union(live.values(), isl.UnionSet)
+    dom = I.union_of(live.values())
     deps = [(maps[e].intersect_domain(live[e.dst]).intersect_range(live[e.src]).reverse(),
              e.index) for e in sdg.edges if e.dst in live and e.src in live]
     deps += [(m, None) for m in _steps_first(sdg, live) + until_order(sdg, live)]
     deps = [(m, index) for m, index in deps if not m.is_empty()]
-    validity = union([m for m, _ in deps], isl.UnionMap).coalesce() if deps else \
+    validity = I.union_of([m for m, _ in deps]).coalesce() if deps else \
         isl.UnionMap.empty(dom.get_space())
     return dom, validity, deps
 
@@ -354,7 +348,7 @@ def cycle_error(sdg: SDG, validity: isl.UnionMap) -> ScheduleError:
     """Name a cycle of ops in which some point depends on itself."""
     closure, _exact = validity.transitive_closure()
     bad = set()
-    for m in maps_of(closure):
+    for m in I.maps_of(closure):
         if m.get_tuple_name(isl.dim_type.in_) == m.get_tuple_name(isl.dim_type.out):
             ident = isl.Map.identity(m.get_space())
             if not (m & ident).is_empty():
@@ -594,26 +588,56 @@ def last_reads(sdg: SDG, smap: isl.UnionMap, domains, maps) -> dict[int, list[tu
     params = param_context(sdg)
     keep = set(sdg.outputs.values()) | set(sdg.untils.values())
     by_op = {int(m.get_tuple_name(isl.dim_type.in_)[2:]): m
-             for m in maps_of(smap)}
+             for m in I.maps_of(smap)}
+    keys = canon.Keys(by_op, str(params))
     out: dict[int, list[tuple]] = {}
     for i in sdg.ops:
-        readers = [maps[e].intersect_domain(domains[e.dst]).domain()
-                   for e in sdg.out_edges(i) if not domains[e.dst].is_empty()]
-        readers = [r for r in readers if not r.is_empty()]
-        if i in keep or not readers or domains[i].is_empty():
+        if i in keep or domains[i].is_empty():
             continue
-        # after the last read, and after the last write (a point may be computed, unread);
-        # only these statements' part of the schedule takes part (isl's cost follows it)
-        ops = {i} | {int(r.get_tuple_name()[2:]) for r in readers}
-        local = union([by_op[k] for k in sorted(ops) if k in by_op], isl.UnionMap)
-        times = union(readers + [domains[i]], isl.UnionSet).apply(local)
-        last = times.lexmax().apply(local.reverse())
-        for s in sets_of(last):
-            reader = int(s.get_tuple_name()[2:])
-            s = I.named(s, sdg.ops[reader].domain)
-            cond = I.cond_from_set(s.gist_params(params).reset_tuple_id())
+        edges = [e for e in sdg.out_edges(i) if not domains[e.dst].is_empty()]
+        objects = [domains[i]] + [x for e in edges for x in (maps[e], domains[e.dst])]
+        found = keys.key([i] + [e.dst for e in edges], objects)
+
+        def solve(i=i, edges=edges):
+            return _last_reads_of(sdg, i, edges, by_op, domains, maps, params)
+
+        if found is None:
+            frees = solve()
+        else:  # the same problem as another layer's: its answer, with this layer's ops
+            key, order = found
+            frees = [(order[j], cond) for j, cond in _LAST_READS.get(
+                key, lambda order=order: [(order.index(r), c) for r, c in solve()])]
+        for reader, cond in frees:
             out.setdefault(reader, []).append((i, cond))
     return out
+
+
+def _last_reads_of(sdg: SDG, i: int, edges, by_op, domains, maps, params) -> list[tuple]:
+    """``[(reader, cond)]``: after which instances of which readers op ``i`` is dead."""
+    readers = [maps[e].intersect_domain(domains[e.dst]).domain() for e in edges]
+    readers = [r for r in readers if not r.is_empty()]
+    if not readers:
+        return []
+    # after the last read, and after the last write (a point may be computed, unread); only
+    # these statements' part of the schedule takes part (isl's cost follows it)
+    ops = {i} | {int(r.get_tuple_name()[2:]) for r in readers}
+    local = I.union_of([by_op[k] for k in sorted(ops) if k in by_op])
+    times = I.union_of(readers + [domains[i]]).apply(local)
+    last = times.lexmax().apply(local.reverse())
+    found = []
+    for s in I.sets_of(last):
+        reader = int(s.get_tuple_name()[2:])
+        s = I.named(s, sdg.ops[reader].domain)
+        found.append((reader, I.cond_from_set(s.gist_params(params).reset_tuple_id())))
+    return found
+
+
+_AT = LRU(8192)
+
+
+def _at(cond, mapping: tuple):
+    """``cond`` at the statement's point (memoised: repeated layers free alike)."""
+    return _AT.get((cond, mapping), lambda: cond.substitute(dict(mapping)))
 
 
 def insert_frees(node: Node, frees: dict[int, list[tuple]], sdg: SDG) -> Node:
@@ -629,7 +653,7 @@ def insert_frees(node: Node, frees: dict[int, list[tuple]], sdg: SDG) -> Node:
         mapping = {d: a for d, a in zip(dims, node.args)}
         groups: dict = {}
         for store, cond in frees[node.op]:
-            groups.setdefault(cond.substitute(mapping), []).append(store)
+            groups.setdefault(_at(cond, tuple(mapping.items())), []).append(store)
         after = [Free(tuple(ops)) if c == and_() else If(c, Free(tuple(ops)))
                  for c, ops in groups.items()]
         return Seq((node, *after))

@@ -22,6 +22,7 @@ and isl's scheduler is tried instead.
 """
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass, field
 
 import islpy as isl
@@ -143,36 +144,45 @@ class _Fusion:
             for dep in self.out.get(i, ()):
                 if dep.dst in members and self.signs(dep, outer, None):
                     succ[i].append(dep)
+        into: dict[int, list[Dep]] = {i: [] for i in ops}  # the same dependences, by reader
+        for i in ops:
+            for dep in succ[i]:
+                into[dep.dst].append(dep)
         comps = _sccs(sorted(ops), {i: [dp.dst for dp in succ[i]] for i in ops})
         comp_of = {i: k for k, c in enumerate(comps) for i in c}
         preds: dict[int, set[int]] = {k: set() for k in range(len(comps))}
+        after: dict[int, set[int]] = {k: set() for k in range(len(comps))}
         for i in ops:
             for dep in succ[i]:
                 a, b = comp_of[i], comp_of[dep.dst]
                 if a != b:
                     preds[b].add(a)
+                    after[a].add(b)
+        waiting = {k: len(p) for k, p in preds.items()}  # predecessors not yet placed
         ways = [self._ways(c, succ, comp_of, k, outer) for k, c in enumerate(comps)]
         items: list = []
         loop = None  # [dim, direction, ops] of the open loop
-        done: set[int] = set()
+        in_loop_ops: set[int] = set()
         ready = sorted((k for k in range(len(comps)) if not preds[k]), key=lambda k: comps[k][0])
         in_loop: set[int] = set()  # components in the open loop
         while ready:
-            pick = next((k for k in ready if loop and self._joins(loop, comps[k], ways[k],
-                                                                   succ, outer)), None)
+            pick = next((k for k in ready if loop and self._joins(
+                loop, in_loop_ops, comps[k], ways[k], into, outer)), None)
             if pick is not None:
                 loop[2].extend(comps[pick])
                 in_loop.add(pick)
+                in_loop_ops.update(comps[pick])
             else:
                 # one that does not need the open loop runs before it (hoisted), which keeps
                 # the loop open for the ops after; else the loop closes here
                 pick = next((k for k in ready if not preds[k] & in_loop), ready[0])
                 if loop and preds[pick] & in_loop:
                     items.append(("loop", *loop))
-                    loop, in_loop = None, set()
+                    loop, in_loop, in_loop_ops = None, set(), set()
                 comp = comps[pick]
                 if ways[pick] and loop is None:
                     loop, in_loop = [*ways[pick][0], list(comp)], {pick}
+                    in_loop_ops = set(comp)
                 elif ways[pick]:  # another loop, independent of the open one: before it
                     items.append(("loop", *ways[pick][0], list(comp)))
                 elif len(comp) > 1 or self.remaining(comp[0], outer) \
@@ -182,10 +192,10 @@ class _Fusion:
                 else:
                     items.append(("op", comp[0]))
             ready.remove(pick)
-            done.add(pick)
-            ready.extend(k for k in range(len(comps))
-                         if k not in done and k not in ready and preds[k] <= done)
-            ready.sort(key=lambda k: comps[k][0])
+            for k in after[pick]:
+                waiting[k] -= 1
+                if not waiting[k]:
+                    bisect.insort(ready, k, key=lambda k: comps[k][0])
         if loop:
             items.append(("loop", *loop))
         return [it if it[0] == "op" else
@@ -205,14 +215,15 @@ class _Fusion:
             out += [(d, w) for w in (1, -1) if -w not in signs]
         return out
 
-    def _joins(self, loop, comp, ways, succ, outer) -> bool:
+    def _joins(self, loop, members: set[int], comp, ways, into, outer) -> bool:
         """Whether a component may run in the open loop: it can run in such a loop, and every
-        dependence from the loop's ops to it points the loop's way (or stays at a point)."""
-        d, w, members = loop
+        dependence from the loop's ops (``members``) to it points the loop's way (or stays at
+        a point)."""
+        d, w, _ = loop
         if (d, w) not in ways:
             return False
-        return not any(dep.dst in comp and -w in self.signs(dep, outer, d)
-                       for i in members for dep in succ[i])
+        return not any(dep.src in members and -w in self.signs(dep, outer, d)
+                       for i in comp for dep in into[i])
 
 
 def _sccs(nodes: list[int], succ: dict[int, list[int]]) -> list[list[int]]:
@@ -263,7 +274,7 @@ def fusion_schedule(sdg: SDG, domains: dict[int, isl.Set], deps: list[Dep]) -> i
     live = {i for i, d in domains.items() if not d.is_empty()}
     f = _Fusion(sdg, live, [dep for dep in deps if dep.src in live and dep.dst in live])
     items = f.level(sorted(live), (), ())
-    dom = _union([domains[i] for i in sorted(live)])
+    dom = I.union_of([domains[i] for i in sorted(live)])
     node = isl.Schedule.from_domain(dom).get_root().child(0)
     return _insert(node, items, sdg, domains).get_schedule()
 
@@ -272,19 +283,12 @@ def _ops_of(item) -> list[int]:
     return [item[1]] if item[0] == "op" else [i for it in item[3] for i in _ops_of(it)]
 
 
-def _union(sets) -> isl.UnionSet:
-    out = None
-    for s in sets:
-        out = isl.UnionSet.from_set(s) if out is None else out.union(isl.UnionSet.from_set(s))
-    return out
-
-
 def _insert(node, items, sdg: SDG, domains):
     """Put ``items`` below ``node`` (a leaf); returns a node of the same tree."""
     if len(items) > 1:
         filters = isl.UnionSetList.alloc(I.CTX, len(items))
         for it in items:
-            filters = filters.add(_union([domains[i] for i in _ops_of(it)]))
+            filters = filters.add(I.union_of([domains[i] for i in _ops_of(it)]))
         node = node.insert_sequence(filters)
         for k, it in enumerate(items):
             node = _insert(node.child(k).child(0), [it], sdg, domains).parent().parent()

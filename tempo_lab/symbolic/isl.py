@@ -10,6 +10,7 @@ from collections.abc import Sequence
 
 import islpy as isl
 
+from ..cache import LRU
 from ..errors import ExprError
 from .cond import TRUE, BoolConst, Cmp, Cond, Junction, Not, and_, compare, or_
 from .expr import Bound, Const, Dim, DivMod, Expr, Lin, MinMax, Slice, Sym
@@ -123,13 +124,46 @@ def reads_at(m: isl.Map, point: dict[str, int]) -> isl.Set:
     return m.intersect_domain(dom).range()
 
 
+# -- union sets and maps ---------------------------------------------------------------------
+def union_of(items):
+    """The union of isl sets (a UnionSet) or maps (a UnionMap), built by adding each (a chain
+    of ``union`` calls copies the growing union every time: quadratic in a 1 000-op program)."""
+    out = None
+    for x in items:
+        if isinstance(x, isl.Set):
+            out = isl.UnionSet.from_set(x) if out is None else out.add_set(x)
+        else:
+            out = isl.UnionMap.from_map(x) if out is None else out.add_map(x)
+    return out
+
+
+def maps_of(umap: isl.UnionMap) -> list[isl.Map]:
+    """The maps of a union map (as owned copies: islpy's foreach callbacks are not safe to keep
+    objects from)."""
+    lst = umap.get_map_list()
+    return [lst.get_at(i) for i in range(lst.n_map())]
+
+
+def sets_of(uset: isl.UnionSet) -> list[isl.Set]:
+    lst = uset.get_set_list()
+    return [lst.get_at(i) for i in range(lst.n_set())]
+
+
 # -- back from isl -----------------------------------------------------------------------------
 def _sym(name: str, dim_names: set[str]) -> Sym:
     return Dim(name) if name in dim_names else Bound(name)
 
 
 def cond_from_set(s: isl.Set) -> Cond:
-    """An isl set (over named dims, with bounds as parameters) as a ``Cond`` on those dims."""
+    """An isl set (over named dims, with bounds as parameters) as a ``Cond`` on those dims.
+    Memoised by the set's text: a program's repeated layers ask for the same conditions."""
+    return _CONDS.get(str(s), lambda: _cond_from_set(s))
+
+
+_CONDS = LRU(8192)
+
+
+def _cond_from_set(s: isl.Set) -> Cond:
     dim_names = {s.get_dim_name(isl.dim_type.set, i) for i in range(s.dim(isl.dim_type.set))}
     pieces = []
     for bs in s.get_basic_sets():

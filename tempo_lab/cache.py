@@ -1,5 +1,6 @@
-"""A bounded, least-recently-used cache for process-wide compiled objects (kernels, XLA
-programs): a long notebook session compiles many programs, and each entry holds compiled code."""
+"""A bounded, least-recently-used cache for process-wide memos: compiled kernels and XLA
+programs (a long notebook session compiles many programs, each entry holding compiled code), and
+solved isl problems keyed by their canonical text (a program's repeated layers ask alike)."""
 from __future__ import annotations
 
 from collections import OrderedDict
