@@ -22,7 +22,8 @@ subprocess: the decoder with its layers *unrolled* as separate ops (2-64 layers,
 are written; ``tempo_lab.examples.unrolled_decoder``), the same with layers as a dim
 (``layered``), a chain of 1 000 / 10 000 ops with recurrences (``tempo_lab.examples.op_chain``)
 and PPO (``tl.rl.ppo``, 32 x 250). Each is checked against, and its compile time compared with,
-``jax.jit(...).lower(...).compile()`` of its plain-JAX twin in the same process.
+``jax.jit(...).lower(...).compile()`` of its plain-JAX twin in the same process. ``window``
+compiles a windowed decoder at T = 10^3 ... 10^9 (compile time and predicted peak, no run).
 """
 from __future__ import annotations
 
@@ -143,6 +144,8 @@ def one_scale(program: str, size: int, seq_len: int, fuse: bool = True) -> dict:
     cfg = tl.CompileConfig(fuse=fuse)
     if program == "ppo":
         return _one_ppo(load)
+    if program == "window":
+        return _one_window(size, load)
     weights = make_weights(size, 32, 64) if program in ("unrolled", "layered") else None
     tokens = np.random.default_rng(1).standard_normal((seq_len, 32)).astype(np.float32)
     data = np.random.default_rng(0).standard_normal((seq_len, 8)).astype(np.float32)
@@ -194,6 +197,37 @@ def one_scale(program: str, size: int, seq_len: int, fuse: bool = True) -> dict:
             "tempo_lab_with_kernels_s": compile_s + clock.seconds,
             "jax_jit_compile_s": jax_s, "ratio": (compile_s + clock.seconds) / jax_s,
             "max_abs_err": err}
+
+
+def _one_window(steps: int, load) -> dict:
+    """The decoder (2 layers unrolled, attention over a window of 8) compiled at ``T = steps``
+    with random tokens (no array over ``t``) and only the last step as output: compile time and
+    predicted store peak, which should not depend on ``steps``. Not run (10^7 steps would take
+    hours on CPU), so no JAX twin: compare the records of different ``steps``."""
+    import time
+
+    import tempo_lab as tl
+    from tempo_lab.demo import make_weights
+    from tempo_lab.examples import unrolled_decoder
+
+    t0 = time.perf_counter()
+    ctx = tl.Context(dims=("t",))
+    (T,) = ctx.bounds
+    with ctx:
+        tokens = tl.random.normal((32,), domain=ctx.dims, seed=0)
+    h = unrolled_decoder(ctx, make_weights(2, 32, 64), tokens, 2, window=8)
+    with ctx:
+        y = h[T - 1]
+    prog = ctx.compile(bounds={T: steps}, outputs={"y": y})
+    compile_s = time.perf_counter() - t0
+    return {"scale": "window", "size": steps, "seq_len": steps, "fuse": True,
+            "traced_ops": len(prog.passes.initial.ops), "sdg_ops": len(prog.sdg.ops),
+            "scheduler": prog.schedule.method.split(" ")[0], "loadavg_at_start": load,
+            "tempo_lab_compile_s": compile_s,
+            "tempo_lab_by_stage": {"trace": 0.0, **prog.compile_times},
+            "tempo_lab_with_kernels_s": compile_s, "jax_jit_compile_s": None, "ratio": None,
+            "predicted_peak_bytes": prog.memory.peak_bytes,
+            "simulated_steps": len(prog.memory.timeline), "max_abs_err": None}
 
 
 def _jax_unrolled_decoder(weights: dict, heads: int):
@@ -265,10 +299,11 @@ def _one_ppo(load) -> dict:
 
 
 SCALE_QUICK = [("unrolled", 2), ("unrolled", 24), ("layered", 24), ("chain", 1000),
-               ("ppo", 0)]
+               ("ppo", 0), ("window", 10**3), ("window", 10**7)]
 SCALE_FULL = ([("unrolled", n) for n in (2, 8, 16, 24, 32, 64)]
               + [("layered", n) for n in (2, 24, 64)]
-              + [("chain", 1000), ("chain", 10000), ("ppo", 0)])
+              + [("chain", 1000), ("chain", 10000), ("ppo", 0)]
+              + [("window", 10**k) for k in (3, 5, 7, 9)])
 
 
 def measure_scale(cases, seq_len: int = 32, on_record=None) -> list[dict]:
@@ -281,8 +316,14 @@ def _print_scale_row(rec: dict) -> None:
     stages = ", ".join(f"{k} {v:.2f}" for k, v in rec["tempo_lab_by_stage"].items())
     print(f"{rec['scale']:>8} {rec['size']:>6}  {rec['traced_ops']:>6} {rec['sdg_ops']:>5}  "
           f"{rec['scheduler']:>7}  {rec['tempo_lab_compile_s']:>8.2f}  "
-          f"{rec['tempo_lab_with_kernels_s']:>8.2f}  {rec['jax_jit_compile_s']:>7.2f}  "
-          f"{rec['ratio']:>6.1f}x  {stages}", flush=True)
+          f"{rec['tempo_lab_with_kernels_s']:>8.2f}  {_num(rec['jax_jit_compile_s'], 7, 2)}  "
+          f"{_num(rec['ratio'], 6, 1)}x  {stages}"
+          + (f", peak {rec['predicted_peak_bytes']} B" if "predicted_peak_bytes" in rec else ""),
+          flush=True)
+
+
+def _num(x, width: int, digits: int) -> str:
+    return f"{'-':>{width}}" if x is None else f"{x:>{width}.{digits}f}"
 
 
 def measure(layers: list[int], seq_len: int = 32, on_record=None) -> list[dict]:
