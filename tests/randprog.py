@@ -531,6 +531,8 @@ def run_tempo(program: RProgram, prog=None, calls: dict | None = None, **kw) -> 
             got[key] = v
         out[SINK + name] = got
     out["_bounds"] = dict(run.bounds)
+    if run.profile is not None:  # store bytes: measured (per step on the loop executors), planned
+        out["_peak"] = (run.profile.peak_bytes, prog.memory.peak_bytes)
     return out
 
 

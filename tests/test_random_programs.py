@@ -68,8 +68,8 @@ def test_random_programs_match_numpy(program):
 def test_random_programs_on_every_executor_under_pass_switches(program, switches):
     """Every executor, the reference interpreter included, under a sampled combination of pass
     switches (one per program; the 512 combinations are each drawn a few times over the run),
-    equals the independent evaluation: outputs, gradients, sink calls and the bound reached.
-    One compilation (schedule, memory plan) serves every executor (``Program.on``)."""
+    equals the independent evaluation: outputs, gradients, sink calls and the bound reached;
+    the loop executors' measured store peak equals the memory plan's. One compilation (schedule, memory plan) serves every executor (``Program.on``)."""
     on = dict(zip(SWITCHES, switches))
     small = {"vectorise_budget_bytes": 24} if on["incrementalise"] else {}  # blocks of a few
     config = tl.CompileConfig(executor="interpreter", check_invariants=True, tile_block=2,
@@ -81,6 +81,12 @@ def test_random_programs_on_every_executor_under_pass_switches(program, switches
     for executor in EXECUTORS:
         got = run_tempo(program, prog.on(executor), calls)
         assert_outputs_match(program, got, what=f"executor={executor} ({shown})", want=want)
+        if executor in ("codegen", "interpreter"):  # they measure the store bytes of each step
+            measured, predicted = got.pop("_peak")
+            # the plan is for the bounds given: a tl.until that ends early uses less
+            assert measured == predicted or (program.until and measured < predicted), (
+                f"executor={executor} ({shown}): measured store peak {measured} B, predicted "
+                f"{predicted} B")
 
 
 @settings(max_examples=N_REFERENCE, deadline=None, derandomize=True, database=None,
