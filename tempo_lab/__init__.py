@@ -13,6 +13,7 @@ from .errors import (
                      OutputError,
                      ScheduleError,
                      ShapeError,
+                     ShardingError,
                      TempoLabError,
 )
 from .frontend.api import (
@@ -65,7 +66,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ArgumentError", "BoundsError", "Bound", "CallbackError", "InternalError", "OutputError", "CompileConfig", "Context", "DTypeError", "DefinitionError", "Dim",
-    "ExprError", "GradientError", "Program", "RecurrentTensor", "Run", "SDG", "ScheduleError", "ShapeError",
+    "ExprError", "GradientError", "Program", "RecurrentTensor", "Run", "SDG", "ScheduleError", "ShapeError", "ShardingError",
     "Slice", "TempoLabError", "Trace", "abs", "arange", "concatenate", "config", "constant",
     "cos", "eq", "exp", "expand_dims", "from_array", "full", "grad", "lift", "log", "matmul", "max", "maximum",
     "mean", "min", "minimum", "ne", "nn", "ones", "optim", "placeholder", "random", "relu", "reshape", "rl", "scope", "sigmoid", "sin",

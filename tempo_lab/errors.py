@@ -150,6 +150,11 @@ class CallbackError(TempoLabError):
     ``__cause__`` and the location is the ``tl.sink``/``tl.source`` line."""
 
 
+class ShardingError(TempoLabError):
+    """A ``CompileConfig(mesh=..., shard=...)`` that cannot lay the program out: a dim that is
+    still a loop (it carries a recurrence), a mesh axis that does not divide the bound."""
+
+
 class InternalError(TempoLabError):
     """A bug in tempo_lab itself, reported at the user's line with the original exception as
     its ``__cause__``: please report it with the program."""

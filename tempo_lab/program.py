@@ -5,6 +5,7 @@ import contextlib
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
+from typing import Any
 
 import numpy as np
 
@@ -28,6 +29,7 @@ from .passes import run_passes
 from .runtime.executable import BACKENDS
 from .runtime.lowered import Lowered
 from .runtime.reference import reference_bounds, run_reference
+from .runtime.sharding import Layout, check_config
 from .schedule import FALLBACK_OPTION_SETS, OPTION_SETS, IncompleteSchedule, schedule_sdg
 from .stage import Stage
 from .symbolic import Bound, Dim
@@ -53,6 +55,9 @@ class CompileConfig:
     sync_profile: wait for every kernel to finish so ``run.profile`` times are device times.
     tile / tile_block: the tiling pass (``passes/tile.py``) and its points per block (None:
         about 32 blocks at the longest range, 32 to 256 points).
+    mesh / shard: several devices (``runtime/sharding.py``): ``shard={"b": "data"}`` splits the
+        points of the vectorised dim ``b`` over the devices of the ``jax.sharding.Mesh`` axis
+        ``"data"``; XLA partitions the kernels and makes reductions over ``b`` collectives.
     """
 
     executor: str = "auto"
@@ -76,6 +81,11 @@ class CompileConfig:
     vectorise_budget_bytes: int = 256 * 2**20  # largest value a vectorised op may make (else
     # incrementalisation vectorises the dim in blocks that fit)
     check_invariants: bool = False  # check the SDG after every pass (tests turn this on)
+    mesh: Any = None
+    shard: Any = None
+
+    def __hash__(self):  # a mesh and a shard dict are not hashable fields
+        return hash((self.executor, self.passes, tuple(sorted((self.shard or {}).items()))))
 
     def __post_init__(self):
         if self.executor not in EXECUTORS:
@@ -102,6 +112,7 @@ class CompileConfig:
             raise ArgumentError(f"passes={tuple(passes)!r}: {what}; passes run in the order "
                                 f"given, each at most once, from {', '.join(REGISTRY)}")
         object.__setattr__(self, "passes", tuple(passes))
+        object.__setattr__(self, "shard", check_config(self.mesh, self.shard) or None)
 
 
 def _positive_int(v) -> bool:
@@ -262,7 +273,9 @@ def compile_context(ctx, bounds, outputs, config: CompileConfig | None = None) -
                 schedule, plan = _best_schedule(sdg, bounds, config, st.times)
             st.times["schedule"] -= st.times["memory"]  # its own stage, timed inside
             with st.stage("lower"):
-                lowered = Lowered(sdg, schedule, plan, bounds)
+                layout = (Layout(sdg, config.mesh, config.shard, bounds, loc) if config.shard
+                          else None)
+                lowered = Lowered(sdg, schedule, plan, bounds, layout)
             with st.stage("compile"):
                 executable = lowered.compile(config.executor, config.sync_profile,
                                              config.xla_split)

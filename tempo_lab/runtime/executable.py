@@ -125,7 +125,7 @@ class Executable(Stage):
 
     def _sections(self):
         return [("executor choice", self.choice), ("how it runs", self.prepared.how),
-                *self.prepared.sections()]
+                *self.lowered.devices_section(), *self.prepared.sections()]
 
     def to_dict(self) -> dict:
         return {"schema": "tempo_lab.executable/1", "executor": self.name,

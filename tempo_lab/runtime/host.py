@@ -82,15 +82,21 @@ class Host:
 
     # -- stores -------------------------------------------------------------------------------
     def alloc(self, op: int):
-        """A fresh store buffer, its growing extents, and its bytes."""
+        """A fresh store buffer (on the devices of its sharding), its growing extents, and its
+        bytes."""
         s = self.lowered.stores[op]
-        return self._store(s, jnp.zeros(initial_shape(s), s.dtype))
+        return self._store(s, self._placed(op, jnp.zeros(initial_shape(s), s.dtype)))
 
     def grow(self, op: int, buf, point: tuple):
         """The buffer extended by whole blocks so that ``point`` fits (same result shape)."""
         s = self.lowered.stores[op]
         want = grown_shape(s, buf.shape[:len(s.slots)], point)
-        return self._store(s, jnp.pad(buf, [(0, x - y) for x, y in zip(want, buf.shape)]))
+        return self._store(s, self._placed(
+            op, jnp.pad(buf, [(0, x - y) for x, y in zip(want, buf.shape)])))
+
+    def _placed(self, op: int, buf):
+        layout = self.lowered.layout
+        return buf if layout is None else layout.place(buf, layout.store(op, buf.ndim))
 
     @staticmethod
     def _store(s, buf):
@@ -101,7 +107,9 @@ class Host:
     def host_array(self, op: int):
         arr = self._device.get(op)
         if arr is None:
-            arr = self._device[op] = jnp.asarray(self.lowered.host_array(op))
+            value, layout = self.lowered.host_array(op), self.lowered.layout
+            arr = self._device[op] = (jnp.asarray(value) if layout is None else
+                                      layout.place(value, layout.host(op, np.ndim(value))))
         return arr
 
     def dimval(self, s: int, value):

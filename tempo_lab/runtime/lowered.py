@@ -178,8 +178,10 @@ class Lowered(Stage):
     """The loop AST resolved into statements, store layouts, host inputs, sinks, sources and
     data-dependent loops (``prog.lowered``); ``compile(backend)`` makes an ``Executable``."""
 
-    def __init__(self, sdg: SDG, schedule: Schedule, plan: MemoryPlan, bounds: Mapping):
+    def __init__(self, sdg: SDG, schedule: Schedule, plan: MemoryPlan, bounds: Mapping,
+                 layout=None):
         self.sdg, self.schedule, self.plan = sdg, schedule, plan
+        self.layout = layout  # sharding.Layout over a device mesh, or None: one device
         self.bounds = {k: int(v) for k, v in bounds.items()}
         self.ast = schedule.ast
         self.stmts: list[Stmt] = []
@@ -275,7 +277,22 @@ class Lowered(Stage):
                  f"{self.stmts[k].op.loc}" for k in self.sources + self.sinks]
         return [("statements", [self._stmt_line(k, st) for k, st in enumerate(self.stmts)]),
                 ("stores", stores), ("loops", loops), ("host inputs", hosts),
-                ("callbacks (tl.source, tl.sink)", calls)]
+                ("callbacks (tl.source, tl.sink)", calls), *self.devices_section()]
+
+    def devices_section(self) -> list[tuple[str, list[str]]]:
+        """The mesh and the shardings, with the predicted peak per device (none: one device)."""
+        if self.layout is None:
+            return []
+        peak = self.device_peak_bytes
+        return [("devices", self.layout.lines(self.stores) + [
+            f"predicted store peak per device: {peak} B (of {self.plan.peak_bytes} B in all)"])]
+
+    @property
+    def device_peak_bytes(self) -> int:
+        """The memory plan's peak of store bytes on one device (all of it on one device)."""
+        if self.layout is None:
+            return self.plan.peak_bytes
+        return self.layout.device_peak_bytes(self.ast, self.stores, self.bounds)
 
     def to_dict(self) -> dict:
         return {"schema": SCHEMA, "bounds": dict(self.bounds),
@@ -295,7 +312,11 @@ class Lowered(Stage):
                            "until": {"bound": n.bound, "done": n.done, "at": str(n.at)}
                            if isinstance(n, While) else None} for n in self.loops],
                 "hosts": list(self.hosts), "sources": list(self.sources),
-                "sinks": list(self.sinks), "untils": dict(self.sdg.untils)}
+                "sinks": list(self.sinks), "untils": dict(self.sdg.untils),
+                "devices": None if self.layout is None else {
+                    "mesh": {str(a): int(n) for a, n in self.layout.mesh.shape.items()},
+                    "shard": dict(self.layout.shard),
+                    "device_peak_bytes": self.device_peak_bytes}}
 
 
 def _entry(e) -> str:

@@ -202,7 +202,8 @@ class _Xla:
                 tuple(sorted(self.local)), tuple(sorted(self.sdg.untils.items())),
                 tuple(self.pads), tuple(sorted(self.checked)),
                 tuple(tuple(self.segments(n)) for n in self.schedule.ast.walk()
-                      if isinstance(n, For)))
+                      if isinstance(n, For)),
+                None if self.lowered.layout is None else self.lowered.layout.key())
 
     # -- stage --------------------------------------------------------------------------------
     def sections(self):
@@ -249,7 +250,7 @@ class _Xla:
 
         def program(bvec, hosts):
             env = {ic.bound(p): bvec[k] for k, p in enumerate(names)}
-            state = {"s": {i: jnp.zeros(sh, dt) for i, (sh, dt) in self.shapes.items()},
+            state = {"s": {i: self._zeros(i, sh, dt) for i, (sh, dt) in self.shapes.items()},
                      "calls": jnp.zeros(len(self._ops), jnp.int32),
                      "w": {i: jnp.int32(-1) for i in self.sdg.untils.values()},
                      "b": {p: env[ic.bound(p)] for p in self.sdg.untils},
@@ -261,14 +262,28 @@ class _Xla:
 
         return program
 
+    def _zeros(self, op: int, shape, dtype):
+        """A store of the program, constrained to its sharding when the program has a mesh
+        (XLA's partitioner then splits what computes it)."""
+        z = jnp.zeros(shape, dtype)
+        layout = self.lowered.layout
+        sharding = None if layout is None else layout.store(op, len(shape))
+        return z if sharding is None else lax.with_sharding_constraint(z, sharding)
+
     def _compiled(self):
         if self._fn is None:
             self._fn = _PROGRAMS.get(self._key(), lambda: jax.jit(self._program()))
         return self._fn
 
     def _hosts(self, host: Host | None = None) -> tuple:
-        return tuple(host.host_array(i) if host is not None else
-                     jnp.asarray(self.lowered.host_array(i)) for i in self.lowered.hosts)
+        host = host or Host(self.lowered)
+        return tuple(host.host_array(i) for i in self.lowered.hosts)
+
+    def hlo(self) -> str:
+        """The compiled XLA program as HLO text (after SPMD partitioning on a mesh: the shapes
+        are one device's)."""
+        bvec = jnp.asarray([self.bounds.get(p, 1) for p in self.sdg.params], jnp.int32)
+        return self._compiled().lower(bvec, self._hosts()).compile().as_text()
 
     def jaxpr(self) -> str:
         """The traced program as a jaxpr (text)."""
