@@ -258,7 +258,7 @@ class _Xla:
             ctx = _Trace(self, dict(zip(self.lowered.hosts, hosts)))
             state = ctx.node(self.schedule.ast, env, state, {})
             outs = {i: state["s"][i] for i in self.sdg.outputs.values() if i in state["s"]}
-            return outs, state["calls"], state["b"], state["err"]
+            return outs, _calls(state), state["b"], state["err"]
 
         return program
 
@@ -464,8 +464,9 @@ class _Trace:
             y = ys[-1]
             for st, v in zip(stmts[-2::-1], ys[-2::-1]):
                 y = jnp.where(ic.jax_bool(st.cond, env), v, y)
-        calls = state["calls"].at[ex._slot[op.id]].add(1)
-        state = {**state, "calls": calls}
+        # counted in Python, added to the counters in one step at the next carry (_carry):
+        # a scatter per statement would multiply the XLA program's size
+        state = {**state, "pending": state.get("pending", ()) + (ex._slot[op.id],)}
         if op.id in ex.local:
             vals[op.id] = y
             return state
@@ -536,8 +537,17 @@ class _Trace:
 
 
 def _carry(state, keys):
-    return ({i: state["s"][i] for i in keys}, state["calls"], dict(state["w"]), dict(state["b"]),
-            state["err"])
+    return ({i: state["s"][i] for i in keys}, _calls(state), dict(state["w"]),
+            dict(state["b"]), state["err"])
+
+
+def _calls(state):
+    """The statement counters with the calls counted since the last carry added."""
+    pending = state.get("pending", ())
+    if not pending:
+        return state["calls"]
+    n = state["calls"].shape[0]
+    return state["calls"] + jnp.asarray(np.bincount(pending, minlength=n).astype(np.int32))
 
 
 def _merge(state, keys, carry):
