@@ -501,9 +501,8 @@ class _Trace:
                 bufs.append(v.reshape((1,) * len(r.entries) + v.shape))
             else:
                 bufs.append(state["s"][r.src])
-        ints = [ic.jax_int(x, env) for x in st.ints()]
-        ints = jnp.stack([jnp.asarray(x, jnp.int32) for x in ints]) if ints else \
-            jnp.zeros((0,), jnp.int32)
+        # a tuple of scalars: stacked into one array, every use would be a slice of it
+        ints = tuple(jnp.asarray(ic.jax_int(x, env), jnp.int32) for x in st.ints())
         point = [jnp.int32(ic.jax_int(x, env)) for x in st.point]
         host = None
         if flag(op.kind, "array"):
