@@ -18,7 +18,6 @@ devices share the same cores).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -133,6 +132,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     import jax
 
+    from benchmarks.decode import write_results
+
     if len(jax.devices()) < args.devices:
         if jax.devices()[0].platform != "cpu" or FLAG in os.environ.get("XLA_FLAGS", ""):
             print(f"only {len(jax.devices())} devices; ask for fewer with --devices",
@@ -154,10 +155,7 @@ def main(argv=None) -> int:
             print(f"{rec['program']:>8} {rec['devices']:>7} {rec['executor']:>8} "
                   f"{rec['ms']:>9.2f} {rec['max_abs_err']:>9.2e} {str(rec['partitioned']):>11}"
                   f" {rec['device_peak_bytes']:>13}", flush=True)
-    os.makedirs(os.path.dirname(args.out) or ".", exist_ok=True)
-    with open(args.out, "w") as f:
-        json.dump(records, f, indent=1)
-    print(f"wrote {args.out}")
+    write_results(records, args.out)
     return 0
 
 

@@ -279,16 +279,19 @@ class _Xla:
         host = host or Host(self.lowered)
         return tuple(host.host_array(i) for i in self.lowered.hosts)
 
+    def _args(self) -> tuple:
+        """The program's arguments for the compiled bounds: bound values and host inputs."""
+        bvec = jnp.asarray([self.bounds.get(p, 1) for p in self.sdg.params], jnp.int32)
+        return bvec, self._hosts()
+
     def hlo(self) -> str:
         """The compiled XLA program as HLO text (after SPMD partitioning on a mesh: the shapes
         are one device's)."""
-        bvec = jnp.asarray([self.bounds.get(p, 1) for p in self.sdg.params], jnp.int32)
-        return self._compiled().lower(bvec, self._hosts()).compile().as_text()
+        return self._compiled().lower(*self._args()).compile().as_text()
 
     def jaxpr(self) -> str:
         """The traced program as a jaxpr (text)."""
-        bvec = jnp.asarray([self.bounds.get(p, 1) for p in self.sdg.params], jnp.int32)
-        return str(jax.make_jaxpr(self._program())(bvec, self._hosts()))
+        return str(jax.make_jaxpr(self._program())(*self._args()))
 
     def run(self, host: Host, bounds: Mapping[str, int]):
         fn = self._compiled()
