@@ -73,9 +73,14 @@ def _cond_set(c: Cond, affs, sp) -> isl.Set:
 
 
 def box(dims: Sequence[Dim], params: Sequence[str]) -> isl.Set:
-    """``{ [d...] : 0 <= d < D }``: the full domain of a tensor over ``dims``."""
-    sp = space(dims, params)
-    return cond_set(and_(*[(d >= 0) & (d < d.bound) for d in dims]), sp)
+    """``{ [d...] : 0 <= d < D }``: the full domain of a tensor over ``dims`` (shared: isl
+    objects are values, and most ops of a program have one of a few domains)."""
+    key = (tuple((d.name, d.bound.name) for d in dims), tuple(params))
+    return _BOXES.get(key, lambda: cond_set(and_(*[(d >= 0) & (d < d.bound) for d in dims]),
+                                            space(dims, params)))
+
+
+_BOXES = LRU(1024)
 
 
 def fix(obj, values: dict[str, int]):
@@ -98,10 +103,22 @@ def primed(d: Dim) -> str:
 def edge_map(consumer: tuple[str, Sequence[Dim]], producer: tuple[str, Sequence[Dim]],
              index: Sequence[Expr | Slice], cond: Cond = TRUE,
              params: Sequence[str] = ()) -> isl.Map:
-    """The dependence of an SDG edge: consumer point -> producer points it reads (under cond)."""
+    """The dependence of an SDG edge: consumer point -> producer points it reads (under cond).
+    Made once per shape of edge (dims, index, condition) and named for this one."""
     (cname, cdims), (pname, pdims) = consumer, producer
     if len(index) != len(pdims):
         raise ExprError(f"{len(index)} index entries for {len(pdims)} producer dims")
+    key = (tuple((d.name, d.bound.name) for d in cdims),
+           tuple((d.name, d.bound.name) for d in pdims), tuple(map(str, index)), str(cond),
+           tuple(params))
+    m = _EDGES.get(key, lambda: _edge_map(cdims, pdims, index, cond, params))
+    return m.set_tuple_name(isl.dim_type.in_, cname).set_tuple_name(isl.dim_type.out, pname)
+
+
+_EDGES = LRU(8192)
+
+
+def _edge_map(cdims, pdims, index, cond, params) -> isl.Map:
     names = [d.name for d in cdims] + [primed(d) for d in pdims]
     sp = isl.Space.create_from_names(CTX, set=names, params=list(params))
     affs = isl.affs_from_space(sp)
@@ -112,8 +129,8 @@ def edge_map(consumer: tuple[str, Sequence[Dim]], producer: tuple[str, Sequence[
             rel &= p.ge_set(pw_aff(entry.start, affs)) & p.lt_set(pw_aff(entry.stop, affs))
         else:
             rel &= p.eq_set(pw_aff(entry, affs))
-    m = isl.Map.from_range(rel).move_dims(isl.dim_type.in_, 0, isl.dim_type.out, 0, len(cdims))
-    return m.set_tuple_name(isl.dim_type.in_, cname).set_tuple_name(isl.dim_type.out, pname)
+    return isl.Map.from_range(rel).move_dims(isl.dim_type.in_, 0, isl.dim_type.out, 0,
+                                             len(cdims))
 
 
 def reads_at(m: isl.Map, point: dict[str, int]) -> isl.Set:
