@@ -38,3 +38,11 @@ def test_compile_benchmark_tiny(tmp_path):
     _run("benchmarks.compile", "--layers", "2", "--seq-len", "8", "--out", str(out))
     (rec,) = json.loads(out.read_text())
     assert rec["layers"] == 2 and rec["tempo_lab_compile_s"] > 0 and rec["max_abs_err"] < 1e-3
+
+
+def test_compile_scale_window_records_the_same_peak_at_any_bound():
+    from benchmarks.compile import one_scale
+
+    small, huge = (one_scale("window", n, n) for n in (10**3, 10**7))
+    assert small["predicted_peak_bytes"] == huge["predicted_peak_bytes"] > 0
+    assert huge["simulated_steps"] < 4 * small["simulated_steps"]
