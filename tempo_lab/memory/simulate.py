@@ -3,16 +3,16 @@
 The loop AST is executed abstractly (bytes only), but a long loop is not run iteration by
 iteration: its range is cut where anything in its body changes behaviour with the loop
 variable (a guard ``t == T - 1`` or ``t >= 2``, the bound of an inner loop, the arms of a
-``min``/``max``), and of each piece only the first and last iterations are run (the first and
-last ``period`` of them where a ``//`` or ``%`` of the variable repeats with a period). Inside a
-piece every guard keeps its truth value, so the same stores are allocated and freed in every
-iteration, point and ring stores keep their size and growing stores only grow: the bytes at
-each position of the body are monotone across the piece, and the largest is in its first or
-last iteration (run after a silent run of the iteration before them, so that a growing store
-already has the extent it would have there). So the peak is exact. The timeline is the bytes after every statement that
-ran, with its step number; steps in the iterations skipped are counted from the ones run (the
-count of each skipped iteration interpolated between the first and last run: exact when it is
-constant or affine in the variable).
+``min``/``max``, a step of ``t // d``), and of each piece only the first and last ``period``
+iterations are run (the period of the body's ``//`` and ``%`` of the variable, 1 without any),
+whole periods being skipped in between. Inside a piece every guard keeps its truth value, so the
+same stores are allocated and freed in every iteration, point and ring stores keep their size
+and growing stores only grow: the bytes at each position of the body are monotone across the
+piece, and the largest is in its first or last iterations (run after a silent run of the
+iteration before them, so that a growing store already has the extent it would have there). So
+the peak is exact. The timeline is the bytes after every statement that ran, with its step
+number; the steps of the skipped periods are counted from the first period and the one after
+them (exact when a period's steps are constant or grow linearly along the piece).
 """
 from __future__ import annotations
 
@@ -27,8 +27,8 @@ RUN_ALL = 32     # a loop of at most this many iterations runs whole
 
 
 class _State:
-    def __init__(self, storages):
-        self.storages = storages
+    def __init__(self, storages, run_all: int):
+        self.storages, self.run_all = storages, run_all
         self.total = 0
         self.live: dict[int, int] = {}
         self.extents: dict[int, list[int]] = {}
@@ -51,13 +51,13 @@ def simulate(ast, storages, bounds, run_all: int = RUN_ALL):
     """``(steps, bytes, lifetimes, n_steps, peak)``: the sampled timeline (step numbers and the
     bytes live after them), each store's first and last step, the number of steps, and the
     peak of live bytes (exact)."""
-    st = _State(storages)
-    _run(ast, dict(bounds), st, run_all)
+    st = _State(storages, run_all)
+    _run(ast, dict(bounds), st)
     lifetimes = {i: (a, st.last[i]) for i, a in st.first.items()}
     return st.steps, st.bytes, lifetimes, st.step, st.peak
 
 
-def _run(node, env, st: _State, run_all: int):
+def _run(node, env, st: _State):
     if isinstance(node, Exec):
         i = node.op
         s = st.storages.get(i)
@@ -83,22 +83,22 @@ def _run(node, env, st: _State, run_all: int):
         st.record()
     elif isinstance(node, Seq):
         for n in node.body:
-            _run(n, env, st, run_all)
+            _run(n, env, st)
     elif isinstance(node, If):
         if node.cond.evaluate(env):
-            _run(node.then, env, st, run_all)
+            _run(node.then, env, st)
         elif node.orelse is not None:
-            _run(node.orelse, env, st, run_all)
+            _run(node.orelse, env, st)
     elif isinstance(node, For):
-        _loop(node, env, st, run_all)
+        _loop(node, env, st)
 
 
-def _loop(node: For, env, st: _State, run_all: int):
+def _loop(node: For, env, st: _State):
     lo, hi = node.lo.evaluate(env), node.hi.evaluate(env)
     values = range(lo, hi, node.step)
-    if len(values) <= run_all:
+    if len(values) <= st.run_all:
         for v in values:
-            _iteration(node, v, env, st, run_all)
+            _iteration(node, v, env, st)
         env.pop(node.var, None)
         return
     cuts, period = _cuts(node, env, st)
@@ -108,35 +108,35 @@ def _loop(node: For, env, st: _State, run_all: int):
         piece = range(a, b, node.step)
         if len(piece) <= 3 * ends + 2:
             for v in piece:
-                _iteration(node, v, env, st, run_all)
+                _iteration(node, v, env, st)
             continue
-        first = sum(_iteration(node, v, env, st, run_all) for v in piece[:ends])
+        first = sum(_iteration(node, v, env, st) for v in piece[:ends])
         # skip whole periods, so the body sees the same ``//`` and ``%`` phases it would
         periods = (len(piece) - 2 * ends) // ends
         tail = ends * (1 + periods)
-        _catch_up(node, piece[tail - 1], env, st, run_all)
+        _catch_up(node, piece[tail - 1], env, st)
         mark = st.step
-        last = [_iteration(node, v, env, st, run_all) for v in piece[tail:]]
+        last = [_iteration(node, v, env, st) for v in piece[tail:]]
         # the skipped periods' steps: exact when a period's steps grow linearly along the piece
         extra = int(round(periods * (first + sum(last[:ends])) / 2))
         _shift(st, mark, extra)
     env.pop(node.var, None)
 
 
-def _iteration(node: For, v: int, env, st: _State, run_all: int) -> int:
+def _iteration(node: For, v: int, env, st: _State) -> int:
     """Run one iteration; the number of steps it took."""
     env[node.var] = v
     before = st.step
-    _run(node.body, env, st, run_all)
+    _run(node.body, env, st)
     return st.step - before
 
 
-def _catch_up(node: For, v: int, env, st: _State, run_all: int):
+def _catch_up(node: For, v: int, env, st: _State):
     """Bring the stores to where they stand before the last iterations: run the skipped
     iteration ``v`` without recording it, keeping only what it leaves behind (a growing store's
     extent; every other store is allocated and freed alike in each iteration of a piece)."""
     saved = (len(st.steps), st.step, dict(st.first), dict(st.last), st.peak)
-    _iteration(node, v, env, st, run_all)
+    _iteration(node, v, env, st)
     n, st.step, st.first, st.last, st.peak = saved
     del st.steps[n:], st.bytes[n:]
 

@@ -10,6 +10,7 @@ are listed. Executors (``runtime/backends``) only evaluate what is resolved here
 """
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -287,7 +288,7 @@ class Lowered(Stage):
         return [("devices", self.layout.lines(self.stores) + [
             f"predicted store peak per device: {peak} B (of {self.plan.peak_bytes} B in all)"])]
 
-    @property
+    @functools.cached_property
     def device_peak_bytes(self) -> int:
         """The memory plan's peak of store bytes on one device (all of it on one device)."""
         if self.layout is None:

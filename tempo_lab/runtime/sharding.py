@@ -13,6 +13,7 @@ no axis to split: that is a ``ShardingError`` at compile time, not a silent repl
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping
 
 import jax
@@ -73,10 +74,6 @@ class Layout:
                                     f"the {n} devices of mesh axis {axis!r}: give a bound that "
                                     f"{n} divides", loc)
 
-    @property
-    def devices(self) -> int:
-        return self.mesh.size
-
     def _spec(self, op_id: int, lead: int, ndim: int) -> NamedSharding | None:
         moved = vdims(self.sdg.ops[op_id])
         spec = [None] * ndim
@@ -100,38 +97,30 @@ class Layout:
     def place(self, value, sharding):
         return value if sharding is None else jax.device_put(value, sharding)
 
-    def shards(self, sharding: NamedSharding | None) -> int:
-        """How many pieces a value with this sharding is cut into."""
-        if sharding is None:
-            return 1
-        n = 1
-        for axis in sharding.spec:
-            if axis is not None:
-                n *= self.mesh.shape[axis]
-        return n
+    def _local_spatial(self, i: int, s) -> tuple[int, ...] | None:
+        """Store ``i``'s spatial shape on one device (None: not sharded)."""
+        sh = self.store(i, len(s.slots) + len(s.spatial))
+        return None if sh is None else sh.shard_shape((1,) * len(s.slots) + s.spatial)[
+            len(s.slots):]
 
     def device_peak_bytes(self, ast, stores: Mapping, bounds: Mapping[str, int]) -> int:
         """The memory plan's peak of store bytes on one device: the plan simulated again with
-        each sharded store cut along its sharded axes."""
+        each sharded store cut to its share."""
         from ..memory.simulate import simulate
 
-        cut = {}
-        for i, s in stores.items():
-            spatial = list(s.spatial)
-            moved = vdims(self.sdg.ops[i])
-            for name, axis in self.shard.items():
-                if name in moved:
-                    spatial[moved.index(name)] //= self.mesh.shape[axis]
-            cut[i] = dataclasses.replace(s, spatial=tuple(spatial))
+        cut = {i: s if (local := self._local_spatial(i, s)) is None else
+               dataclasses.replace(s, spatial=tuple(local)) for i, s in stores.items()}
         return simulate(ast, cut, bounds)[4]
 
     def lines(self, stores: Mapping) -> list[str]:
         """The mesh, each sharded dim's axis, and the sharding of each store it splits."""
         out = self.describe()
         for i, s in stores.items():
-            sh = self.store(i, len(s.slots) + len(s.spatial))
-            if sh is not None:
-                out.append(f"{self.sdg.ops[i].label}: {sh.spec}, 1/{self.shards(sh)} per device")
+            local = self._local_spatial(i, s)
+            if local is not None:
+                spec = self.store(i, len(s.slots) + len(s.spatial)).spec
+                share = math.prod(s.spatial) // math.prod(local)
+                out.append(f"{self.sdg.ops[i].label}: {spec}, 1/{share} per device")
         return out
 
     def key(self) -> tuple:
