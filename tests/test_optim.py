@@ -74,3 +74,30 @@ def test_parameters_need_an_iteration_dim():
     with ctx, pytest.raises(tl.DefinitionError, match="iteration dim") as e:
         tl.optim.parameters({"w": W0}, dim="i")
     assert e.value.loc.file == __file__
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+@pytest.mark.parametrize("executor", ["reference", "auto", "interpreter"])
+def test_updates_over_several_dims_run_in_lexicographic_order(name, executor):
+    """Parameters over (i, e, m) take one update per point: the same sequence of N = 2·1·3
+    updates as over one dim, so the same values (e.g. PPO's epochs x minibatches per
+    iteration)."""
+    opt, update = CASES[name]
+    ctx = tl.Context(dims=("i", "e", "m"))
+    dims = ctx.dims
+    with ctx:
+        p = tl.optim.parameters({"w": W0, "b": B0}, dim=dims)
+        loss = ((tl.constant(X) @ p["w"] + p["b"] - tl.constant(Y)) ** 2).mean()
+        opt.minimize(loss, p)
+    res = ctx.compile(bounds=dict(zip(ctx.bounds, (2, 1, 3))), outputs={"w": p["w"]},
+                      config=tl.CompileConfig(executor=executor)).run()
+    hist = numpy_train(update)
+    np.testing.assert_allclose(np.asarray(res["w"]).reshape(N, 3),
+                               np.stack([h["w"] for h in hist]), rtol=1e-4, atol=1e-5)
+
+
+def test_parameters_over_repeated_dims_are_an_error():
+    ctx = tl.Context(dims=("i", "e"))
+    i, _ = ctx.dims
+    with ctx, pytest.raises(tl.DefinitionError, match="distinct dims"):
+        tl.optim.parameters({"w": W0}, dim=(i, i))

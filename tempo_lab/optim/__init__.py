@@ -10,6 +10,11 @@ schedules the forward pass, the backward pass and the update of every iteration 
         p = tl.optim.parameters({"w": w0}, dim=i)
         loss = ((x @ p["w"] - y) ** 2).mean()
         tl.optim.Adam(lr=1e-2).minimize(loss, p)
+
+Several updates per iteration (PPO's epochs and minibatches) make the parameters a tensor over
+several dims, ``parameters(init, dim=(i, e, m))``: the updates run in the dims' lexicographic
+order, so ``p[i, e, 0]`` follows ``p[i, e - 1, M - 1]`` and ``p[i, 0, 0]`` follows
+``p[i - 1, E - 1, M - 1]``; Adam's step count is that order's position.
 """
 from __future__ import annotations
 
@@ -22,32 +27,61 @@ from ..frontend.api import placeholder, sqrt
 from ..frontend.autodiff import grad
 from ..frontend.context import current_context
 from ..frontend.tensor import RecurrentTensor, as_tensor, constant
-from ..symbolic import Dim
+from ..symbolic import Dim, eq
 
 
 class Parameters(dict):
-    """Names -> placeholders over ``(dim,)``, with the initial values an optimiser assigns."""
+    """Names -> placeholders over ``dims`` (the update order, outermost first), with the initial
+    values an optimiser assigns."""
 
-    def __init__(self, tensors: dict, init: dict, dim: Dim):
+    def __init__(self, tensors: dict, init: dict, dims: tuple[Dim, ...]):
         super().__init__(tensors)
-        self.init, self.dim = init, dim
+        self.init, self.dims = init, dims
 
 
-def parameters(init: dict, dim: Dim, dtype="float32") -> Parameters:
-    """Placeholders over ``(dim,)``, one per entry of ``init`` (name -> array), to be defined
-    by an optimiser's ``minimize``."""
-    if not isinstance(dim, Dim):
-        raise DefinitionError(f"parameters live over an iteration dim (e.g. i); got {dim!r}",
-                              user_location())
+def parameters(init: dict, dim, dtype="float32") -> Parameters:
+    """Placeholders over ``(dim,)``, or over ``dim`` if it is a tuple of dims (one update per
+    point, in lexicographic order), one per entry of ``init`` (name -> array), to be defined by
+    an optimiser's ``minimize``."""
+    dims = dim if isinstance(dim, tuple) else (dim,)
+    if not dims or not all(isinstance(d, Dim) for d in dims) or len(set(dims)) < len(dims):
+        raise DefinitionError(f"parameters live over an iteration dim (e.g. i) or a tuple of "
+                              f"distinct dims (e.g. (i, e, m)); got {dim!r}", user_location())
     arrays = {k: np.asarray(v, dtype) for k, v in init.items()}
-    return Parameters({k: placeholder(a.shape, dtype, domain=(dim,), name=k)
-                       for k, a in arrays.items()}, arrays, dim)
+    return Parameters({k: placeholder(a.shape, dtype, domain=dims, name=k)
+                       for k, a in arrays.items()}, arrays, dims)
+
+
+def _steps(dims: tuple[Dim, ...]) -> list[tuple[tuple, tuple]]:
+    """The branches of an update over ``dims`` in lexicographic order: ``(key, before)`` per
+    case, where ``key`` selects the points whose last nonzero coordinate is ``dims[j]`` and
+    ``before`` is the index of the point each of them follows. The innermost case is the
+    default branch; the first point (all zeros) is the initial value's."""
+    out = []
+    for j, d in enumerate(dims):
+        inner = dims[j + 1:]
+        key = (*dims[:j], d if not inner else d >= 1, *(eq(x, 0) for x in inner))
+        before = (*dims[:j], d - 1, *(x.bound - 1 for x in inner))
+        out.append((key, before))
+    return out
+
+
+def _first(dims) -> tuple:
+    return (0,) * len(dims) if len(dims) > 1 else 0
 
 
 def _state(like: RecurrentTensor, name: str) -> RecurrentTensor:
     s = placeholder(like.shape, like.dtype, domain=like.domain, name=name)
-    s[0] = constant(np.zeros(like.shape, like.dtype), like.ctx)
+    s[_first(like.domain)] = constant(np.zeros(like.shape, like.dtype), like.ctx)
     return s
+
+
+def _position(dims: tuple[Dim, ...], ctx) -> RecurrentTensor:
+    """The current point's position in the lexicographic order of ``dims`` (an int tensor)."""
+    pos = as_tensor(dims[0], ctx)
+    for d in dims[1:]:
+        pos = pos * as_tensor(d.bound, ctx) + as_tensor(d, ctx)
+    return pos
 
 
 class _Optimizer:
@@ -69,15 +103,28 @@ class _Optimizer:
             raise DefinitionError("minimize needs the result of tl.optim.parameters(...)",
                                   user_location())
         ctx = current_context(loss)
-        i = params.dim
+        dims = params.dims
         with ctx:
             grads = dict(zip(params, grad(loss, list(params.values()))))
+            step = _position(dims, ctx)
             for name, p in params.items():
-                p[0] = constant(params.init[name], ctx)
-                p[i] = self._update(name, p, grads[name], i)
+                p[_first(dims)] = constant(params.init[name], ctx)
+                states = self._states(name, p)
+                for key, before in _steps(dims):
+                    p[key] = self._update(p[before], grads[name][before],
+                                          {k: s[before] for k, s in states.items()},
+                                          {k: s.__setitem__ for k, s in states.items()},
+                                          key, step)
         return grads
 
-    def _update(self, name, p, g, i):
+    def _states(self, name, p) -> dict[str, RecurrentTensor]:
+        """The optimiser's state tensors for ``p`` (zero at the first point)."""
+        return {}
+
+    def _update(self, p, g, before: dict, define: dict, key, step):
+        """``p``'s value at the points of ``key`` from its value ``p``, its gradient ``g`` and
+        the states ``before`` at the point before; ``define[k](key, value)`` sets state ``k``
+        there. ``step`` counts the updates (1 for the first)."""
         raise NotImplementedError
 
 
@@ -89,12 +136,15 @@ class SGD(_Optimizer):
     momentum: float = 0.0
     RANGES = {"lr": (0.0, np.inf, False), "momentum": (0.0, 1.0, True)}
 
-    def _update(self, name, p, g, i):
+    def _states(self, name, p):
+        return {"v": _state(p, f"{name}_velocity")} if self.momentum else {}
+
+    def _update(self, p, g, before, define, key, step):
         if not self.momentum:
-            return p[i - 1] - self.lr * g[i - 1]
-        v = _state(p, f"{name}_velocity")
-        v[i] = self.momentum * v[i - 1] + g[i - 1]
-        return p[i - 1] - self.lr * v[i]
+            return p - self.lr * g
+        v = self.momentum * before["v"] + g
+        define["v"](key, v)
+        return p - self.lr * v
 
 
 @dataclass(frozen=True)
@@ -108,14 +158,18 @@ class Adam(_Optimizer):
     RANGES = {"lr": (0.0, np.inf, False), "b1": (0.0, 1.0, False), "b2": (0.0, 1.0, False),
               "eps": (0.0, np.inf, False)}
 
-    def _update(self, name, p, g, i):
-        m, v = _state(p, f"{name}_m"), _state(p, f"{name}_v")
-        m[i] = self.b1 * m[i - 1] + (1 - self.b1) * g[i - 1]
-        v[i] = self.b2 * v[i - 1] + (1 - self.b2) * g[i - 1] * g[i - 1]
-        step = as_tensor(i, p.ctx).astype(p.dtype)
-        m_hat = m[i] / (1 - self.b1 ** step)
-        v_hat = v[i] / (1 - self.b2 ** step)
-        return p[i - 1] - self.lr * m_hat / (sqrt(v_hat) + self.eps)
+    def _states(self, name, p):
+        return {"m": _state(p, f"{name}_m"), "v": _state(p, f"{name}_v")}
+
+    def _update(self, p, g, before, define, key, step):
+        m = self.b1 * before["m"] + (1 - self.b1) * g
+        v = self.b2 * before["v"] + (1 - self.b2) * g * g
+        define["m"](key, m)
+        define["v"](key, v)
+        step = step.astype(p.dtype)
+        m_hat = m / (1 - self.b1 ** step)
+        v_hat = v / (1 - self.b2 ** step)
+        return p - self.lr * m_hat / (sqrt(v_hat) + self.eps)
 
 
 __all__ = ["SGD", "Adam", "Parameters", "parameters"]
