@@ -48,6 +48,7 @@ from .frontend.api import (
                      squeeze,
                      stack,
                      sum,
+                     take,
                      tanh,
                      transpose,
                      where,
@@ -70,6 +71,6 @@ __all__ = [
     "Slice", "TempoLabError", "Trace", "abs", "arange", "concatenate", "config", "constant",
     "cos", "eq", "exp", "expand_dims", "from_array", "full", "grad", "lift", "log", "matmul", "max", "maximum",
     "mean", "min", "minimum", "ne", "nn", "ones", "optim", "placeholder", "random", "relu", "reshape", "rl", "scope", "sigmoid", "sin",
-    "sink", "softmax", "source", "sqrt", "squeeze", "stack", "sum", "tanh", "transpose", "until",
+    "sink", "softmax", "source", "sqrt", "squeeze", "stack", "sum", "take", "tanh", "transpose", "until",
     "where", "zeros",
 ]

@@ -53,3 +53,50 @@ def _float(v, what: str) -> float:
 def normal(shape, domain=(), seed: int = 0, dtype="float32") -> RecurrentTensor:
     """Standard normal at every point of ``domain``."""
     return _random("normal", shape, domain, seed, dtype)
+
+
+ROUNDS = 6  # Feistel rounds of a permutation: each a keyed 32-bit mix of the right half
+
+
+def permutation(index, n, domain=(), seed: int = 0) -> RecurrentTensor:
+    """Entry ``index`` of a random permutation of ``[0, n)``, one permutation per point of
+    ``domain``: where ``index`` runs over ``[0, n)`` (e.g. ``m * S + s`` over the minibatches
+    ``m`` and samples ``s`` of an epoch), the results visit every position once, shuffled.
+
+    Computed pointwise, without materialising or sorting ``n`` keys, so ``n`` may be a
+    program's bound (``B * T``): the keys of a balanced Feistel network on the smallest
+    ``4^h >= n`` come from ``tl.random.uniform((ROUNDS,), domain, seed)``, and entries that
+    land at ``n`` or beyond are mapped again until they fall inside (cycle walking), which
+    keeps it a permutation. A plain JAX program gets the same permutation from
+    ``permutation_entry`` with the same keys."""
+    from .frontend.api import lift
+
+    ctx = current_context()
+    keys = uniform((ROUNDS,), domain=domain, seed=seed)
+    return lift(permutation_entry)(as_tensor(index, ctx), as_tensor(n, ctx), keys)
+
+
+def permutation_entry(index, n, keys):
+    """The pure JAX function behind ``permutation``: ``index`` and ``n`` integer scalars (or
+    arrays of the same shape), ``keys`` ``ROUNDS`` uniform ``[0, 1)`` floats."""
+    import jax.numpy as jnp
+    from jax import lax
+
+    from .runtime.counter_rng import _mix
+
+    x, n = jnp.asarray(index).astype(jnp.uint32), jnp.asarray(n).astype(jnp.uint32)
+    words = (jnp.asarray(keys, jnp.float32) * 2.0**24).astype(jnp.uint32)  # exact: k / 2**24
+    width = 32 - lax.clz(jnp.maximum(n, 2) - 1)            # bits of the largest entry
+    half = (width + 1) // 2
+    mask = (jnp.uint32(1) << half) - 1
+
+    def feistel(x):
+        left, right = x >> half, x & mask
+        for r in range(ROUNDS):
+            f = _mix(jnp, right ^ _mix(jnp, words[r] + jnp.uint32(0x9E3779B9 * (r + 1) & 0xFFFFFFFF)))
+            left, right = right, left ^ (f & mask)
+        return (left << half) | right
+
+    x = feistel(x)
+    x = lax.while_loop(lambda x: jnp.any(x >= n), lambda x: jnp.where(x >= n, feistel(x), x), x)
+    return x.astype(jnp.int32)

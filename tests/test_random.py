@@ -72,3 +72,31 @@ def test_integer_dtype_is_a_clear_error():
     with ctx, pytest.raises(tl.DTypeError, match="floating") as e:
         tl.random.uniform((2,), domain=ctx.dims, dtype="int32")
     assert e.value.loc.file == __file__
+
+
+def shuffled_program():
+    """Minibatches of a shuffled epoch as dims: sample ``s`` of minibatch ``m`` in epoch ``e``
+    is the rollout point at entry ``m * S + s`` of that epoch's permutation of ``B * T``."""
+    ctx = tl.Context(dims=("e", "m", "s", "b", "t"))
+    e, m, s, b, t = ctx.dims
+    _, _, S, B, T = ctx.bounds
+    with ctx:
+        x = tl.random.normal((2,), domain=(b, t), seed=3)
+        zero = tl.zeros((), "int32")           # dims and bounds as int tensors multiply
+        flat = tl.random.permutation((zero + m) * S + s, (zero + B) * T, domain=(e,), seed=4)
+        row = tl.take(x[0:B, 0:T], flat // T, axis=0)
+        sample = tl.take(row, flat % T, axis=0)
+    return ctx, {"x": x, "flat": flat, "sample": sample}
+
+
+@pytest.mark.parametrize("config", CONFIGS, ids=lambda c: c.executor + str(c.vectorise))
+def test_permutations_shuffle_every_point_once_on_every_executor(config):
+    ctx, outs = shuffled_program()
+    E, M, S, B, T = ctx.bounds
+    res = ctx.compile(bounds={E: 2, M: 3, S: 4, B: 3, T: 4}, outputs=outs, config=config).run()
+    flat = np.asarray(res["flat"]).reshape(2, 12)
+    for row in flat:
+        assert sorted(row.tolist()) == list(range(12))
+    assert (flat[0] != flat[1]).any()          # one permutation per epoch
+    x = np.asarray(res["x"]).reshape(12, 2)
+    np.testing.assert_array_equal(np.asarray(res["sample"]).reshape(2, 12, 2), x[flat])

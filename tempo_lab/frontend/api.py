@@ -184,6 +184,17 @@ def stack(xs, axis=0) -> RT:
     return concatenate([r.expand_dims(axis % nd) for r in rts], axis=axis % nd)
 
 
+def take(x, index, axis=0) -> RT:
+    """``x`` at position ``index`` (an integer scalar tensor: data, not a symbolic point) along
+    ``axis``, which may have a symbolic length: e.g. a shuffled minibatch sample out of a whole
+    iteration's rollout, ``tl.take(obs[i, 0:B, 0:T], b_of_s, axis=0)``. Positions outside the
+    axis are clamped to its ends (as ``jnp.take(mode="clip")``); ``tl.grad`` puts the
+    cotangent back at that position."""
+    ctx = current_context(x, index)
+    return apply("take", [as_tensor(x, ctx), as_tensor(index, ctx)],
+                 {"axis": int_arg(axis, "take: axis")})
+
+
 def _tensor(x) -> RT:
     """``tl.sum(x)`` and friends also take arrays and numbers, as ``jnp.sum`` does."""
     return as_tensor(x, current_context(x))

@@ -120,7 +120,7 @@ rule("numpy", "broadcast_to")(
 rule("numpy", "getitem")(lambda op, ins, types, env: ins[0][op.attrs["index"]])
 rule("numpy", "random")(lambda op, ins, types, env: counter_rng.sample(np, op.attrs, ins))
 rule("numpy", "take")(
-    lambda op, ins, types, env: np.take(ins[0], int(ins[1]), axis=op.attrs["axis"]))
+    lambda op, ins, types, env: np.take(ins[0], int(ins[1]), axis=op.attrs["axis"], mode="clip"))
 
 
 @rule("numpy", "where")
