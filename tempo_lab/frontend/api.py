@@ -185,13 +185,15 @@ def stack(xs, axis=0) -> RT:
 
 
 def take(x, index, axis=0) -> RT:
-    """``x`` at position ``index`` (an integer scalar tensor: data, not a symbolic point) along
-    ``axis``, which may have a symbolic length: e.g. a shuffled minibatch sample out of a whole
-    iteration's rollout, ``tl.take(obs[i, 0:B, 0:T], b_of_s, axis=0)``. Positions outside the
-    axis are clamped to its ends (as ``jnp.take(mode="clip")``); ``tl.grad`` puts the
-    cotangent back at that position."""
-    ctx = current_context(x, index)
-    return apply("take", [as_tensor(x, ctx), as_tensor(index, ctx)],
+    """``x`` at position ``index`` along ``axis``: an integer scalar tensor (data, not a
+    symbolic point), or a tuple of them for the axes from ``axis`` on. The axes may have
+    symbolic lengths: e.g. a shuffled minibatch sample out of a whole iteration's rollout,
+    ``tl.take(obs[i, 0:B, 0:T], (b_of_s, t_of_s))``. Positions outside an axis are clamped to
+    its ends (as ``jnp.take(mode="clip")``); ``tl.grad`` puts the cotangent back at the
+    position read."""
+    index = index if isinstance(index, tuple) else (index,)
+    ctx = current_context(x, *index)
+    return apply("take", [as_tensor(x, ctx), *(as_tensor(i, ctx) for i in index)],
                  {"axis": int_arg(axis, "take: axis")})
 
 

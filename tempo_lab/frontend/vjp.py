@@ -224,7 +224,17 @@ rule("vjp", "getitem")(_getitem)
 rule("vjp", "lift")(_lift)
 rule("vjp", "unindex")(lambda node, g, xs, y: [apply("getitem", [g],
                                                      {"index": node.attrs["index"]})])
-rule("vjp", "take")(lambda node, g, xs, y: [
-    apply("embed", [g.expand_dims(node.attrs["axis"]), xs[1]],
-          {"axis": node.attrs["axis"], "size": xs[0].shape[node.attrs["axis"]]}), None])
+
+
+@rule("vjp", "take")
+def _take(node, g, xs, y):
+    """The cotangent embedded at the (clamped) positions, innermost indexed axis first."""
+    x, index = xs[0], xs[1:]
+    axis = node.attrs["axis"] % (x.ndim - len(index) + 1)
+    for k in reversed(range(len(index))):
+        size = x.shape[axis + k]
+        at = apply("maximum", [apply("minimum", [index[k], as_tensor(size - 1, g.ctx)]),
+                               as_tensor(0, g.ctx)])
+        g = apply("embed", [g.expand_dims(axis), at], {"axis": axis, "size": size})
+    return [g] + [None] * len(index)
 rule("vjp", "concatenate")(_concatenate)

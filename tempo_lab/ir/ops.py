@@ -609,13 +609,17 @@ def _lift(ins, attrs):
 
 @_register("take", "layout")
 def _take(ins, attrs):
-    """``x`` at one position of ``axis``, given by an integer scalar (a dim's value): how a
-    gradient picks a producer point out of a frame (see frontend/autodiff.py)."""
-    x, i = ins
-    (axis,) = norm_axes(attrs["axis"], x.ndim, "take")
-    if i.shape or i.dtype.kind not in "iu":
-        raise DTypeError(f"take needs an integer scalar index, got {i}")
-    return TensorType(x.shape[:axis] + x.shape[axis + 1:], x.dtype, x.weak)
+    """``x`` at one position of each of the axes ``axis, axis + 1, ...``, given by integer
+    scalars (clamped to the axes): how a gradient picks a producer point out of a frame (see
+    frontend/autodiff.py), and ``tl.take``'s data-dependent reads."""
+    x, *index = ins
+    if not index or len(index) > x.ndim:
+        raise ShapeError(f"take needs between 1 and {x.ndim} indices, got {len(index)}")
+    (axis,) = norm_axes(attrs["axis"], x.ndim - len(index) + 1, "take")
+    for i in index:
+        if i.shape or i.dtype.kind not in "iu":
+            raise DTypeError(f"take needs integer scalar indices, got {i}")
+    return TensorType(x.shape[:axis] + x.shape[axis + len(index):], x.dtype, x.weak)
 
 
 @_register("embed", "layout", ("bwd_only",))

@@ -77,8 +77,21 @@ rule("jax", "getitem")(lambda op, xs, lens, types, out: xs[0][_dynamic_index(
     op.attrs["index"], lens[0], xs[0].ndim)])
 rule("jax", "random")(lambda op, xs, lens, types, out: counter_rng.sample(jnp, op.attrs, xs))
 rule("jax", "lift")(lambda op, xs, lens, types, out: lift_output(op.attrs, xs))
-rule("jax", "take")(lambda op, xs, lens, types, out: lax.dynamic_index_in_dim(
-    xs[0], xs[1], op.attrs["axis"] % xs[0].ndim, keepdims=False))
+
+
+@rule("jax", "take")
+def _jax_take(op, xs, lens, types, out):
+    """One dynamic slice of size 1 on the indexed axes (clamped, as the reference): under
+    ``vmap`` a single gather, however many axes are indexed."""
+    x, index = xs[0], xs[1:]
+    axis = op.attrs["axis"] % (x.ndim - len(index) + 1)
+    starts = [0] * x.ndim
+    sizes = list(x.shape)
+    for k, i in enumerate(index):
+        n = lens[0][axis + k]        # a range read's length, where the buffer is padded
+        last = (x.shape[axis + k] if n is None else n) - 1
+        starts[axis + k], sizes[axis + k] = jnp.clip(i, 0, last), 1
+    return lax.dynamic_slice(x, starts, sizes).reshape(out)
 rule("jax", "unindex")(lambda op, xs, lens, types, out: jnp.zeros(out, xs[0].dtype).at[
     op.attrs["index"]].set(xs[0]))
 for _k in ("const", "dimval", "source", "from_array"):  # the kernel takes the host's value

@@ -119,8 +119,14 @@ rule("numpy", "broadcast_to")(
     lambda op, ins, types, env: np.broadcast_to(ins[0], _sizes(op.type.shape, env)))
 rule("numpy", "getitem")(lambda op, ins, types, env: ins[0][op.attrs["index"]])
 rule("numpy", "random")(lambda op, ins, types, env: counter_rng.sample(np, op.attrs, ins))
-rule("numpy", "take")(
-    lambda op, ins, types, env: np.take(ins[0], int(ins[1]), axis=op.attrs["axis"], mode="clip"))
+
+
+@rule("numpy", "take")
+def _np_take(op, ins, types, env):
+    x, index = ins[0], ins[1:]
+    axis = op.attrs["axis"] % (x.ndim - len(index) + 1)
+    at = tuple(min(max(int(i), 0), x.shape[axis + k] - 1) for k, i in enumerate(index))
+    return x[(slice(None),) * axis + at]
 
 
 @rule("numpy", "where")
