@@ -91,6 +91,8 @@ class _Optimizer:
     def __post_init__(self):
         for name, (low, high, closed) in self.RANGES.items():
             v = getattr(self, name)
+            if isinstance(v, RecurrentTensor):   # a schedule (e.g. lr annealed over i)
+                continue
             ok = (isinstance(v, (int, float, np.integer, np.floating)) and not isinstance(v, bool)
                   and np.isfinite(v) and low <= v and (v <= high if closed else v < high))
             if not ok:
@@ -114,17 +116,29 @@ class _Optimizer:
                     p[key] = self._update(p[before], grads[name][before],
                                           {k: s[before] for k, s in states.items()},
                                           {k: s.__setitem__ for k, s in states.items()},
-                                          key, step)
+                                          key, step, self._lr(dims, before))
         return grads
+
+    def _lr(self, dims, before):
+        """The learning rate of the update that follows the point ``before`` (a schedule is
+        read there, so all the updates of an iteration use that iteration's rate)."""
+        lr = self.lr
+        if not isinstance(lr, RecurrentTensor):
+            return lr
+        if not set(lr.domain) <= set(dims):
+            raise DefinitionError(f"{type(self).__name__}: the learning rate's dims "
+                                  f"({', '.join(map(str, lr.domain))}) must be among the "
+                                  f"parameters' ({', '.join(map(str, dims))})", user_location())
+        return lr[tuple(before[dims.index(d)] for d in lr.domain)] if lr.domain else lr
 
     def _states(self, name, p) -> dict[str, RecurrentTensor]:
         """The optimiser's state tensors for ``p`` (zero at the first point)."""
         return {}
 
-    def _update(self, p, g, before: dict, define: dict, key, step):
+    def _update(self, p, g, before: dict, define: dict, key, step, lr):
         """``p``'s value at the points of ``key`` from its value ``p``, its gradient ``g`` and
         the states ``before`` at the point before; ``define[k](key, value)`` sets state ``k``
-        there. ``step`` counts the updates (1 for the first)."""
+        there. ``step`` counts the updates (1 for the first); ``lr`` is the learning rate."""
         raise NotImplementedError
 
 
@@ -139,17 +153,18 @@ class SGD(_Optimizer):
     def _states(self, name, p):
         return {"v": _state(p, f"{name}_velocity")} if self.momentum else {}
 
-    def _update(self, p, g, before, define, key, step):
+    def _update(self, p, g, before, define, key, step, lr):
         if not self.momentum:
-            return p - self.lr * g
+            return p - lr * g
         v = self.momentum * before["v"] + g
         define["v"](key, v)
-        return p - self.lr * v
+        return p - lr * v
 
 
 @dataclass(frozen=True)
 class Adam(_Optimizer):
-    """Adam (Kingma & Ba) with bias correction; step ``i`` takes the ``i``-th update."""
+    """Adam (Kingma & Ba) with bias correction; step ``i`` takes the ``i``-th update. ``lr``
+    may be a tensor over some of the parameters' dims (a schedule, e.g. annealed over ``i``)."""
 
     lr: float = 1e-3
     b1: float = 0.9
@@ -161,7 +176,7 @@ class Adam(_Optimizer):
     def _states(self, name, p):
         return {"m": _state(p, f"{name}_m"), "v": _state(p, f"{name}_v")}
 
-    def _update(self, p, g, before, define, key, step):
+    def _update(self, p, g, before, define, key, step, lr):
         m = self.b1 * before["m"] + (1 - self.b1) * g
         v = self.b2 * before["v"] + (1 - self.b2) * g * g
         define["m"](key, m)
@@ -169,7 +184,7 @@ class Adam(_Optimizer):
         step = step.astype(p.dtype)
         m_hat = m / (1 - self.b1 ** step)
         v_hat = v / (1 - self.b2 ** step)
-        return p - self.lr * m_hat / (sqrt(v_hat) + self.eps)
+        return p - lr * m_hat / (sqrt(v_hat) + self.eps)
 
 
 __all__ = ["SGD", "Adam", "Parameters", "parameters"]

@@ -17,12 +17,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..frontend.api import exp, lift, maximum, minimum, placeholder
+from ..errors import ArgumentError, DefinitionError, user_location
+from ..frontend.api import exp, lift, maximum, minimum, placeholder, take
 from ..frontend.tensor import RecurrentTensor as RT
 from ..frontend.tensor import as_tensor
 from ..optim import Adam, parameters
 from .distributions import Categorical, Normal
 from .networks import ActorCritic
+from ..random import permutation
 from .returns import discounted_returns, gae, n_step_returns
 from .rollout import action_type, rollout
 
@@ -41,13 +43,24 @@ class ReinforceConfig:
     normalize: bool = True       # scale advantages to unit variance per iteration
     seed: int = 0
 
+    DIMS = ("i", "b", "t")
+
+    def bounds(self, ctx, iterations: int, num_envs: int, steps: int) -> dict:
+        """The bounds of ``reinforce``'s context."""
+        return dict(zip(ctx.bounds, (iterations, num_envs, steps)))
+
 
 @dataclass(frozen=True)
 class PPOConfig:
-    """Clipped surrogate (Schulman et al. 2017), GAE(γ, λ) advantages normalised per iteration,
-    a squared-error value loss and an entropy bonus; one Adam step per iteration."""
+    """PPO as CleanRL runs it (Schulman et al. 2017; Huang et al. 2022): GAE(γ, λ) advantages,
+    then ``update_epochs`` passes over the rollout, each in ``num_minibatches`` shuffled
+    minibatches with one Adam step per minibatch; advantages normalised per minibatch, the
+    clipped surrogate, ``vf_coef ·`` half the squared error to the value targets (clipped
+    around the acting values with ``clip_vloss``) and ``- ent_coef ·`` the entropy. With
+    ``anneal_lr`` the learning rate falls linearly to 0 over the iterations. A minibatch is
+    the mean over its alive samples (episodes are masked, see ``tl.rl.rollout``)."""
 
-    lr: float = 1e-2
+    lr: float = 2.5e-3
     gamma: float = 0.99
     lam: float = 0.95
     clip: float = 0.2
@@ -55,7 +68,23 @@ class PPOConfig:
     ent_coef: float = 0.01
     hidden: int = 32
     init_log_std: float = -0.5
+    update_epochs: int = 4
+    num_minibatches: int = 4
+    clip_vloss: bool = True
+    anneal_lr: bool = False
     seed: int = 0
+
+    DIMS = ("i", "e", "m", "s", "b", "t")
+
+    def bounds(self, ctx, iterations: int, num_envs: int, steps: int) -> dict:
+        """The bounds of ``ppo``'s context: ``S = num_envs · steps / num_minibatches`` samples
+        per minibatch (which must divide evenly, as in CleanRL)."""
+        I, E, M, S, B, T = ctx.bounds
+        if (num_envs * steps) % self.num_minibatches:
+            raise ArgumentError(f"PPO: num_envs * steps = {num_envs * steps} does not split "
+                                f"into {self.num_minibatches} minibatches; change one of them")
+        return {I: iterations, E: self.update_epochs, M: self.num_minibatches,
+                S: num_envs * steps // self.num_minibatches, B: num_envs, T: steps}
 
 
 @dataclass(frozen=True)
@@ -155,26 +184,87 @@ def _normalised(x: RT, ro, count, i, B, T) -> RT:
 
 
 def ppo(ctx, env, cfg: PPOConfig = PPOConfig()) -> Training:
-    """Build PPO in ``ctx`` (dims ``(i, b, t)``): the clipped surrogate on GAE advantages,
-    ``vf_coef ·`` the squared error to the GAE value targets, ``- ent_coef ·`` the entropy.
-    With one update per batch the ratio is 1 where the gradient is taken, so the clip does not
-    bind yet; it will once several epochs run over a batch (an extra dim)."""
-    i, b, t = ctx.dims
-    _, B, T = ctx.bounds
+    """Build PPO in ``ctx``, whose dims are ``PPOConfig.DIMS``: iterations ``i``, epochs
+    ``e``, minibatches ``m``, samples ``s`` of a minibatch, environments ``b`` and steps ``t``
+    (bounds from ``cfg.bounds``). The parameters are a recurrence over ``(i, e, m)``, one
+    Adam step per minibatch; iteration ``i`` acts with ``theta[i, 0, 0]`` over ``(i, b, t)``.
+    Sample ``s`` of minibatch ``m`` in epoch ``e`` is the rollout point at entry
+    ``m * S + s`` of a permutation of the ``B * T`` points drawn per ``(i, e)``
+    (``tl.random.permutation``), read with ``tl.take``."""
+    if tuple(d.name for d in ctx.dims) != PPOConfig.DIMS:
+        raise DefinitionError(f"tl.rl.ppo needs a context with dims {PPOConfig.DIMS} "
+                              f"(iterations, epochs, minibatches, samples, environments, steps); "
+                              f"this one has {tuple(d.name for d in ctx.dims)}", user_location())
+    i, e, m, s, b, t = ctx.dims
+    I, E, M, S, B, T = ctx.bounds
+    shape, dtype = action_type(env)
+    with ctx:
+        net = ActorCritic.for_env(env, cfg.hidden)
+        p = parameters({"theta": net.init(cfg.seed, cfg.init_log_std)}, dim=(i, e, m))
+        theta = p["theta"]
+        # the minibatch: constants to tl.grad (their branches are assigned after minimize)
+        mb = {k: placeholder(sh, dt, (i, e, m, s), f"mb_{k}") for k, (sh, dt) in {
+            "obs": ((env.obs_dim,), "float32"), "action": (shape, dtype),
+            **{k: ((), "float32") for k in ("logp", "value", "adv", "alive")}}.items()}
+        w = mb["alive"]
+        count = maximum(w[i, e, m, 0:S].sum(axis=0), 1.0)
 
-    def loss_terms(dist, logp, v, s):
-        ratio = exp(logp - s["old_logp"])
-        clipped = maximum(minimum(ratio, 1.0 + cfg.clip), 1.0 - cfg.clip)
-        pg = -minimum(ratio * s["adv"], clipped * s["adv"])
-        return pg, (v - s["target"]) ** 2, dist.entropy()
+        def mean(x):
+            """The mean over the minibatch's alive samples (over (i, e, m))."""
+            return (x * w)[i, e, m, 0:S].sum(axis=0) / count
 
-    def targets(ro, next_value, count):
-        v = ro.extras["value"]
-        a = gae(ro.reward, v, next_value, t, T, cfg.gamma, cfg.lam, done=ro.done, mask=ro.alive)
-        return {"adv": _normalised(a, ro, count, i, B, T), "target": a + v,
-                "old_logp": ro.extras["logp"]}
+        adv = mb["adv"]
+        mu = mean(adv)
+        adv = (adv - mu) / ((mean((adv - mu) ** 2)) ** 0.5 + 1e-8)
+        dist, v = policy(net, theta, mb["obs"]), value(net, theta, mb["obs"])
+        ratio = exp(dist.log_prob(mb["action"]) - mb["logp"])
+        pg = -minimum(ratio * adv, _clip(ratio, 1.0 - cfg.clip, 1.0 + cfg.clip) * adv)
+        target = mb["adv"] + mb["value"]
+        vl = (v - target) ** 2
+        if cfg.clip_vloss:
+            clipped = mb["value"] + _clip(v - mb["value"], -cfg.clip, cfg.clip)
+            vl = maximum(vl, (clipped - target) ** 2)
+        terms = {"policy_loss": mean(pg), "value_loss": 0.5 * mean(vl),
+                 "entropy": mean(dist.entropy())}
+        loss = (terms["policy_loss"] + cfg.vf_coef * terms["value_loss"]
+                - cfg.ent_coef * terms["entropy"])
+        lr = cfg.lr
+        if cfg.anneal_lr:
+            lr = cfg.lr * (1.0 - as_tensor(i, ctx).astype("float32")
+                           / as_tensor(I, ctx).astype("float32"))
+        Adam(lr=lr).minimize(loss, p)
 
-    return _build(ctx, env, cfg, loss_terms, targets)
+        # -- below: not seen by the gradient ----------------------------------------------------
+        acting = theta[i, 0, 0]
+
+        def act(o, u):
+            d = policy(net, acting, o)
+            a = d.sample(u)
+            return a, {"logp": d.log_prob(a), "value": value(net, acting, o)}
+
+        ro = rollout(env, t, act, seed=cfg.seed, domain=(i, b, t))
+        v_act = ro.extras["value"]
+        nv = _next_value(ro, value(net, acting, ro.next_obs), t, T)
+        source = {"obs": ro.obs, "action": ro.action, "logp": ro.extras["logp"],
+                  "value": v_act, "alive": ro.alive,
+                  "adv": gae(ro.reward, v_act, nv, t, T, cfg.gamma, cfg.lam, done=ro.done,
+                             mask=ro.alive)}
+        zero = as_tensor(0, ctx).astype("int32")
+        flat = permutation((zero + m) * S + s, (zero + B) * T, domain=(i, e), seed=cfg.seed + 2)
+        at = (flat // T, flat % T)
+        for k, x in source.items():
+            mb[k][i, e, m, s] = take(x[i, 0:B, 0:T], at)
+        n_envs = as_tensor(B, ctx).astype("float32")
+        updates = as_tensor(E, ctx).astype("float32") * as_tensor(M, ctx).astype("float32")
+        per_iter = {k: x[i, e, 0:M].sum(axis=0)[i, 0:E].sum(axis=0) / updates
+                    for k, x in {**terms, "loss": loss}.items()}
+        return Training(dict(p), _per_iteration(ro.reward, i, B, T) / n_envs,
+                        _per_iteration(ro.alive, i, B, T) / n_envs, per_iter["loss"],
+                        per_iter["policy_loss"], per_iter["value_loss"], per_iter["entropy"], ro)
+
+
+def _clip(x: RT, lo: float, hi: float) -> RT:
+    return maximum(minimum(x, hi), lo)
 
 
 def reinforce(ctx, env, cfg: ReinforceConfig = ReinforceConfig()) -> Training:
@@ -205,16 +295,16 @@ def reinforce(ctx, env, cfg: ReinforceConfig = ReinforceConfig()) -> Training:
 
 def train(build, env, cfg, iterations: int, num_envs: int, steps: int, config=None) -> dict:
     """Compile and run ``build(ctx, env, cfg)`` (``ppo`` or ``reinforce``) in a fresh context
-    over ``(i, b, t)``; returns the per-iteration curves as NumPy arrays."""
+    with the dims ``cfg.DIMS`` and bounds ``cfg.bounds(...)``; returns the per-iteration
+    curves as NumPy arrays."""
     from ..frontend.context import Context
     from ..program import CompileConfig
 
-    ctx = Context(dims=("i", "b", "t"))
-    n_i, n_b, n_t = ctx.bounds
+    ctx = Context(dims=cfg.DIMS)
     tr = build(ctx, env, cfg)
     outputs = {k: getattr(tr, k) for k in ("episode_return", "episode_length", "loss",
                                            "policy_loss", "value_loss", "entropy")}
-    prog = ctx.compile(bounds={n_i: iterations, n_b: num_envs, n_t: steps}, outputs=outputs,
+    prog = ctx.compile(bounds=cfg.bounds(ctx, iterations, num_envs, steps), outputs=outputs,
                        config=config or CompileConfig())
     run = prog.run()
     return {k: np.asarray(run[k]) for k in outputs}

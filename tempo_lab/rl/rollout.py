@@ -42,15 +42,17 @@ def action_type(env) -> tuple[tuple[int, ...], str]:
     return (int(env.action_dim),), "float32"
 
 
-def rollout(env, t: Dim, act: Callable[[RT, RT], tuple], seed: int = 0) -> Rollout:
-    """Run ``env`` over every dim of the current context (``t`` last): ``act(obs, u)`` gets the
-    observation and uniform ``[0, 1)`` noise of the action's shape (``(num_actions,)`` for
-    discrete actions, for Gumbel-max) and returns ``(action, extras)``."""
+def rollout(env, t: Dim, act: Callable[[RT, RT], tuple], seed: int = 0,
+            domain: tuple[Dim, ...] | None = None) -> Rollout:
+    """Run ``env`` over ``domain`` (default: every dim of the current context; ``t`` last):
+    ``act(obs, u)`` gets the observation and uniform ``[0, 1)`` noise of the action's shape
+    (``(num_actions,)`` for discrete actions, for Gumbel-max) and returns
+    ``(action, extras)``."""
     ctx = current_context()
-    dims = ctx.dims
+    dims = ctx.dims if domain is None else ctx.check_domain(domain)
     if dims[-1] != t:
-        raise DefinitionError(f"rollout: the step dim {t} must be the context's last dim (the "
-                              f"context has ({', '.join(map(str, dims))}))", user_location())
+        raise DefinitionError(f"rollout: the step dim {t} must be the rollout domain's last dim "
+                              f"(it is ({', '.join(map(str, dims))}))", user_location())
     outer = dims[:-1]
     shape, dtype = action_type(env)
     state = placeholder((env.state_dim,), "float32", domain=dims, name="env_state")
