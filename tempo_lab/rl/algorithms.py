@@ -22,9 +22,9 @@ from ..frontend.api import exp, lift, maximum, minimum, placeholder, take
 from ..frontend.tensor import RecurrentTensor as RT
 from ..frontend.tensor import as_tensor
 from ..optim import Adam, parameters
+from ..random import permutation
 from .distributions import Categorical, Normal
 from .networks import ActorCritic
-from ..random import permutation
 from .returns import discounted_returns, gae, n_step_returns
 from .rollout import action_type, rollout
 
@@ -79,12 +79,12 @@ class PPOConfig:
     def bounds(self, ctx, iterations: int, num_envs: int, steps: int) -> dict:
         """The bounds of ``ppo``'s context: ``S = num_envs · steps / num_minibatches`` samples
         per minibatch (which must divide evenly, as in CleanRL)."""
-        I, E, M, S, B, T = ctx.bounds
+        n_i, n_e, n_m, n_s, n_b, n_t = ctx.bounds
         if (num_envs * steps) % self.num_minibatches:
             raise ArgumentError(f"PPO: num_envs * steps = {num_envs * steps} does not split "
                                 f"into {self.num_minibatches} minibatches; change one of them")
-        return {I: iterations, E: self.update_epochs, M: self.num_minibatches,
-                S: num_envs * steps // self.num_minibatches, B: num_envs, T: steps}
+        return {n_i: iterations, n_e: self.update_epochs, n_m: self.num_minibatches,
+                n_s: num_envs * steps // self.num_minibatches, n_b: num_envs, n_t: steps}
 
 
 @dataclass(frozen=True)
@@ -196,7 +196,7 @@ def ppo(ctx, env, cfg: PPOConfig = PPOConfig()) -> Training:
                               f"(iterations, epochs, minibatches, samples, environments, steps); "
                               f"this one has {tuple(d.name for d in ctx.dims)}", user_location())
     i, e, m, s, b, t = ctx.dims
-    I, E, M, S, B, T = ctx.bounds
+    n_i, E, M, S, B, T = ctx.bounds
     shape, dtype = action_type(env)
     with ctx:
         net = ActorCritic.for_env(env, cfg.hidden)
@@ -231,7 +231,7 @@ def ppo(ctx, env, cfg: PPOConfig = PPOConfig()) -> Training:
         lr = cfg.lr
         if cfg.anneal_lr:
             lr = cfg.lr * (1.0 - as_tensor(i, ctx).astype("float32")
-                           / as_tensor(I, ctx).astype("float32"))
+                           / as_tensor(n_i, ctx).astype("float32"))
         Adam(lr=lr).minimize(loss, p)
 
         # -- below: not seen by the gradient ----------------------------------------------------
