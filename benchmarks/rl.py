@@ -95,7 +95,7 @@ def ppo_config(cfg: Config):
 
 
 # -- tempo_lab --------------------------------------------------------------------------------
-def compile_tempo_lab(cfg: Config):
+def compile_tempo_lab(cfg: Config, config=None):
     """``tl.rl.ppo`` compiled for ``cfg``; outputs ``return`` and ``loss`` per iteration.
     Returned so a notebook can look at its stages."""
     import tempo_lab as tl
@@ -104,7 +104,7 @@ def compile_tempo_lab(cfg: Config):
     ctx = tl.Context(dims=pc.DIMS)
     tr = tl.rl.ppo(ctx, make_env(cfg), pc)
     return ctx.compile(bounds=pc.bounds(ctx, cfg.iterations, cfg.num_envs, cfg.ep_len),
-                       outputs={"return": tr.episode_return, "loss": tr.loss})
+                       outputs={"return": tr.episode_return, "loss": tr.loss}, config=config)
 
 
 def bench_tempo_lab(cfg: Config, warm_runs: int, progress: bool) -> dict:

@@ -47,20 +47,11 @@ def _decoder(quick: bool):
 
 
 def _ppo(quick: bool):
-    import tempo_lab as tl
-    from benchmarks.rl import Config, ppo_config
+    from benchmarks.rl import Config, compile_tempo_lab
 
     cfg = Config(num_envs=8 if quick else 32, ep_len=25 if quick else 250, hidden=64,
                  iterations=2)
-
-    def build(config):
-        ctx = tl.Context(dims=("i", "b", "t"))
-        n_i, n_b, n_t = ctx.bounds
-        tr = tl.rl.ppo(ctx, tl.rl.CartPole(), ppo_config(cfg))
-        return ctx.compile(bounds={n_i: cfg.iterations, n_b: cfg.num_envs, n_t: cfg.ep_len},
-                           outputs={"return": tr.episode_return, "loss": tr.loss},
-                           config=config)
-    return build, cfg.label()
+    return (lambda config: compile_tempo_lab(cfg, config)), cfg.label()
 
 
 PROGRAMS = {"decoder": _decoder, "ppo": _ppo}

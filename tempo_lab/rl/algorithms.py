@@ -252,8 +252,8 @@ def ppo(ctx, env, cfg: PPOConfig = PPOConfig()) -> Training:
         zero = as_tensor(0, ctx).astype("int32")
         flat = permutation((zero + m) * S + s, (zero + B) * T, domain=(i, e), seed=cfg.seed + 2)
         at = (flat // T, flat % T)
-        for k, x in source.items():
-            mb[k][i, e, m, s] = take(x[i, 0:B, 0:T], at)
+        for k, x in source.items():   # one range per read keeps b vectorisable
+            mb[k][i, e, m, s] = take(x[i, b, 0:T][i, 0:B], at)
         n_envs = as_tensor(B, ctx).astype("float32")
         updates = as_tensor(E, ctx).astype("float32") * as_tensor(M, ctx).astype("float32")
         per_iter = {k: x[i, e, 0:M].sum(axis=0)[i, 0:E].sum(axis=0) / updates
