@@ -108,18 +108,18 @@ def test_the_sum_becomes_one_vjp_over_the_stacked_range():
 
 
 def test_ppo_has_no_per_point_parameter_gradients():
-    """In the RL program every parameter-sized value is per iteration (or constant), and the
-    losses equal the program without the pass."""
-    ctx = tl.Context(dims=DIMS)
-    n_i, n_b, n_t = ctx.bounds
+    """In the RL program every parameter-sized value is per update (a point of (i, e, m)) or
+    constant, never per sample, and the losses equal the program without the pass."""
+    cfg = tl.rl.PPOConfig(hidden=8, update_epochs=2, num_minibatches=3)
+    ctx = tl.Context(dims=cfg.DIMS)
     env = tl.rl.CartPole()
-    tr = tl.rl.ppo(ctx, env, tl.rl.PPOConfig(hidden=8))
+    tr = tl.rl.ppo(ctx, env, cfg)
     size = tl.rl.ActorCritic.for_env(env, 8).size
-    bounds = {n_i: 2, n_b: 3, n_t: 5}
+    bounds = cfg.bounds(ctx, 2, 3, 5)
     outs = {"loss": tr.loss, "theta": tr.params["theta"]}
     prog = ctx.compile(bounds=bounds, outputs=outs)
     big = [op for op in prog.sdg.ops.values() if size in op.type.shape]
-    assert big and all(len(op.domain) <= 1 for op in big)
+    assert big and all({d.name for d in op.domain} <= {"i", "e", "m"} for op in big)
     off = ctx.compile(bounds=bounds, outputs=outs, config=tl.CompileConfig(contract=False))
     a, b = prog.run(), off.run()
     for k in outs:

@@ -101,3 +101,20 @@ def test_parameters_over_repeated_dims_are_an_error():
     i, _ = ctx.dims
     with ctx, pytest.raises(tl.DefinitionError, match="distinct dims"):
         tl.optim.parameters({"w": W0}, dim=(i, i))
+
+
+def test_a_learning_rate_schedule_is_read_where_each_update_starts():
+    """Adam with ``lr`` a tensor over i (halved every iteration) and parameters over (i, m):
+    the updates of iteration i, including the one that leads into iteration i + 1, use lr[i]."""
+    ctx = tl.Context(dims=("i", "m"))
+    i, m = ctx.dims
+    with ctx:
+        lr = 0.1 * 0.5 ** (tl.zeros((), "float32") + i)
+        p = tl.optim.parameters({"w": W0, "b": B0}, dim=(i, m))
+        loss = ((tl.constant(X) @ p["w"] + p["b"] - tl.constant(Y)) ** 2).mean()
+        tl.optim.Adam(lr=lr).minimize(loss, p)
+    res = ctx.compile(bounds=dict(zip(ctx.bounds, (3, 2))), outputs={"w": p["w"]}).run()
+    hist = numpy_train(lambda k, p_, g, state, step: adam(0.1 * 0.5 ** ((step - 1) // 2))(
+        k, p_, g, state, step))
+    np.testing.assert_allclose(np.asarray(res["w"]).reshape(N, 3),
+                               np.stack([h["w"] for h in hist]), rtol=1e-4, atol=1e-5)

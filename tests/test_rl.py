@@ -283,15 +283,33 @@ def test_reinforce_improves(cfg):
     assert ret[-2:].mean() > 1.3 * ret[:2].mean(), ret
 
 
-def test_ppo_learns_cartpole():
-    """PPO on CartPole, 16 iterations of 8 environments x 64 steps (horizon 64, so the mean
-    return is at most 64), seed 0. Measured: first three iterations 21.3, last three 62.8,
-    entropy 0.69 -> 0.40; about 45 s on 2 cores. Threshold: the last three at least twice the
-    first three."""
-    curves = tl.rl.train(tl.rl.ppo, CartPole(), tl.rl.PPOConfig(), iterations=16, num_envs=8,
-                         steps=64)
+def test_ppo_learns_cartpole_as_the_cleanrl_style_baseline_does():
+    """PPO as CleanRL runs it (4 epochs x 4 shuffled minibatches per iteration), 16 iterations
+    of 8 CartPoles x 256 steps, seed 0. Measured: 17.8 at the first iteration, above 150 from
+    the 7th, 180 over the last four (horizon 256). The CleanRL-style plain-JAX baseline of
+    benchmarks.rl, with the same random numbers and permutations, has the same curve until
+    float rounding changes an action."""
+    from benchmarks import rl
+
+    cfg = rl.Config(num_envs=8, ep_len=256, hidden=32, iterations=16)
+    curves = tl.rl.train(tl.rl.ppo, CartPole(), rl.ppo_config(cfg), iterations=16, num_envs=8,
+                         steps=256)
     ret = curves["episode_return"]
     assert ret.shape == (16,) and np.isfinite(ret).all()
-    assert ret[-3:].mean() > 2.0 * ret[:3].mean(), ret
+    assert ret[-4:].mean() >= 150, ret
     assert curves["entropy"][-1] < curves["entropy"][0]
     np.testing.assert_array_equal(curves["episode_length"], ret)  # reward 1 per alive step
+    base = rl.bench_cleanrl(cfg, 0, False)   # measured: the same for 15 iterations, then
+    n = 12                                    # rounding after ~240 Adam steps flips an action
+    np.testing.assert_allclose(ret[:n], base["returns"][:n], rtol=1e-5)
+    np.testing.assert_allclose(curves["loss"][:n], base["losses"][:n], rtol=1e-3, atol=1e-4)
+
+
+def test_ppo_errors_say_how_to_fix_the_context_and_the_minibatches():
+    ctx = tl.Context(dims=("i", "b", "t"))
+    with pytest.raises(tl.DefinitionError, match=r"dims \('i', 'e', 'm', 's', 'b', 't'\)") as e:
+        tl.rl.ppo(ctx, CartPole(), tl.rl.PPOConfig())
+    assert e.value.loc.file == __file__
+    cfg = tl.rl.PPOConfig(num_minibatches=3)
+    with pytest.raises(tl.ArgumentError, match="does not split into 3 minibatches"):
+        cfg.bounds(tl.Context(dims=cfg.DIMS), 2, 4, 16)
