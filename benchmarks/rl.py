@@ -143,44 +143,6 @@ def _noise(jnp, shape, seed: int, stream: int, coords):
     return sample(jnp, attrs, coords)
 
 
-@dataclass(frozen=True)
-class _Dist:
-    """The plain-JAX twin of ``tl.rl``'s action distributions at a batch of observations."""
-
-    net: object
-    out: object          # logits, or the normals' means
-    log_std: object      # continuous actions only
-
-    def sample(self, u):
-        import jax.numpy as jnp
-
-        from tempo_lab.rl.distributions import _gumbel_argmax, _inverse_normal_cdf
-
-        if not self.net.continuous:
-            return _gumbel_argmax(self.out, u)
-        return self.out + jnp.exp(self.log_std) * _inverse_normal_cdf(u)
-
-    def log_prob(self, a):
-        import jax.numpy as jnp
-
-        from tempo_lab.rl.distributions import _log_prob
-
-        if not self.net.continuous:
-            return _log_prob(self.out, a)
-        z = (a - self.out) / jnp.exp(self.log_std)
-        return (-0.5 * z * z - self.log_std - 0.5 * math.log(2 * math.pi)).sum(axis=-1)
-
-    def entropy(self):
-        import jax.numpy as jnp
-
-        from tempo_lab.rl.distributions import _entropy
-
-        if not self.net.continuous:
-            return _entropy(self.out)
-        one = (self.log_std + 0.5 * (1.0 + math.log(2 * math.pi))).sum(axis=-1)
-        return jnp.broadcast_to(one, self.out.shape[:-1])
-
-
 def make_cleanrl(cfg: Config):
     """``(theta0, act, learn)``: ``act(theta, i)`` plays ``num_envs`` masked episodes of
     ``ep_len`` steps and returns the batch; ``learn(theta, m, v, batch, i)`` computes GAE, then
@@ -192,12 +154,30 @@ def make_cleanrl(cfg: Config):
 
     import tempo_lab as tl
     from tempo_lab.random import ROUNDS, permutation_entry
+    from tempo_lab.rl.distributions import (
+        _entropy,
+        _gumbel_argmax,
+        _inverse_normal_cdf,
+        _log_prob,
+    )
 
     env, pc = make_env(cfg), ppo_config(cfg)
     net = tl.rl.ActorCritic.for_env(env, pc.hidden)
+    half_log_2pi = 0.5 * math.log(2 * math.pi)
 
     def dist(theta, obs):
-        return _Dist(net, net.policy(theta, obs), net.log_std(theta) if net.continuous else None)
+        """``(sample, log_prob, entropy)`` of the policy at ``obs``: the plain-JAX twin of
+        ``tl.rl``'s Categorical (discrete) and Normal (continuous) distributions."""
+        out = net.policy(theta, obs)
+        if not net.continuous:
+            return (lambda u: _gumbel_argmax(out, u), lambda a: _log_prob(out, a),
+                    lambda: _entropy(out))
+        log_std = net.log_std(theta)
+        entropy = (log_std + 0.5 + half_log_2pi).sum(axis=-1)
+        return (lambda u: out + jnp.exp(log_std) * _inverse_normal_cdf(u),
+                lambda a: (-0.5 * ((a - out) / jnp.exp(log_std)) ** 2 - log_std
+                           - half_log_2pi).sum(axis=-1),
+                lambda: jnp.broadcast_to(entropy, out.shape[:-1]))
 
     envs = jnp.arange(cfg.num_envs, dtype=jnp.int32)
     n = cfg.num_envs * cfg.ep_len
@@ -212,10 +192,10 @@ def make_cleanrl(cfg: Config):
             state, alive = carry
             obs = jax.vmap(env.observe)(state)
             u = jax.vmap(lambda b: _noise(jnp, noise, pc.seed + 1, 1, (i, b, t)))(envs)
-            d = dist(theta, obs)
-            a = d.sample(u)
+            sample, log_prob, _ = dist(theta, obs)
+            a = sample(u)
             new, r, done = jax.vmap(env.step)(state, a)
-            out = {"obs": obs, "action": a, "logp": d.log_prob(a),
+            out = {"obs": obs, "action": a, "logp": log_prob(a),
                    "value": net.value(theta, obs), "reward": r * alive,
                    "done": done.astype(jnp.float32), "alive": alive}
             state = jnp.where(done[:, None], state, new)     # masked episodes: frozen at the end
@@ -251,9 +231,9 @@ def make_cleanrl(cfg: Config):
 
         mu = mean(mb["adv"])
         adv = (mb["adv"] - mu) / (jnp.sqrt(mean((mb["adv"] - mu) ** 2)) + 1e-8)
-        d = dist(theta, mb["obs"])                            # the recomputed forward pass
+        _, log_prob, entropy = dist(theta, mb["obs"])         # the recomputed forward pass
         value = net.value(theta, mb["obs"])
-        ratio = jnp.exp(d.log_prob(mb["action"]) - mb["logp"])
+        ratio = jnp.exp(log_prob(mb["action"]) - mb["logp"])
         clipped = jnp.clip(ratio, 1.0 - pc.clip, 1.0 + pc.clip)
         pg = -jnp.minimum(ratio * adv, clipped * adv)
         target = mb["adv"] + mb["value"]
@@ -261,7 +241,7 @@ def make_cleanrl(cfg: Config):
         if pc.clip_vloss:
             vc = mb["value"] + jnp.clip(value - mb["value"], -pc.clip, pc.clip)
             vl = jnp.maximum(vl, (vc - target) ** 2)
-        return mean(pg) + pc.vf_coef * 0.5 * mean(vl) - pc.ent_coef * mean(d.entropy())
+        return mean(pg) + pc.vf_coef * 0.5 * mean(vl) - pc.ent_coef * mean(entropy())
 
     def learn(theta, m, v, batch, i):
         batch = dict(batch, adv=lax.stop_gradient(advantages(batch)))

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from .errors import ArgumentError, DTypeError, user_location
-from .frontend.api import static_shape
+from .frontend.api import lift, static_shape
 from .frontend.context import current_context
 from .frontend.tensor import RecurrentTensor, apply, as_tensor
 from .ir.ops import canonical_dtype
@@ -69,11 +69,17 @@ def permutation(index, n, domain=(), seed: int = 0) -> RecurrentTensor:
     land at ``n`` or beyond are mapped again until they fall inside (cycle walking), which
     keeps it a permutation. A plain JAX program gets the same permutation from
     ``permutation_entry`` with the same keys."""
-    from .frontend.api import lift
-
     ctx = current_context()
+    loc = user_location()
+    if isinstance(n, (int, np.integer)) and not isinstance(n, bool) and n < 1:
+        raise ArgumentError(f"tl.random.permutation: n must be at least 1, got {n}", loc)
+    args = {"index": as_tensor(index, ctx), "n": as_tensor(n, ctx)}
+    for what, x in args.items():
+        if x.shape or x.dtype.kind not in "iu":
+            raise DTypeError(f"tl.random.permutation: {what} must be an integer scalar (a dim, "
+                             f"a bound or an int tensor), got {x.type}", loc)
     keys = uniform((ROUNDS,), domain=domain, seed=seed)
-    return lift(permutation_entry)(as_tensor(index, ctx), as_tensor(n, ctx), keys)
+    return lift(permutation_entry)(args["index"], args["n"], keys)
 
 
 def permutation_entry(index, n, keys):

@@ -125,3 +125,31 @@ def test_gradients_through_a_shuffled_take_match_jax(config):
         return (jnp.arange(1.0, 7.0) * (picked ** 2).sum(-1)).sum()
 
     np.testing.assert_allclose(res["g"], jax.grad(loss)(jnp.asarray(res["x"])), rtol=1e-5)
+
+
+@pytest.mark.parametrize("n", [1, 2, 7, 1000, 10**6])
+def test_permutation_entry_is_a_bijection_up_to_a_million(n):
+    """The plain-JAX function behind tl.random.permutation visits every position of [0, n)
+    once (cycle walking included), for tiny n and for n = 10^6 (a 32 x 31 250 rollout)."""
+    import jax
+    import jax.numpy as jnp
+
+    keys = jnp.asarray(np.random.default_rng(n).random(tl.random.ROUNDS), jnp.float32)
+    perm = jax.jit(jax.vmap(tl.random.permutation_entry, (0, None, None)))(
+        jnp.arange(n), n, keys)
+    np.testing.assert_array_equal(np.sort(np.asarray(perm)), np.arange(n))
+    if n >= 1000:   # shuffled: position and value are uncorrelated
+        assert abs(np.corrcoef(np.arange(n), np.asarray(perm))[0, 1]) < 0.1
+
+
+def test_permutation_needs_integer_scalars_and_a_positive_n():
+    ctx = tl.Context(dims=("b",))
+    (b,) = ctx.dims
+    with ctx:
+        with pytest.raises(tl.DTypeError, match="index must be an integer scalar") as e:
+            tl.random.permutation(tl.zeros(()), 10, domain=(b,))
+        assert e.value.loc.file == __file__
+        with pytest.raises(tl.DTypeError, match="n must be an integer scalar"):
+            tl.random.permutation(b, 10.5, domain=(b,))
+        with pytest.raises(tl.ArgumentError, match="at least 1"):
+            tl.random.permutation(b, 0, domain=(b,))

@@ -113,10 +113,8 @@ class _Optimizer:
                 p[_first(dims)] = constant(params.init[name], ctx)
                 states = self._states(name, p)
                 for key, before in _steps(dims):
-                    p[key] = self._update(p[before], grads[name][before],
-                                          {k: s[before] for k, s in states.items()},
-                                          {k: s.__setitem__ for k, s in states.items()},
-                                          key, step, self._lr(dims, before))
+                    p[key] = self._update(p[before], grads[name][before], states, key, before,
+                                          step, self._lr(dims, before))
         return grads
 
     def _lr(self, dims, before):
@@ -135,10 +133,10 @@ class _Optimizer:
         """The optimiser's state tensors for ``p`` (zero at the first point)."""
         return {}
 
-    def _update(self, p, g, before: dict, define: dict, key, step, lr):
-        """``p``'s value at the points of ``key`` from its value ``p``, its gradient ``g`` and
-        the states ``before`` at the point before; ``define[k](key, value)`` sets state ``k``
-        there. ``step`` counts the updates (1 for the first); ``lr`` is the learning rate."""
+    def _update(self, p, g, states: dict, key, before, step, lr):
+        """``p``'s value at the points of ``key`` from its value ``p`` and gradient ``g`` at
+        the point ``before``; each state is read at ``before`` and defined at ``key``.
+        ``step`` counts the updates (1 for the first); ``lr`` is the learning rate."""
         raise NotImplementedError
 
 
@@ -153,11 +151,11 @@ class SGD(_Optimizer):
     def _states(self, name, p):
         return {"v": _state(p, f"{name}_velocity")} if self.momentum else {}
 
-    def _update(self, p, g, before, define, key, step, lr):
+    def _update(self, p, g, states, key, before, step, lr):
         if not self.momentum:
             return p - lr * g
-        v = self.momentum * before["v"] + g
-        define["v"](key, v)
+        v = self.momentum * states["v"][before] + g
+        states["v"][key] = v
         return p - lr * v
 
 
@@ -176,11 +174,10 @@ class Adam(_Optimizer):
     def _states(self, name, p):
         return {"m": _state(p, f"{name}_m"), "v": _state(p, f"{name}_v")}
 
-    def _update(self, p, g, before, define, key, step, lr):
-        m = self.b1 * before["m"] + (1 - self.b1) * g
-        v = self.b2 * before["v"] + (1 - self.b2) * g * g
-        define["m"](key, m)
-        define["v"](key, v)
+    def _update(self, p, g, states, key, before, step, lr):
+        m = self.b1 * states["m"][before] + (1 - self.b1) * g
+        v = self.b2 * states["v"][before] + (1 - self.b2) * g * g
+        states["m"][key], states["v"][key] = m, v
         step = step.astype(p.dtype)
         m_hat = m / (1 - self.b1 ** step)
         v_hat = v / (1 - self.b2 ** step)

@@ -249,8 +249,8 @@ def ppo(ctx, env, cfg: PPOConfig = PPOConfig()) -> Training:
                   "value": v_act, "alive": ro.alive,
                   "adv": gae(ro.reward, v_act, nv, t, T, cfg.gamma, cfg.lam, done=ro.done,
                              mask=ro.alive)}
-        zero = as_tensor(0, ctx).astype("int32")
-        flat = permutation((zero + m) * S + s, (zero + B) * T, domain=(i, e), seed=cfg.seed + 2)
+        flat = permutation(as_tensor(m, ctx) * S + s, as_tensor(B, ctx) * T, domain=(i, e),
+                           seed=cfg.seed + 2)
         at = (flat // T, flat % T)
         for k, x in source.items():   # one range per read keeps b vectorisable
             mb[k][i, e, m, s] = take(x[i, b, 0:T][i, 0:B], at)
