@@ -107,7 +107,13 @@ def compile_tempo_lab(cfg: Config, config=None):
                        outputs={"return": tr.episode_return, "loss": tr.loss}, config=config)
 
 
-def bench_tempo_lab(cfg: Config, warm_runs: int, progress: bool) -> dict:
+PHASES_METHOD = ("JAX profiler trace of warm calls: each XLA thunk's measured time, attributed "
+                 "by its HLO op_name (tempo_lab: the tl.scope of the op whose statement it "
+                 "runs; plain JAX: jax.named_scope, jax.grad's transposed ops as gradient); "
+                 "a fusion counts for its root's phase; unattributed = wall - thunks")
+
+
+def bench_tempo_lab(cfg: Config, warm_runs: int, progress: bool, phases: bool = False) -> dict:
     """The whole program is one run, so an iteration's time is a run's time / iterations."""
     prog = compile_tempo_lab(cfg)
     stages = dict(prog.compile_times)
@@ -121,7 +127,9 @@ def bench_tempo_lab(cfg: Config, warm_runs: int, progress: bool) -> dict:
     secs = [r.seconds for r in warm] or [first.seconds]
     stages["kernels"] = max(0.0, first.seconds - statistics.median(secs)) if warm else 0.0
     per_iter = [s / cfg.iterations for s in secs]
-    return {"iter_s": statistics.median(per_iter), "iter_s_all": per_iter,
+    extra = {"phases_s": phases_tempo_lab(prog, cfg, max(warm_runs, 3)),
+             "phases_method": PHASES_METHOD} if phases else {}
+    return {**extra, "iter_s": statistics.median(per_iter), "iter_s_all": per_iter,
             "timing": f"median warm run / iterations ({len(warm)} warm runs)",
             "compile_s": sum(stages.values()), "compile_s_by_stage": stages,
             "compile_method": "sum(prog.compile_times) + (first run - median warm run)",
@@ -130,6 +138,33 @@ def bench_tempo_lab(cfg: Config, warm_runs: int, progress: bool) -> dict:
             "predicted_store_peak_bytes": int(prog.memory.peak_bytes),
             "returns": np.asarray(first["return"]).tolist(),
             "losses": np.asarray(first["loss"]).tolist()}
+
+
+def phases_tempo_lab(prog, cfg: Config, runs: int) -> dict:
+    """Measured seconds per iteration by the ``tl.scope`` the ops were made in (``tl.rl.ppo``
+    tags rollout, gae, minibatch, loss, gradient, update and metrics)."""
+    ex = prog.executable
+    sdg = ex.lowered.sdg
+    out: dict[str, float] = {}
+    for k, sec in ex.op_seconds(runs).items():
+        phase = k if isinstance(k, str) else (sdg.ops[k].scope or ("other",))[0]
+        out[phase] = out.get(phase, 0.0) + sec / cfg.iterations
+    return out
+
+
+PHASES = ("rollout", "gae", "minibatch", "loss", "gradient", "update", "metrics")
+
+
+def baseline_phase(path: str) -> str:
+    """The phase of a plain-JAX instruction from its ``op_name`` path: ``jax.grad``'s
+    transposed ops are the gradient, its forward (``jvp(loss)``) the loss; otherwise the
+    innermost ``jax.named_scope`` phase."""
+    if "transpose(" in path:
+        return "gradient"
+    if "jvp(" in path:
+        return "loss"
+    parts = path.split("/")
+    return next((x for x in reversed(parts) if x in PHASES), "other")
 
 
 # -- CleanRL-style plain JAX -------------------------------------------------------------------
@@ -185,6 +220,10 @@ def make_cleanrl(cfg: Config):
     noise = (env.num_actions,) if hasattr(env, "num_actions") else (env.action_dim,)
 
     def act(theta, i):
+        with jax.named_scope("rollout"):
+            return _act(theta, i)
+
+    def _act(theta, i):
         state = jax.vmap(lambda b: env.reset(_noise(jnp, env.reset_noise_shape, pc.seed, 0,
                                                     (i, b))))(envs)
 
@@ -223,6 +262,10 @@ def make_cleanrl(cfg: Config):
         return adv
 
     def loss(theta, mb):
+        with jax.named_scope("loss"):
+            return _loss(theta, mb)
+
+    def _loss(theta, mb):
         w = mb["alive"]
         count = jnp.maximum(w.sum(), 1.0)
 
@@ -244,24 +287,30 @@ def make_cleanrl(cfg: Config):
         return mean(pg) + pc.vf_coef * 0.5 * mean(vl) - pc.ent_coef * mean(entropy())
 
     def learn(theta, m, v, batch, i):
-        batch = dict(batch, adv=lax.stop_gradient(advantages(batch)))
+        with jax.named_scope("gae"):
+            batch = dict(batch, adv=lax.stop_gradient(advantages(batch)))
         # flat sample index b * T + t, as tl.rl.ppo numbers the rollout's points
-        flat = {k: jnp.swapaxes(batch[k], 0, 1).reshape((n, *batch[k].shape[2:]))
-                for k in ("obs", "action", "logp", "value", "alive", "adv")}
+        with jax.named_scope("minibatch"):
+            flat = {k: jnp.swapaxes(batch[k], 0, 1).reshape((n, *batch[k].shape[2:]))
+                    for k in ("obs", "action", "logp", "value", "alive", "adv")}
         lr = pc.lr * (1.0 - i / cfg.iterations) if pc.anneal_lr else pc.lr
 
         def epoch(carry, e):
-            keys = _noise(jnp, (ROUNDS,), pc.seed + 2, 2, (i, e))
-            perm = jax.vmap(permutation_entry, (0, None, None))(jnp.arange(n), n, keys)
+            with jax.named_scope("minibatch"):
+                keys = _noise(jnp, (ROUNDS,), pc.seed + 2, 2, (i, e))
+                perm = jax.vmap(permutation_entry, (0, None, None))(jnp.arange(n), n, keys)
 
             def minibatch(carry, k):
                 theta, m, v, step = carry
-                idx = lax.dynamic_slice_in_dim(perm, k * size, size)
-                total, g = jax.value_and_grad(loss)(theta, {x: a[idx] for x, a in flat.items()})
-                m, v = 0.9 * m + 0.1 * g, 0.999 * v + 0.001 * g * g
-                s = step.astype(jnp.float32)
-                m_hat, v_hat = m / (1 - 0.9 ** s), v / (1 - 0.999 ** s)
-                theta = theta - lr * m_hat / (jnp.sqrt(v_hat) + 1e-8)
+                with jax.named_scope("minibatch"):
+                    idx = lax.dynamic_slice_in_dim(perm, k * size, size)
+                    mb = {x: a[idx] for x, a in flat.items()}
+                total, g = jax.value_and_grad(loss)(theta, mb)
+                with jax.named_scope("update"):
+                    m, v = 0.9 * m + 0.1 * g, 0.999 * v + 0.001 * g * g
+                    s = step.astype(jnp.float32)
+                    m_hat, v_hat = m / (1 - 0.9 ** s), v / (1 - 0.999 ** s)
+                    theta = theta - lr * m_hat / (jnp.sqrt(v_hat) + 1e-8)
                 return (theta, m, v, step + 1), total
 
             return lax.scan(minibatch, carry, jnp.arange(pc.num_minibatches))
@@ -275,7 +324,7 @@ def make_cleanrl(cfg: Config):
     return theta0, jax.jit(act), jax.jit(learn)
 
 
-def bench_cleanrl(cfg: Config, warm_runs: int, progress: bool) -> dict:
+def bench_cleanrl(cfg: Config, warm_runs: int, progress: bool, phases: bool = False) -> dict:
     """Times every iteration (acting call + learning call, synchronised); compile_s is
     lower + compile of both functions (AOT, so the first call is not slower)."""
     import jax
@@ -311,7 +360,21 @@ def bench_cleanrl(cfg: Config, warm_runs: int, progress: bool) -> dict:
         bar.update()
     bar.close()
     secs = secs or first
-    return {"iter_s": statistics.median(secs), "iter_s_all": secs,
+    extra = {}
+    if phases:
+        from tempo_lab.runtime.xla_profile import seconds_by
+
+        runs, i0 = max(warm_runs, 3), jnp.int32(0)
+        batch = act_c(theta, i0)
+        parts = [seconds_by(lambda: jax.block_until_ready(act_c(theta, i0)), act_c.as_text(),
+                            baseline_phase, runs),
+                 seconds_by(lambda: jax.block_until_ready(learn_c(theta, zeros, zeros, batch,
+                                                                  i0)),
+                            learn_c.as_text(), baseline_phase, runs)]
+        extra = {"phases_s": {k: sum(p.get(k, 0.0) for p in parts)
+                              for k in sorted(set().union(*parts))},
+                 "phases_method": PHASES_METHOD}
+    return {**extra, "iter_s": statistics.median(secs), "iter_s_all": secs,
             "timing": f"median over {len(secs)} iterations ({warm_runs} warm runs)",
             "compile_s": compile_s,
             "compile_method": "jax.jit(act/learn).lower(...).compile(), both phases",
@@ -329,7 +392,7 @@ def run_one(args) -> int:
     load_start = loadavg()
     tl.config.progress = not args.no_progress
     (cfg,) = configs(args)
-    rec = BENCH[args.one](cfg, args.runs, not args.no_progress)
+    rec = BENCH[args.one](cfg, args.runs, not args.no_progress, args.phases)
     rec = {"system": args.one, **asdict(cfg), **rec, "rss_peak_bytes": rss_peak_bytes(),
            "vm_hwm_bytes": vm_hwm_bytes(), "loadavg_at_start": load_start,
            "loadavg_at_end": loadavg(), **environment()}
@@ -342,7 +405,7 @@ def _child_cmd(system: str, cfg: Config, args) -> list[str]:
            str(cfg.num_envs), "--ep-len", str(cfg.ep_len), "--hidden", str(cfg.hidden),
            "--iterations", str(cfg.iterations), "--epochs", str(cfg.epochs), "--minibatches",
            str(cfg.minibatches), "--env", cfg.env, "--runs", str(args.runs), "--no-progress"]
-    return cmd
+    return cmd + ["--phases"] * bool(getattr(args, "phases", False))
 
 
 class BenchmarkError(RuntimeError):
@@ -366,12 +429,12 @@ def check_agreement(by: dict[str, dict]) -> dict:
 
 
 def measure(cfgs: list[Config], systems=SYSTEMS, runs: int = 1, progress: bool = False,
-            on_record=None) -> list[dict]:
+            on_record=None, phases: bool = False) -> list[dict]:
     """Every system on every configuration, each in a fresh subprocess; the systems' curves
     are checked against each other per configuration. For notebooks too (this process
     imports neither JAX nor tempo_lab for it)."""
     root = Path(__file__).resolve().parent.parent
-    args = argparse.Namespace(runs=runs)
+    args = argparse.Namespace(runs=runs, phases=phases)
     records = []
     bar = _bar(len(cfgs) * len(systems), "rl benchmark", progress, position=0)
     for cfg in cfgs:
@@ -426,6 +489,19 @@ def table(records: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def phase_table(records: list[dict]) -> str:
+    """Measured ms per iteration per phase, one column per system."""
+    lines = []
+    for r in records:
+        if "phases_s" not in r:
+            continue
+        ph = r["phases_s"]
+        keys = [k for k in (*PHASES, "other", "unattributed") if k in ph]
+        lines.append(f"{r['system']:<12} " + "  ".join(f"{k} {1e3 * ph[k]:.1f}" for k in keys)
+                     + f"  (sum {1e3 * sum(ph.values()):.1f} ms/iteration)")
+    return "phases, measured ms per iteration:\n" + "\n".join(lines)
+
+
 NOTES = """\
 iter ms: median seconds per training iteration (acting + learning on num_envs x ep_len steps).
   tempo_lab: a warm run of the whole program / iterations; cleanrl_jax: each iteration timed.
@@ -473,6 +549,9 @@ def parse_args(argv=None):
                          "minibatches, 5 iterations")
     ap.add_argument("--out", default=None,
                     help=f"JSON file (default {DEFAULT_OUT}, with --quick {QUICK_OUT})")
+    ap.add_argument("--phases", action="store_true",
+                    help="also profile each system per phase (rollout, gae, minibatch, loss, "
+                         "gradient, update) with JAX's profiler")
     ap.add_argument("--no-progress", action="store_true")
     ap.add_argument("--one", choices=SYSTEMS, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -491,11 +570,15 @@ def main(argv=None) -> int:
     wall0 = time.perf_counter()
     try:
         records = measure(configs(args), args.systems, args.runs, not args.no_progress,
-                          on_record=lambda recs: _write(recs, out_path + ".partial"))
+                          on_record=lambda recs: _write(recs, out_path + ".partial"),
+                          phases=args.phases)
     except BenchmarkError as e:
         print(f"ABORT: {e}", file=sys.stderr)
         return 2
     print(table(records))
+    if args.phases:
+        print()
+        print(phase_table(records))
     print()
     print(NOTES)
     print(f"total wall time {time.perf_counter() - wall0:.0f} s")

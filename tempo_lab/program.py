@@ -75,6 +75,7 @@ class CompileConfig:
     contract: bool = True
     tile: bool = True
     vectorise: bool = True
+    vectorise_groups: bool = True  # of a dim some reads cross, batch the ops off the recurrence
     incrementalise: bool = True
     fuse: bool = True
     tile_block: int | None = None

@@ -449,3 +449,32 @@ def test_a_user_dim_named_like_a_compiler_dim(executor):
     close(prog.run()["y"], np.cumsum(xs, axis=1))
     roles = {d.name: prog.sdg.role(d) for d in prog.sdg.dims}
     assert roles["t_tile"] is None and "blocks" in roles.values(), roles  # tiled, and a new dim
+
+
+def test_xla_profile_attributes_thunks_to_named_scopes():
+    """Each thunk's measured time goes to the jax.named_scope it was traced in (a fusion to
+    its root's); control flow is not counted on top of its body; the rest is unattributed."""
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+
+    from tempo_lab.runtime.xla_profile import instruction_scopes, seconds_by
+
+    @jax.jit
+    def f(x, w):
+        with jax.named_scope("dense"):
+            y = jnp.tanh(x @ w)
+        with jax.named_scope("loop"):
+            z, _ = lax.scan(lambda c, r: (jnp.tanh(c + r), None), y[0], y)
+        return z.sum()
+
+    x, w = jnp.ones((256, 128)), jnp.full((128, 128), 0.01)
+    hlo = f.lower(x, w).compile().as_text()
+    scopes = instruction_scopes(hlo)
+    assert any("/dense/" in p for p in scopes.values())
+    loops = re.findall(r"%([\w.\-]+) = [^\n]*? while\(", hlo)
+    assert loops and not set(loops) & set(scopes)
+    got = seconds_by(lambda: jax.block_until_ready(f(x, w)), hlo,
+                     lambda p: next((k for k in ("dense", "loop") if f"/{k}/" in p), None), 2)
+    assert set(got) == {"dense", "loop", "unattributed"} and min(got.values()) >= 0
+    assert got["dense"] > 0 and got["loop"] > 0

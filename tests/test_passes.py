@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 
 import tempo_lab as tl
 from tempo_lab.passes import REGISTRY, check_invariants
+from tempo_lab.symbolic import Dim
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/ is not a package
 from randprog import assert_outputs_match, numpy_eval, program_strategy, run_tempo  # noqa: E402
@@ -179,6 +180,54 @@ def test_a_sum_over_a_middle_vectorised_dim(executor):
     prog = ctx.compile(bounds=bounds, outputs={"y": y}, config=config(executor))
     assert prog.sdg.ops[prog.sdg.outputs["y"]].attrs["vdims"] == ("i", "t")
     np.testing.assert_allclose(prog.run()["y"], np.exp(data * 0.01).sum(axis=1), rtol=1e-6)
+
+@pytest.mark.parametrize("executor", ["reference", "interpreter", "codegen", "xla"])
+def test_the_ops_off_a_recurrence_are_batched_over_its_dim(executor):
+    """A forward recurrence over t (h), a per-step network off it (y), and a backward
+    recurrence reading y (g, GAE's shape): t stays a loop for h and g while y runs once,
+    batched over all of t, reading h's whole range; g reads y through a per-point view."""
+    ctx = tl.Context(dims=("b", "t"))
+    b, t = ctx.dims
+    B, T = ctx.bounds
+    x0 = np.random.default_rng(0).normal(size=(3, 5, 4)).astype(np.float32)
+    w = np.random.default_rng(1).normal(size=(4, 4)).astype(np.float32) * 0.5
+    with ctx:
+        x = tl.from_array(x0, domain=(b, t))
+        h = tl.placeholder((4,), "float32", (b, t), "h")
+        h[b, 0] = x
+        h[b, t] = tl.tanh(h[b, t - 1] + x)
+        y = tl.lift(lambda v: (jnp_tanh(v @ w)).sum())(h)
+        g = tl.placeholder((), "float32", (b, t), "g")
+        g[b, T - 1] = y
+        g[b, t] = y + 0.5 * g[b, t + 1]
+    prog = ctx.compile(bounds={B: 3, T: 5}, outputs={"g": g, "y": y}, config=config(executor))
+    hs = x0.copy()
+    for k in range(1, 5):
+        hs[:, k] = np.tanh(hs[:, k - 1] + x0[:, k])
+    ys = np.tanh(hs @ w).sum(-1)
+    gs = np.zeros_like(ys)
+    for k in reversed(range(5)):
+        gs[:, k] = ys[:, k] + (0.5 * gs[:, k + 1] if k < 4 else 0)
+    run = prog.run()
+    np.testing.assert_allclose(run["y"], ys, rtol=1e-5)
+    np.testing.assert_allclose(run["g"], gs, rtol=1e-5)
+    vd = {op.name or op.kind: op.attrs.get("vdims", ()) for op in prog.sdg.ops.values()}
+    assert vd["h"] == ("b",) and vd["g"] == ("b",)
+    lifted = [op for op in prog.sdg.ops.values() if "t" in op.attrs.get("vdims", ())
+              and Dim("t") not in op.domain]
+    assert any("lift" in (op.kind, *(m.kind for m, _ in op.attrs.get("body", ())))
+               for op in lifted)
+    off = ctx.compile(bounds={B: 3, T: 5}, outputs={"g": g},
+                      config=config(executor, vectorise_groups=False))
+    assert not any("t" in op.attrs.get("vdims", ()) for op in off.sdg.ops.values())
+    np.testing.assert_allclose(off.run()["g"], gs, rtol=1e-5)
+
+
+def jnp_tanh(v):
+    import jax.numpy as jnp
+
+    return jnp.tanh(v)
+
 
 @pytest.mark.parametrize("executor", ["reference", "interpreter"])
 def test_fusion_runs_a_chain_as_one_op(executor):

@@ -333,3 +333,25 @@ def test_ppo_with_epochs_and_minibatches_agrees_with_the_reference_interpreter()
     for executor, run in runs.items():
         for k in ("return", "loss", "theta"):
             np.testing.assert_allclose(run[k], ref[k], rtol=1e-5, atol=1e-6, err_msg=executor)
+
+
+def test_ppo_batches_what_is_off_the_rollout_and_says_why_a_forward_pass_repeats():
+    """The rollout recurs along t, but the value network on its observations, GAE's inputs
+    and the minibatch permutations do not: they run batched over all of t (and of i, e, m)
+    outside the loop. The loss's forward pass at theta[i, e, m] on a minibatch is not the
+    acting one at theta[i, 0, 0]: prog.passes says so instead of merging them. The per-phase
+    profile of the XLA program attributes time to PPO's scopes."""
+    cfg = tl.rl.PPOConfig(hidden=4, update_epochs=2, num_minibatches=2)
+    ctx = tl.Context(dims=cfg.DIMS)
+    tr = tl.rl.ppo(ctx, CartPole(), cfg)
+    prog = ctx.compile(bounds=cfg.bounds(ctx, 2, 2, 4), outputs={"return": tr.episode_return})
+    batched_t = [op for op in prog.sdg.ops.values() if "t" in op.attrs.get("vdims", ())]
+    assert {op.scope[0] for op in batched_t} >= {"rollout", "gae"}
+    assert any(op.kind == "lift" and op.scope == ("rollout",) for op in batched_t)
+    cse = next(r for r in prog.passes.records if r.name == "cse")
+    notes = [ev.note for ev in cse.events if ev.kind == "note"]
+    assert any("theta[i, 0, 0]" in n and "theta[i, e, m]" in n for n in notes), notes
+    seconds = prog.executable.op_seconds(runs=1)
+    phases = {prog.executable.lowered.sdg.ops[k].scope[:1] for k in seconds if k != "unattributed"}
+    assert {("rollout",), ("loss",), ("gradient",), ("update",)} <= phases
+    assert all(v >= 0 for v in seconds.values())

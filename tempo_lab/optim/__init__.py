@@ -25,7 +25,7 @@ import numpy as np
 from ..errors import ArgumentError, DefinitionError, user_location
 from ..frontend.api import placeholder, sqrt
 from ..frontend.autodiff import grad
-from ..frontend.context import current_context
+from ..frontend.context import current_context, scope
 from ..frontend.tensor import RecurrentTensor, as_tensor, constant
 from ..symbolic import Dim, eq
 
@@ -106,8 +106,9 @@ class _Optimizer:
                                   user_location())
         ctx = current_context(loss)
         dims = params.dims
-        with ctx:
+        with ctx, scope("gradient"):
             grads = dict(zip(params, grad(loss, list(params.values()))))
+        with ctx, scope("update"):
             step = _position(dims, ctx)
             for name, p in params.items():
                 p[_first(dims)] = constant(params.init[name], ctx)

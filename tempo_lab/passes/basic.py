@@ -61,6 +61,39 @@ def duplicates(ed: Editor):
             _keep_name(ed, op, seen[k])
         else:
             seen[k] = i
+    _explain_lifts(ed)
+
+
+def _explain_lifts(ed: Editor):
+    """A lifted function (a network's forward pass) applied twice to one tensor at other
+    points could not be merged, so it is computed twice: note why, naming the inputs that
+    differ, e.g. the loss's forward pass at ``theta[i, e, m]`` on a minibatch and the acting
+    one at ``theta[i, 0, 0]``."""
+    first: dict = {}
+    for i in sorted(ed.ops):
+        op = ed.ops[i]
+        if op.kind != "lift":
+            continue
+        k = (_value_key(op.attrs["jax_fn"]), op.attrs.get("out"))
+        if k not in first:
+            first[k] = i
+            continue
+        j = first[k]
+        pairs = [(a, b) for a, b in zip(ed.in_edges(i), ed.in_edges(j))
+                 if (a.src, a.index, a.cond) != (b.src, b.index, b.cond)]
+        if not any(a.src == b.src for a, b in pairs):  # other tensors: another layer, say
+            continue
+        why = [_differ(ed, a, b) for a, b in pairs]
+        ed.note(i, f"the same function as %{j} on other inputs, so its forward pass is "
+                   f"computed again: " + "; ".join(why), j)
+
+
+def _differ(ed: Editor, a, b) -> str:
+    def read(e):
+        return f"{ed.ops[e.src].label}[{', '.join(map(str, e.index))}]"
+    same = " (other points of one tensor: a parameter differs after an update)" \
+        if a.src == b.src else ""
+    return f"input {a.slot} reads {read(a)} here, {read(b)} there{same}"
 
 
 @register("fold", "fold_constants")

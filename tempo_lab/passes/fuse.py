@@ -21,7 +21,8 @@ COMPUTE = ("elementwise", "reduce", "layout", "linalg", "lift")
 
 def _fusible(op: Op) -> bool:
     return (op.kind in CATALOG and CATALOG[op.kind].category in COMPUTE
-            and op.type.is_static and "whole" not in op.attrs)  # whole reads: own kernel
+            and op.type.is_static and "whole" not in op.attrs  # whole reads: own kernel
+            and "stacked" not in op.attrs)
 
 
 @register("fuse", "fuse")

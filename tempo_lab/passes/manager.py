@@ -45,7 +45,8 @@ def register(name: str, switch: str):
 @dataclass(frozen=True)
 class Event:
     """One recorded edit: ``kind`` is created / erased / replaced / rewritten (an op, in place)
-    / reindexed (a read of op ``op``) / dim (a dim the pass made; ``op`` is -1)."""
+    / reindexed (a read of op ``op``) / dim (a dim the pass made; ``op`` is -1) / note (no
+    edit: why the pass left op ``op`` as it is, ``source`` the op it was compared with)."""
 
     kind: str
     op: int
@@ -173,6 +174,10 @@ class Editor:
         self.events.append(Event("replaced", old, new, note))
         self.erase(old, note)
 
+    def note(self, i: int, text: str, other: int | None = None):
+        """Record why the pass left op ``i`` alone (shown with the pass's edits)."""
+        self.events.append(Event("note", i, other, text))
+
     def add_dim(self, role: str, of: Dim, value: int, in_place: bool = False) -> Dim:
         """A new dim of ``role`` (see ``ir.sdg.ROLES``) made from ``of``, with bound ``value``:
         right after ``of`` in universe order, or ``in_place`` of it. Its name is ``of``'s with
@@ -230,7 +235,8 @@ class Editor:
         self.untils = {k: new[v] for k, v in self.untils.items()}
         self.events = [Event(ev.kind, ev.op if ev.kind in ("erased", "dim")
                              else new.get(ev.op, ev.op),
-                             new.get(ev.source, ev.source) if ev.kind in ("replaced", "reindexed")
+                             new.get(ev.source, ev.source) if ev.kind in ("replaced", "reindexed",
+                                                                          "note")
                              else ev.source, ev.note) for ev in self.events]
         self._next = len(new)
 

@@ -12,6 +12,14 @@ semantics need no batching rules: the JAX executor uses ``jax.vmap``, the refere
 
 Rejected when ``d`` is data-dependent (``tl.until``), read by a sink or a ``tl.source``, or when
 the largest value would exceed the memory budget (``CompileConfig.vectorise_budget_bytes``).
+
+A dim some reads cross (a recurrence: ``x[t - 1]``) is vectorised per op group instead
+(``vectorise_group``): the ops on no cycle that crosses ``d`` and that read ``d`` only at their
+own point become one batched computation over all of ``d``, outside the loop that the
+recurrence keeps. They read a looped producer's whole range (``attrs["stacked"]``), and a looped
+reader reads them through a per-point view (``take`` at the value of ``d``). This is how the
+rollout's recurrence stays a loop over ``t`` while the value network, GAE's inputs, the per-step
+losses and their cotangents run as batched computations, as hand-written JAX would do them.
 """
 from __future__ import annotations
 
@@ -19,9 +27,9 @@ import math
 
 import numpy as np
 
-from ..ir.ops import TensorType, flag, norm_dim
-from ..ir.sdg import Op
-from ..symbolic import Bound, Dim, Expr, Slice
+from ..ir.ops import CATALOG, TensorType, flag, infer, norm_dim
+from ..ir.sdg import Edge, Op
+from ..symbolic import TRUE, Bound, Const, Dim, Expr, Slice
 from .manager import Editor, register
 
 
@@ -69,19 +77,23 @@ def largest_point(op: Op) -> int:
     return static * op.type.dtype.itemsize
 
 
-def vectorise_dim(ed: Editor, d: Dim, size: int, block: int | None = None):
-    """Rewrite every op over ``d`` in place (same ids: readers keep reading the same op).
-    ``block``: ``block`` points of ``d`` at a time, the blocks along a new dim ``d_blk`` that
-    takes ``d``'s place (incrementalisation)."""
+def vectorise_dim(ed: Editor, d: Dim, size: int, block: int | None = None,
+                  only: set[int] | None = None):
+    """Rewrite every op over ``d`` (or those in ``only``, none of them shaped by ``d``'s
+    bound) in place (same ids: readers keep reading the same op). ``block``: ``block``
+    points of ``d`` at a time, the blocks along a new dim ``d_blk`` that takes ``d``'s place
+    (incrementalisation)."""
     n = block or size
     db = ed.add_dim("parts", d, size // block, in_place=True) if block else None
     for i, op in list(ed.ops.items()):  # d's own value (domain (d,)): the array 0..D-1
+        if only is not None and i not in only:
+            continue
         if op.kind == "dimval" and op.attrs["expr"] == d:
             arr = np.arange(size, dtype=op.type.dtype)
             ed.update(i, Op(i, "from_array", op.domain, op.type, {"array": arr, "ndomain": 1},
                             op.loc, op.name), f"value of {d} -> array 0..{size - 1}")
     old = {i: op.domain for i, op in ed.ops.items()}
-    touched = [i for i, dom in old.items() if d in dom]
+    touched = [i for i, dom in old.items() if d in dom and (only is None or i in only)]
     reads = [e for e in ed.edges if e.src in touched]
     for i in touched:
         op = ed.ops[i]
@@ -107,13 +119,14 @@ def vectorise_dim(ed: Editor, d: Dim, size: int, block: int | None = None):
         k = old[e.src].index(d)
         rest = (db,) if block else ()
         ed.reindex(e, e.index[:k] + rest + e.index[k + 1:], f"{d} read whole as an axis")
-        if isinstance(e.index[k], Slice) and d in old[e.dst]:  # a reduction over d
+        if isinstance(e.index[k], Slice) and e.dst in touched:  # a reduction over d
             c = ed.ops[e.dst]
             attrs = {**c.attrs, "whole": tuple(sorted({*c.attrs.get("whole", ()),
                                                        (d.name, e.slot)}))}
             ed.update(c.id, Op(c.id, c.kind, c.domain, c.type, attrs, c.loc, c.name),
                       f"reads all of {d} as an axis")
-    _pin_bound(ed, d.bound, size)
+    if only is None:
+        _pin_bound(ed, d.bound, size)
 
 
 def _pin_bound(ed: Editor, bound: Bound, value: int):
@@ -140,16 +153,192 @@ def _pin_bound(ed: Editor, bound: Bound, value: int):
                   f"{bound} = {value} in its shape")
 
 
+# -- per op group -------------------------------------------------------------------------------
+def _own_point(ed: Editor, e, d: Dim) -> bool:
+    """Whether read ``e`` sees ``d`` only at the reader's own point (or the producer's whole
+    range along it as the read's one range), under a condition free of ``d``."""
+    if _mentions(e.cond, d):
+        return False
+    for pd, x in zip(ed.ops[e.src].domain, e.index):
+        if pd == d:
+            if not (_whole(x, d) and sum(isinstance(y, Slice) for y in e.index) == 1) \
+                    and (isinstance(x, Slice) or x != d):
+                return False
+        elif _mentions(x, d):
+            return False
+    return True
+
+
+def _recurrent(ed: Editor, d: Dim, over: set[int]) -> set[int]:
+    """The ops over ``d`` on a dependence cycle that reads across ``d`` (Tarjan's strongly
+    connected components, iteratively): the recurrence a loop over ``d`` must keep."""
+    succ = {i: [e.dst for e in ed.out_edges(i) if e.dst in over] for i in over}
+    index, low, on, stack, comps, n = {}, {}, set(), [], [], 0
+    for root in sorted(over):
+        if root in index:
+            continue
+        work = [(root, iter(succ[root]))]
+        index[root] = low[root] = n
+        n += 1
+        stack.append(root)
+        on.add(root)
+        while work:
+            v, it = work[-1]
+            w = next(it, None)
+            if w is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[v])
+                if low[v] == index[v]:
+                    comp = set()
+                    while True:
+                        x = stack.pop()
+                        on.discard(x)
+                        comp.add(x)
+                        if x == v:
+                            break
+                    comps.append(comp)
+            elif w not in index:
+                index[w] = low[w] = n
+                n += 1
+                stack.append(w)
+                on.add(w)
+                work.append((w, iter(succ[w])))
+            elif w in on:
+                low[v] = min(low[v], index[w])
+    out: set[int] = set()
+    for comp in comps:
+        crossing = [e for i in comp for e in ed.in_edges(i)
+                    if e.src in comp and not _own_point(ed, e, d)]
+        if crossing:
+            out |= comp
+    return out
+
+
+def group(ed: Editor, d: Dim, size: int, budget: int | None) -> set[int]:
+    """The ops over ``d`` that can run batched over all of ``d`` while a recurrence along
+    ``d`` loops: on no cycle across ``d``, reading ``d`` only at their own point, no effects,
+    no shape or value that depends on ``d`` otherwise, and within the budget."""
+    over = {i for i, op in ed.ops.items() if d in op.domain}
+    loop = _recurrent(ed, d, over)
+    out: set[int] = set()
+    if not loop:  # no recurrence along d: it was kept a loop for a constant point's read
+        return out
+    for i in sorted(over - loop):
+        op = ed.ops[i]
+        if flag(op.kind, "effect") or (op.kind == "dimval" and op.attrs["expr"] != d
+                                         and _mentions(op.attrs["expr"], d)):
+            continue
+        ins = ed.in_edges(i)
+        if any(_shaped_by(ed.ops[k], d) for k in (i, *(e.src for e in ins))):
+            continue
+        if budget is not None and largest_point(op) * size > budget:
+            continue
+        if all(_own_point(ed, e, d) for e in ins):
+            out.add(i)
+    return _demanded_everywhere(ed, out) if out else out
+
+
+def _demanded_everywhere(ed: Editor, ops: set[int]) -> set[int]:
+    """Those of ``ops`` that some reader needs at every point of their domain (for every
+    bound value). Batched, an op is computed at every point of ``d`` and reads its looped
+    producers there, so a point nobody read before (a step a branch guards, where a ``max``
+    over a range would be empty) must not become one."""
+    import islpy as isl
+
+    from ..ir.demand import demand
+    from ..schedule.build import param_context
+
+    sdg = ed.result()
+    pctx = param_context(sdg)
+    boxes: dict[int, isl.Set] = {i: sdg.isl_domain(i).intersect_params(pctx) for i in sdg.ops}
+    got = demand(sdg, boxes, {e: sdg.isl_map(e) for e in sdg.edges})
+    return {i for i in ops if boxes[i].is_subset(got[i])}
+
+
+def _shaped_by(op: Op, d: Dim) -> bool:
+    """Whether ``op``'s shape depends on ``d`` or its bound: batched, it would be ragged, or
+    a length the loop's ops keep symbolic would be pinned to the bound's value."""
+    return any(not isinstance(x, int) and (_mentions(x, d) or d.bound in x.symbols())
+               for x in op.type.shape)
+
+
+def vectorise_group(ed: Editor, d: Dim, size: int, ops: set[int]):
+    """Vectorise ``ops`` over ``d`` (see ``group``) and leave the rest in their loop: an op of
+    the group reads a looped producer's whole range as its batch axis (``stacked``); a looped
+    reader (or a partial read) of an op of the group reads a per-point view of it instead,
+    ``take`` at ``d``'s value, which has the op's old domain and type."""
+    views = {}
+    for i in sorted(ops):
+        out = [e for e in ed.out_edges(i) if e.dst not in ops and not _direct(ed, e, d)]
+        if not out:
+            continue
+        if d not in views:
+            views[d] = ed.add(Op(-1, "dimval", (d,), infer("dimval", [], {"expr": d}),
+                                 {"expr": d}, ed.ops[i].loc), [], i, f"value of {d}")
+        op = ed.ops[i]
+        attrs = {"axis": 0, **({"vdims": op.attrs["vdims"]} if "vdims" in op.attrs else {})}
+        x = ed.add(Op(-1, "take", op.domain, op.type, attrs, op.loc, op.name),
+                   [Edge(-1, i, 0, tuple(op.domain), TRUE, op.loc),
+                    Edge(-1, views[d], 1, (d,), TRUE, op.loc)], i,
+                   f"%{i} at {d} (a looped reader's view of the batched op)")
+        for e in out:
+            c = ed.ops[e.dst]
+            ed.rewrite(c.id, c, [Edge(c.id, x, e2.slot, e2.index, e2.cond, e2.loc)
+                                 if e2 == e else e2 for e2 in ed.in_edges(c.id)],
+                       f"reads %{i} through its per-point view %{x}")
+    for i in sorted(ops):
+        c = ed.ops[i]
+        stacked = []
+        for e in ed.in_edges(i):
+            p = ed.ops[e.src]
+            if d in p.domain and e.src not in ops and not _direct(ed, e, d):
+                k = p.domain.index(d)
+                ed.reindex(e, e.index[:k] + (Slice(Const(0), d.bound),) + e.index[k + 1:],
+                           f"all of {d} as the batch axis")
+                stacked.append((d.name, e.slot))
+        if stacked:
+            attrs = {**c.attrs, "stacked": tuple(sorted({*c.attrs.get("stacked", ()),
+                                                         *stacked}))}
+            ed.update(i, Op(i, c.kind, c.domain, c.type, attrs, c.loc, c.name),
+                      f"reads its looped producers over all of {d}")
+    # the new ops' readers come first: number them in order again
+    vectorise_dim(ed, d, size, only=ops)
+    ed.renumber()
+
+
+def _direct(ed: Editor, e, d: Dim) -> bool:
+    """A read of the whole range of ``d`` as its one range (a reduction): it reads the
+    batched value as it is."""
+    x = e.index[ed.ops[e.src].domain.index(d)]
+    return _whole(x, d) and sum(isinstance(y, Slice) for y in e.index) == 1
+
+
+def _worth(ed: Editor, ops: set[int]) -> bool:
+    """A group is worth a batch when it computes something (not only values and layout)."""
+    return any(ed.ops[i].kind == "random" or (
+        ed.ops[i].kind in CATALOG and CATALOG[ed.ops[i].kind].category in (
+            "elementwise", "reduce", "linalg", "lift")) for i in ops)
+
+
 @register("vectorise", "vectorise")
 def vectorise(ed: Editor):
-    """Vectorisation: dims with no read across them become leading spatial axes."""
+    """Vectorisation: dims with no read across them become leading spatial axes; of a dim
+    that some reads cross, the ops outside the recurrence become a batched group."""
     budget = ed.config.vectorise_budget_bytes
     for d in reversed(ed.dims):  # innermost first, so leading axes end up in universe order
         size = ed.bounds.get(d.bound.name)
         if size is None or d.bound.name in ed.dynamic:
             continue
-        if any(d in op.domain for op in ed.ops.values()) and eligible(ed, d, size, budget):
+        if not any(d in op.domain for op in ed.ops.values()):
+            continue
+        if eligible(ed, d, size, budget):
             vectorise_dim(ed, d, size)
+        elif ed.config.vectorise_groups and not ed.role(d) \
+                and not eligible(ed, d, size, None):  # only too big: incrementalise's
+            ops = group(ed, d, size, budget)
+            if ops and _worth(ed, ops):
+                vectorise_group(ed, d, size, ops)
 
 
 @register("incrementalise", "incrementalise")

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..errors import ArgumentError, DefinitionError, user_location
 from ..frontend.api import exp, lift, maximum, minimum, placeholder, take
+from ..frontend.context import scope
 from ..frontend.tensor import RecurrentTensor as RT
 from ..frontend.tensor import as_tensor
 from ..optim import Adam, parameters
@@ -202,37 +203,19 @@ def ppo(ctx, env, cfg: PPOConfig = PPOConfig()) -> Training:
         net = ActorCritic.for_env(env, cfg.hidden)
         p = parameters({"theta": net.init(cfg.seed, cfg.init_log_std)}, dim=(i, e, m))
         theta = p["theta"]
-        # the minibatch: constants to tl.grad (their branches are assigned after minimize)
-        mb = {k: placeholder(sh, dt, (i, e, m, s), f"mb_{k}") for k, (sh, dt) in {
-            "obs": ((env.obs_dim,), "float32"), "action": (shape, dtype),
-            **{k: ((), "float32") for k in ("logp", "value", "adv", "alive")}}.items()}
-        w = mb["alive"]
-        count = maximum(w[i, e, m, 0:S].sum(axis=0), 1.0)
-
-        def mean(x):
-            """The mean over the minibatch's alive samples (over (i, e, m))."""
-            return (x * w)[i, e, m, 0:S].sum(axis=0) / count
-
-        adv = mb["adv"]
-        mu = mean(adv)
-        adv = (adv - mu) / ((mean((adv - mu) ** 2)) ** 0.5 + 1e-8)
-        dist, v = policy(net, theta, mb["obs"]), value(net, theta, mb["obs"])
-        ratio = exp(dist.log_prob(mb["action"]) - mb["logp"])
-        pg = -minimum(ratio * adv, _clip(ratio, 1.0 - cfg.clip, 1.0 + cfg.clip) * adv)
-        target = mb["adv"] + mb["value"]
-        vl = (v - target) ** 2
-        if cfg.clip_vloss:
-            clipped = mb["value"] + _clip(v - mb["value"], -cfg.clip, cfg.clip)
-            vl = maximum(vl, (clipped - target) ** 2)
-        terms = {"policy_loss": mean(pg), "value_loss": 0.5 * mean(vl),
-                 "entropy": mean(dist.entropy())}
-        loss = (terms["policy_loss"] + cfg.vf_coef * terms["value_loss"]
-                - cfg.ent_coef * terms["entropy"])
+        with scope("minibatch"):  # constants to tl.grad: their branches come after minimize
+            mb = {k: placeholder(sh, dt, (i, e, m, s), f"mb_{k}") for k, (sh, dt) in {
+                "obs": ((env.obs_dim,), "float32"), "action": (shape, dtype),
+                **{k: ((), "float32") for k in ("logp", "value", "adv", "alive")}}.items()}
+        with scope("loss"):
+            terms = _ppo_loss(cfg, net, theta, mb, (i, e, m), S)
+            loss = (terms["policy_loss"] + cfg.vf_coef * terms["value_loss"]
+                    - cfg.ent_coef * terms["entropy"])
         lr = cfg.lr
         if cfg.anneal_lr:
             lr = cfg.lr * (1.0 - as_tensor(i, ctx).astype("float32")
                            / as_tensor(n_i, ctx).astype("float32"))
-        Adam(lr=lr).minimize(loss, p)
+        Adam(lr=lr).minimize(loss, p)  # scopes "gradient" and "update"
 
         # -- below: not seen by the gradient ----------------------------------------------------
         acting = theta[i, 0, 0]
@@ -242,26 +225,55 @@ def ppo(ctx, env, cfg: PPOConfig = PPOConfig()) -> Training:
             a = d.sample(u)
             return a, {"logp": d.log_prob(a), "value": value(net, acting, o)}
 
-        ro = rollout(env, t, act, seed=cfg.seed, domain=(i, b, t))
-        v_act = ro.extras["value"]
-        nv = _next_value(ro, value(net, acting, ro.next_obs), t, T)
-        source = {"obs": ro.obs, "action": ro.action, "logp": ro.extras["logp"],
-                  "value": v_act, "alive": ro.alive,
-                  "adv": gae(ro.reward, v_act, nv, t, T, cfg.gamma, cfg.lam, done=ro.done,
-                             mask=ro.alive)}
-        flat = permutation(as_tensor(m, ctx) * S + s, as_tensor(B, ctx) * T, domain=(i, e),
-                           seed=cfg.seed + 2)
-        at = (flat // T, flat % T)
-        for k, x in source.items():   # one range per read keeps b vectorisable
-            mb[k][i, e, m, s] = take(x[i, b, 0:T][i, 0:B], at)
-        n_envs = as_tensor(B, ctx).astype("float32")
-        updates = as_tensor(E, ctx).astype("float32") * as_tensor(M, ctx).astype("float32")
-        per_iter = {k: x[i, e, 0:M].sum(axis=0)[i, 0:E].sum(axis=0) / updates
-                    for k, x in {**terms, "loss": loss}.items()}
-        return Training(dict(p), _per_iteration(ro.reward, i, B, T) / n_envs,
-                        _per_iteration(ro.alive, i, B, T) / n_envs, per_iter["loss"],
+        with scope("rollout"):
+            ro = rollout(env, t, act, seed=cfg.seed, domain=(i, b, t))
+            v_act = ro.extras["value"]
+            nv = _next_value(ro, value(net, acting, ro.next_obs), t, T)
+        with scope("gae"):
+            adv = gae(ro.reward, v_act, nv, t, T, cfg.gamma, cfg.lam, done=ro.done,
+                      mask=ro.alive)
+        with scope("minibatch"):
+            source = {"obs": ro.obs, "action": ro.action, "logp": ro.extras["logp"],
+                      "value": v_act, "alive": ro.alive, "adv": adv}
+            flat = permutation(as_tensor(m, ctx) * S + s, as_tensor(B, ctx) * T,
+                               domain=(i, e), seed=cfg.seed + 2)
+            at = (flat // T, flat % T)
+            for k, x in source.items():   # one range per read keeps b vectorisable
+                mb[k][i, e, m, s] = take(x[i, b, 0:T][i, 0:B], at)
+        with scope("metrics"):
+            n_envs = as_tensor(B, ctx).astype("float32")
+            updates = as_tensor(E, ctx).astype("float32") * as_tensor(M, ctx).astype("float32")
+            per_iter = {k: x[i, e, 0:M].sum(axis=0)[i, 0:E].sum(axis=0) / updates
+                        for k, x in {**terms, "loss": loss}.items()}
+            ret = _per_iteration(ro.reward, i, B, T) / n_envs
+            length = _per_iteration(ro.alive, i, B, T) / n_envs
+        return Training(dict(p), ret, length, per_iter["loss"],
                         per_iter["policy_loss"], per_iter["value_loss"], per_iter["entropy"], ro)
 
+
+def _ppo_loss(cfg: PPOConfig, net, theta: RT, mb: dict, at: tuple, S) -> dict:
+    """PPO's loss terms on minibatch ``mb`` (over ``at + (s,)``), each the mean over the
+    minibatch's alive samples."""
+    i, e, m = at
+    w = mb["alive"]
+    count = maximum(w[i, e, m, 0:S].sum(axis=0), 1.0)
+
+    def mean(x):
+        return (x * w)[i, e, m, 0:S].sum(axis=0) / count
+
+    adv = mb["adv"]
+    mu = mean(adv)
+    adv = (adv - mu) / ((mean((adv - mu) ** 2)) ** 0.5 + 1e-8)
+    dist, v = policy(net, theta, mb["obs"]), value(net, theta, mb["obs"])
+    ratio = exp(dist.log_prob(mb["action"]) - mb["logp"])
+    pg = -minimum(ratio * adv, _clip(ratio, 1.0 - cfg.clip, 1.0 + cfg.clip) * adv)
+    target = mb["adv"] + mb["value"]
+    vl = (v - target) ** 2
+    if cfg.clip_vloss:
+        clipped = mb["value"] + _clip(v - mb["value"], -cfg.clip, cfg.clip)
+        vl = maximum(vl, (clipped - target) ** 2)
+    return {"policy_loss": mean(pg), "value_loss": 0.5 * mean(vl),
+            "entropy": mean(dist.entropy())}
 
 def _clip(x: RT, lo: float, hi: float) -> RT:
     return maximum(minimum(x, hi), lo)

@@ -14,7 +14,7 @@ from ..cache import LRU
 from ..errors import ShapeError
 from ..ir.ops import flag
 from ..ir.sdg import SDG, Op
-from ..ir.vmap import base_op
+from ..ir.vmap import base_op, mapped_axes
 from . import jax_ops
 
 MAX_KERNELS = 4096  # jitted per-statement kernels kept process-wide (least recently used go)
@@ -39,12 +39,18 @@ def _vmapped(op: Op, xs, lens, in_types, out_shape, levels):
     base = base_op(op)
     inner = []
     for i, ln in enumerate(lens):
-        k = sum(level[i] is not None for level in levels)
-        a = next((level[i] for level in levels if level[i] is not None), 0)
-        inner.append(tuple(ln[:a]) + tuple(ln[a + k:]))
+        mapped = set(mapped_axes(levels, i))
+        inner.append(tuple(n for j, n in enumerate(ln) if j not in mapped))
 
     def f(*args):
         return jax_ops.compute(base, list(args), inner, list(in_types), out_shape[len(levels):])
+    xs = list(xs)
+    for i, x in enumerate(xs):  # a stacked range read comes padded to its size class
+        sizes = [out_shape[k] for k, level in enumerate(levels) if level[i] is not None]
+        for a, n in zip(mapped_axes(levels, i), sizes):
+            if x.shape[a] != n:
+                x = lax.slice_in_dim(x, 0, n, axis=a)
+        xs[i] = x
     for k in reversed(range(len(levels))):
         f = jax.vmap(f, in_axes=tuple(levels[k]), axis_size=out_shape[k])
     return f(*xs)

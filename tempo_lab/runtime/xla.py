@@ -23,6 +23,7 @@ state, and the run raises the same error as the other executors when the program
 """
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Mapping
 
@@ -45,6 +46,7 @@ from .host import Host
 from .kernels import attrs_key, kernel_body
 from .lowered import Lowered, Padded, Stmt
 
+_OP_SCOPE = re.compile(r"(?:^|/)op(\d+)(?=/|$)")
 MAX_PROGRAMS = 64  # jitted programs kept process-wide (each holds its compiled XLA code)
 _PROGRAMS = LRU(MAX_PROGRAMS)
 _ACTIVE: list[Host] = []  # the host of the run in progress, for the program's callbacks
@@ -289,6 +291,21 @@ class _Xla:
         are one device's)."""
         return self._compiled().lower(*self._args()).compile().as_text()
 
+    def op_seconds(self, runs: int = 3) -> dict:
+        """Measured seconds per run of each op's statements inside the compiled program (JAX's
+        profiler, see ``xla_profile``), keyed by op id; ``"unattributed"``: the rest of the
+        run's wall time (loop control, dispatch)."""
+        from .xla_profile import seconds_by
+
+        fn, args = self._compiled(), self._args()
+        jax.block_until_ready(fn(*args))  # compiled and warm before anything is measured
+
+        def op_of(path: str):
+            m = _OP_SCOPE.findall(path)
+            return int(m[-1]) if m else None
+
+        return seconds_by(lambda: jax.block_until_ready(fn(*args)), self.hlo(), op_of, runs)
+
     def jaxpr(self) -> str:
         """The traced program as a jaxpr (text)."""
         return str(jax.make_jaxpr(self._program())(*self._args()))
@@ -458,9 +475,10 @@ class _Trace:
         if not stmts:
             return state
         ys = []
-        for k in idx:
-            y, state = self.stmt(k, env, state, vals)
-            ys.append(y)
+        with jax.named_scope(f"op{op.id}"):  # names its instructions (xla_profile)
+            for k in idx:
+                y, state = self.stmt(k, env, state, vals)
+                ys.append(y)
         if len(ys) == 1:
             y = ys[0]
         else:  # a merge: every branch's value, the one whose condition holds selected

@@ -1,0 +1,120 @@
+"""Measured time inside one compiled XLA program, per name scope.
+
+A whole program compiled by XLA is one call: wall time says nothing about its parts. JAX's
+profiler (``jax.profiler.trace``) records every thunk XLA runs (a fusion, a dot, a loop's
+body instructions at every trip) with its duration, named by its HLO instruction; the compiled
+HLO text says which traced operation each instruction came from (``metadata={op_name=...}``,
+the path of ``jax.named_scope``s it was traced in). Joining the two gives measured seconds per
+scope. A fusion of instructions from several scopes is counted under its root's scope (XLA
+does not split a fused kernel's time), and time outside thunks (dispatch, the host side of
+loops) is reported apart as ``unattributed``.
+"""
+from __future__ import annotations
+
+import collections
+import glob
+import gzip
+import json
+import os
+import re
+import tempfile
+from collections.abc import Callable
+
+_INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=.*?\s([\w\-]+)\(")
+_CONTAINERS = ("while", "conditional", "call")  # their events span their bodies' thunks
+_COMP = re.compile(r"^\s*(?:ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$")
+_CALLS = re.compile(r"(?:calls|to_apply|body|condition)=%?([\w.\-]+)")
+_CALL_EVENTS = ("PjitFunction(", "ThunkExecutor::Execute")  # a call's dispatch and execution
+_NAME = re.compile(r'op_name="([^"]*)"')
+
+
+def instruction_scopes(hlo: str) -> dict[str, str]:
+    """Each HLO instruction's ``op_name`` path; an instruction without one (a fusion, a
+    wrapped call) takes the path of the last named instruction of what it calls (its root).
+    Control flow (``while``, ``conditional``, ``call``) is left out: its thunks' time is
+    counted in the instructions of its bodies."""
+    own: dict[str, str] = {}
+    calls: dict[str, list[str]] = {}
+    body: dict[str, list[str]] = collections.defaultdict(list)
+    comp = None
+    for line in hlo.splitlines():
+        m = _INSTR.match(line)
+        if m is None:
+            c = _COMP.match(line)
+            if c and "=" not in line.split("{")[0]:
+                comp = c.group(1)
+            continue
+        name = m.group(1)
+        if m.group(2) in _CONTAINERS:
+            continue
+        if comp is not None:
+            body[comp].append(name)
+        if (n := _NAME.search(line)) is not None:
+            own[name] = n.group(1)
+        calls[name] = _CALLS.findall(line)
+
+    def path(name: str, seen: frozenset = frozenset()) -> str | None:
+        if name in own:
+            return own[name]
+        for callee in calls.get(name, ()):
+            for inner in reversed(body.get(callee, ())):
+                if inner not in seen and (p := path(inner, seen | {name})) is not None:
+                    return p
+        return None
+
+    return {name: p for name in calls if (p := path(name)) is not None}
+
+
+def thunk_intervals(call: Callable[[], object], runs: int = 3
+                    ) -> tuple[dict[str, list[tuple[float, float]]], float]:
+    """Run ``call()`` (which must wait for its results) ``runs`` times under JAX's profiler:
+    each HLO instruction name's executions as (start, end) seconds, and the wall seconds the
+    traced calls span (dispatch and execution: their union)."""
+    import jax
+
+    with tempfile.TemporaryDirectory() as d:
+        with jax.profiler.trace(d, create_perfetto_trace=True):
+            for _ in range(runs):
+                call()
+        (path,) = glob.glob(os.path.join(d, "**", "perfetto_trace.json.gz"), recursive=True)
+        with gzip.open(path) as f:
+            events = json.load(f)["traceEvents"]
+    per: dict[str, list[tuple[float, float]]] = collections.defaultdict(list)
+    calls = []
+    for ev in events:
+        if ev.get("ph") != "X" or "dur" not in ev or ev["name"].startswith("end: "):
+            continue
+        span = (ev["ts"] * 1e-6, (ev["ts"] + ev["dur"]) * 1e-6)
+        if ev["name"].startswith(_CALL_EVENTS):
+            calls.append(span)
+        else:
+            per[ev["name"]].append(span)
+    return dict(per), _covered(calls)
+
+
+def _covered(spans) -> float:
+    """Seconds covered by the union of ``spans``: thunks that run at once on several
+    threads count once, so phases add up to wall time."""
+    total, end = 0.0, float("-inf")
+    for a, b in sorted(spans):
+        if b > end:
+            total += b - max(a, end)
+            end = b
+    return total
+
+
+def seconds_by(call: Callable[[], object], hlo: str, key: Callable[[str], str | None],
+               runs: int = 3) -> dict[str, float]:
+    """Measured seconds per run of ``call()`` grouped by ``key(op_name path)`` (None: not one
+    of the program's instructions): the time the group's thunks cover (overlapping thunks
+    count once), plus ``"unattributed"``: the traced calls' wall time no grouped thunk
+    covers (loop control, dispatch, waiting)."""
+    scopes = instruction_scopes(hlo)
+    per, wall = thunk_intervals(call, runs)
+    groups: dict[str, list] = collections.defaultdict(list)
+    for name, spans in per.items():
+        if name in scopes and (k := key(scopes[name])) is not None:
+            groups[k] += spans
+    out = {k: _covered(v) / runs for k, v in groups.items()}
+    out["unattributed"] = max(0.0, wall - _covered([x for v in groups.values() for x in v])) / runs
+    return out
