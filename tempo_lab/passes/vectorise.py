@@ -13,7 +13,7 @@ semantics need no batching rules: the JAX executor uses ``jax.vmap``, the refere
 Rejected when ``d`` is data-dependent (``tl.until``), read by a sink or a ``tl.source``, or when
 the largest value would exceed the memory budget (``CompileConfig.vectorise_budget_bytes``).
 
-A dim some reads cross (a recurrence: ``x[t - 1]``) is vectorised per op group instead
+The innermost dim some reads cross (a recurrence: ``x[t - 1]``) is vectorised per op group
 (``vectorise_group``): the ops on no cycle that crosses ``d`` and that read ``d`` only at their
 own point become one batched computation over all of ``d``, outside the loop that the
 recurrence keeps. They read a looped producer's whole range (``attrs["stacked"]``), and a looped
@@ -215,15 +215,16 @@ def _recurrent(ed: Editor, d: Dim, over: set[int]) -> set[int]:
     return out
 
 
-def group(ed: Editor, d: Dim, size: int, budget: int | None) -> set[int]:
+def group(ed: Editor, d: Dim, size: int, budget: int | None) -> set[int] | None:
     """The ops over ``d`` that can run batched over all of ``d`` while a recurrence along
     ``d`` loops: on no cycle across ``d``, reading ``d`` only at their own point, no effects,
-    no shape or value that depends on ``d`` otherwise, and within the budget."""
+    no shape or value that depends on ``d`` otherwise, and within the budget. None: no
+    recurrence along ``d``."""
     over = {i for i, op in ed.ops.items() if d in op.domain}
     loop = _recurrent(ed, d, over)
     out: set[int] = set()
     if not loop:  # no recurrence along d: it was kept a loop for a constant point's read
-        return out
+        return None
     for i in sorted(over - loop):
         op = ed.ops[i]
         if flag(op.kind, "effect") or (op.kind == "dimval" and op.attrs["expr"] != d
@@ -326,6 +327,7 @@ def vectorise(ed: Editor):
     """Vectorisation: dims with no read across them become leading spatial axes; of a dim
     that some reads cross, the ops outside the recurrence become a batched group."""
     budget = ed.config.vectorise_budget_bytes
+    grouped = not ed.config.vectorise_groups
     for d in reversed(ed.dims):  # innermost first, so leading axes end up in universe order
         size = ed.bounds.get(d.bound.name)
         if size is None or d.bound.name in ed.dynamic:
@@ -334,9 +336,12 @@ def vectorise(ed: Editor):
             continue
         if eligible(ed, d, size, budget):
             vectorise_dim(ed, d, size)
-        elif ed.config.vectorise_groups and not ed.role(d) \
-                and not eligible(ed, d, size, None):  # only too big: incrementalise's
+        elif not grouped and not ed.role(d) and not eligible(ed, d, size, None):
+            # the innermost recurrence only: batching a group over an outer one (training
+            # iterations) would hold every outer point's inputs at once, for values cheap to
+            # make per point (random numbers, permutations); measured slower on PPO
             ops = group(ed, d, size, budget)
+            grouped = ops is not None
             if ops and _worth(ed, ops):
                 vectorise_group(ed, d, size, ops)
 
