@@ -46,29 +46,22 @@ def eligible(ed: Editor, d: Dim, size: int, budget: int | None) -> bool:
     values' size)."""
     for e in ed.edges:
         p, c = ed.ops[e.src], ed.ops[e.dst]
-        if _mentions(e.cond, d):
+        if not _own_point(ed, e, d):
             return False
-        for pd, x in zip(p.domain, e.index):
-            if pd == d:
-                if _whole(x, d) and sum(isinstance(y, Slice) for y in e.index) == 1:
-                    continue
-                if isinstance(x, Slice) or x != d:
-                    return False
-            elif _mentions(x, d):
-                return False
         if d in c.domain and c.kind == "sink" and d in p.domain:
             return False
-    for op in ed.ops.values():
-        if d not in op.domain:
-            continue
-        if flag(op.kind, "effect") or (op.kind == "dimval" and op.attrs["expr"] != d
-                                             and _mentions(op.attrs["expr"], d)):
-            return False
-        if any(not isinstance(s, int) and _mentions(s, d) for s in op.type.shape):
-            return False
-        if budget is not None and largest_point(op) * size > budget:
-            return False
-    return True
+    return all(_batchable(op, d, size, budget) for op in ed.ops.values() if d in op.domain)
+
+
+def _batchable(op: Op, d: Dim, size: int, budget: int | None) -> bool:
+    """Whether ``op`` itself allows a batch over ``d``: no effect, no value or shape that
+    depends on ``d`` otherwise, and within the budget."""
+    if flag(op.kind, "effect") or (op.kind == "dimval" and op.attrs["expr"] != d
+                                         and _mentions(op.attrs["expr"], d)):
+        return False
+    if any(not isinstance(s, int) and _mentions(s, d) for s in op.type.shape):
+        return False
+    return budget is None or largest_point(op) * size <= budget
 
 
 def largest_point(op: Op) -> int:
@@ -161,57 +154,31 @@ def _own_point(ed: Editor, e, d: Dim) -> bool:
         return False
     for pd, x in zip(ed.ops[e.src].domain, e.index):
         if pd == d:
-            if not (_whole(x, d) and sum(isinstance(y, Slice) for y in e.index) == 1) \
-                    and (isinstance(x, Slice) or x != d):
+            if not _only_whole(e, x, d) and (isinstance(x, Slice) or x != d):
                 return False
         elif _mentions(x, d):
             return False
     return True
 
 
+def _only_whole(e, x, d: Dim) -> bool:
+    """``x``, read ``e``'s entry for ``d``, is ``d``'s whole range and the read's one range."""
+    return _whole(x, d) and sum(isinstance(y, Slice) for y in e.index) == 1
+
+
 def _recurrent(ed: Editor, d: Dim, over: set[int]) -> set[int]:
-    """The ops over ``d`` on a dependence cycle that reads across ``d`` (Tarjan's strongly
-    connected components, iteratively): the recurrence a loop over ``d`` must keep."""
-    succ = {i: [e.dst for e in ed.out_edges(i) if e.dst in over] for i in over}
-    index, low, on, stack, comps, n = {}, {}, set(), [], [], 0
-    for root in sorted(over):
-        if root in index:
-            continue
-        work = [(root, iter(succ[root]))]
-        index[root] = low[root] = n
-        n += 1
-        stack.append(root)
-        on.add(root)
-        while work:
-            v, it = work[-1]
-            w = next(it, None)
-            if w is None:
-                work.pop()
-                if work:
-                    low[work[-1][0]] = min(low[work[-1][0]], low[v])
-                if low[v] == index[v]:
-                    comp = set()
-                    while True:
-                        x = stack.pop()
-                        on.discard(x)
-                        comp.add(x)
-                        if x == v:
-                            break
-                    comps.append(comp)
-            elif w not in index:
-                index[w] = low[w] = n
-                n += 1
-                stack.append(w)
-                on.add(w)
-                work.append((w, iter(succ[w])))
-            elif w in on:
-                low[v] = min(low[v], index[w])
+    """The ops over ``d`` on a dependence cycle that reads across ``d`` (a strongly connected
+    component with such a read): the recurrence a loop over ``d`` must keep."""
+    from ..schedule.fusion import sccs
+
+    comps = sccs(sorted(over), {i: [e.dst for e in ed.out_edges(i) if e.dst in over]
+                                for i in over})
     out: set[int] = set()
     for comp in comps:
         crossing = [e for i in comp for e in ed.in_edges(i)
                     if e.src in comp and not _own_point(ed, e, d)]
         if crossing:
-            out |= comp
+            out |= set(comp)
     return out
 
 
@@ -226,16 +193,9 @@ def group(ed: Editor, d: Dim, size: int, budget: int | None) -> set[int] | None:
     if not loop:  # no recurrence along d: it was kept a loop for a constant point's read
         return None
     for i in sorted(over - loop):
-        op = ed.ops[i]
-        if flag(op.kind, "effect") or (op.kind == "dimval" and op.attrs["expr"] != d
-                                         and _mentions(op.attrs["expr"], d)):
-            continue
         ins = ed.in_edges(i)
-        if any(_shaped_by(ed.ops[k], d) for k in (i, *(e.src for e in ins))):
-            continue
-        if budget is not None and largest_point(op) * size > budget:
-            continue
-        if all(_own_point(ed, e, d) for e in ins):
+        if _batchable(ed.ops[i], d, size, budget) and all(_own_point(ed, e, d) for e in ins) \
+                and not any(_shaped_by(ed.ops[k], d) for k in (i, *(e.src for e in ins))):
             out.add(i)
     return _demanded_everywhere(ed, out) if out else out
 
@@ -311,8 +271,7 @@ def vectorise_group(ed: Editor, d: Dim, size: int, ops: set[int]):
 def _direct(ed: Editor, e, d: Dim) -> bool:
     """A read of the whole range of ``d`` as its one range (a reduction): it reads the
     batched value as it is."""
-    x = e.index[ed.ops[e.src].domain.index(d)]
-    return _whole(x, d) and sum(isinstance(y, Slice) for y in e.index) == 1
+    return _only_whole(e, e.index[ed.ops[e.src].domain.index(d)], d)
 
 
 def _worth(ed: Editor, ops: set[int]) -> bool:

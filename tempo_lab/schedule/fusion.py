@@ -148,7 +148,7 @@ class _Fusion:
         for i in ops:
             for dep in succ[i]:
                 into[dep.dst].append(dep)
-        comps = _sccs(sorted(ops), {i: [dp.dst for dp in succ[i]] for i in ops})
+        comps = sccs(sorted(ops), {i: [dp.dst for dp in succ[i]] for i in ops})
         comp_of = {i: k for k, c in enumerate(comps) for i in c}
         preds: dict[int, set[int]] = {k: set() for k in range(len(comps))}
         after: dict[int, set[int]] = {k: set() for k in range(len(comps))}
@@ -226,7 +226,7 @@ class _Fusion:
                        for i in comp for dep in into[i])
 
 
-def _sccs(nodes: list[int], succ: dict[int, list[int]]) -> list[list[int]]:
+def sccs(nodes: list[int], succ: dict[int, list[int]]) -> list[list[int]]:
     """Strongly connected components (Tarjan, iterative), each sorted, in discovery order."""
     index: dict[int, int] = {}
     low: dict[int, int] = {}
