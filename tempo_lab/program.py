@@ -75,7 +75,8 @@ class CompileConfig:
     contract: bool = True
     tile: bool = True
     vectorise: bool = True
-    vectorise_groups: bool = True  # of a dim some reads cross, batch the ops off the recurrence
+    vectorise_groups: bool = False  # of the innermost recurrent dim, batch the ops off the
+    # recurrence (opt-in for now: see passes/vectorise.py)
     incrementalise: bool = True
     fuse: bool = True
     tile_block: int | None = None

@@ -48,7 +48,7 @@ N_EXECUTORS = 300
 N_REFERENCE = 400
 EXECUTORS = ("reference", "xla", "codegen", "interpreter")
 SWITCHES = ("simplify", "fold_constants", "cse", "contract", "dce", "tile", "vectorise",
-            "incrementalise", "fuse")
+            "vectorise_groups", "incrementalise", "fuse")
 NO_EXPLAIN = tuple(p for p in Phase if p is not Phase.explain)  # its notes are noise here
 
 
@@ -67,7 +67,7 @@ def test_random_programs_match_numpy(program):
 @given(program_strategy(), st.tuples(*[st.booleans()] * len(SWITCHES)))
 def test_random_programs_on_every_executor_under_pass_switches(program, switches):
     """Every executor, the reference interpreter included, under a sampled combination of pass
-    switches (one per program; the 512 combinations are each drawn a few times over the run),
+    switches (one per program; the 1024 combinations are each drawn a few times over the run),
     equals the independent evaluation: outputs, gradients, sink calls and the bound reached;
     the loop executors' measured store peak equals the memory plan's (within 10% under a
     ``tl.until`` that ends early). One compilation (schedule, memory plan) serves every executor (``Program.on``)."""

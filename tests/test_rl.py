@@ -344,7 +344,8 @@ def test_ppo_batches_what_is_off_the_rollout_and_says_why_a_forward_pass_repeats
     cfg = tl.rl.PPOConfig(hidden=4, update_epochs=2, num_minibatches=2)
     ctx = tl.Context(dims=cfg.DIMS)
     tr = tl.rl.ppo(ctx, CartPole(), cfg)
-    prog = ctx.compile(bounds=cfg.bounds(ctx, 2, 2, 4), outputs={"return": tr.episode_return})
+    prog = ctx.compile(bounds=cfg.bounds(ctx, 2, 2, 4), outputs={"return": tr.episode_return},
+                       config=tl.CompileConfig(vectorise_groups=True))
     batched_t = [op for op in prog.sdg.ops.values() if "t" in op.attrs.get("vdims", ())]
     assert {op.scope[0] for op in batched_t} >= {"rollout", "gae"}
     assert any(op.kind == "lift" and op.scope == ("rollout",) for op in batched_t)

@@ -20,6 +20,8 @@ recurrence keeps. They read a looped producer's whole range (``attrs["stacked"]`
 reader reads them through a per-point view (``take`` at the value of ``d``). This is how the
 rollout's recurrence stays a loop over ``t`` while the value network, GAE's inputs, the per-step
 losses and their cotangents run as batched computations, as hand-written JAX would do them.
+Opt-in (``CompileConfig(vectorise_groups=True)``) until sharding a batch dim of such a program
+and the tutorials' recorded outputs are checked with it on.
 """
 from __future__ import annotations
 
