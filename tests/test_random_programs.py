@@ -45,10 +45,11 @@ from randprog import (  # noqa: E402
 # programs), on XLA loops ~200 ms (one XLA compilation per program), the reference ~15 ms.
 N_DEFAULT = 20  # the default (auto) config; every executor: below
 N_EXECUTORS = 300
+N_GROUPS = 60
 N_REFERENCE = 400
 EXECUTORS = ("reference", "xla", "codegen", "interpreter")
 SWITCHES = ("simplify", "fold_constants", "cse", "contract", "dce", "tile", "vectorise",
-            "vectorise_groups", "incrementalise", "fuse")
+            "incrementalise", "fuse")
 NO_EXPLAIN = tuple(p for p in Phase if p is not Phase.explain)  # its notes are noise here
 
 
@@ -67,7 +68,7 @@ def test_random_programs_match_numpy(program):
 @given(program_strategy(), st.tuples(*[st.booleans()] * len(SWITCHES)))
 def test_random_programs_on_every_executor_under_pass_switches(program, switches):
     """Every executor, the reference interpreter included, under a sampled combination of pass
-    switches (one per program; the 1024 combinations are each drawn a few times over the run),
+    switches (one per program; the 512 combinations are each drawn a few times over the run),
     equals the independent evaluation: outputs, gradients, sink calls and the bound reached;
     the loop executors' measured store peak equals the memory plan's (within 10% under a
     ``tl.until`` that ends early). One compilation (schedule, memory plan) serves every executor (``Program.on``)."""
@@ -89,6 +90,24 @@ def test_random_programs_on_every_executor_under_pass_switches(program, switches
             assert measured == predicted or (program.until and measured <= 1.1 * predicted), (
                 f"executor={executor} ({shown}): measured store peak {measured} B, predicted "
                 f"{predicted} B")
+
+
+@settings(max_examples=N_GROUPS, deadline=None, derandomize=True, database=None,
+          phases=NO_EXPLAIN)
+@given(program_strategy())
+def test_random_programs_with_group_vectorisation(program):
+    """With ``vectorise_groups`` on (the ops off a recurrence batched over its dim), the XLA
+    and interpreter executors equal the independent evaluation."""
+    config = tl.CompileConfig(executor="interpreter", check_invariants=True,
+                              vectorise_groups=True)
+    want = expected(program)
+    calls: dict = {}
+    prog = compile_program(program, calls, config=config)
+    for executor in ("xla", "interpreter"):
+        got = run_tempo(program, prog.on(executor), calls)
+        got.pop("_peak", None)
+        assert_outputs_match(program, got, what=f"executor={executor} (vectorise_groups)",
+                             want=want)
 
 
 @settings(max_examples=N_REFERENCE, deadline=None, derandomize=True, database=None,
