@@ -478,3 +478,20 @@ def test_xla_profile_attributes_thunks_to_named_scopes():
                      lambda p: next((k for k in ("dense", "loop") if f"/{k}/" in p), None), 2)
     assert set(got) == {"dense", "loop", "unattributed"} and min(got.values()) >= 0
     assert got["dense"] > 0 and got["loop"] > 0
+
+
+def test_op_seconds_refuses_bad_runs_and_callbacks_at_the_users_line():
+    ctx = tl.Context(dims=("t",))
+    (t,), (T,) = ctx.dims, ctx.bounds
+    with ctx:
+        x = tl.exp(tl.from_array(np.ones((4, 2), np.float32), domain=(t,)))
+    prog = ctx.compile(bounds={T: 4}, outputs={"x": x}, config=tl.CompileConfig(executor="xla"))
+    with pytest.raises(tl.ArgumentError, match="positive number of runs") as e:
+        prog.executable.op_seconds(runs=0)
+    assert e.value.loc.file == __file__
+    with ctx:
+        tl.sink(x, lambda p, v: None)
+    prog = ctx.compile(bounds={T: 4}, outputs={"x": x}, config=tl.CompileConfig(executor="xla"))
+    with pytest.raises(tl.ArgumentError, match="tl.sink/tl.source") as e:
+        prog.executable.op_seconds()
+    assert e.value.loc.file == __file__

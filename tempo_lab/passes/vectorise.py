@@ -231,19 +231,19 @@ def vectorise_group(ed: Editor, d: Dim, size: int, ops: set[int]):
     the group reads a looped producer's whole range as its batch axis (``stacked``); a looped
     reader (or a partial read) of an op of the group reads a per-point view of it instead,
     ``take`` at ``d``'s value, which has the op's old domain and type."""
-    views = {}
+    at = None  # d's value, made once for every view
     for i in sorted(ops):
         out = [e for e in ed.out_edges(i) if e.dst not in ops and not _direct(ed, e, d)]
         if not out:
             continue
-        if d not in views:
-            views[d] = ed.add(Op(-1, "dimval", (d,), infer("dimval", [], {"expr": d}),
-                                 {"expr": d}, ed.ops[i].loc), [], i, f"value of {d}")
+        if at is None:
+            at = ed.add(Op(-1, "dimval", (d,), infer("dimval", [], {"expr": d}), {"expr": d},
+                           ed.ops[i].loc), [], i, f"value of {d}")
         op = ed.ops[i]
         attrs = {"axis": 0, **({"vdims": op.attrs["vdims"]} if "vdims" in op.attrs else {})}
         x = ed.add(Op(-1, "take", op.domain, op.type, attrs, op.loc, op.name),
                    [Edge(-1, i, 0, tuple(op.domain), TRUE, op.loc),
-                    Edge(-1, views[d], 1, (d,), TRUE, op.loc)], i,
+                    Edge(-1, at, 1, (d,), TRUE, op.loc)], i,
                    f"%{i} at {d} (a looped reader's view of the batched op)")
         for e in out:
             c = ed.ops[e.dst]

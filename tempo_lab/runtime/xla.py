@@ -295,13 +295,17 @@ class _Xla:
         """Measured seconds per run of each op's statements inside the compiled program (JAX's
         profiler, see ``xla_profile``), keyed by op id; ``"unattributed"``: the rest of the
         run's wall time (loop control, dispatch)."""
-        from ..errors import ArgumentError
+        from ..errors import ArgumentError, user_location
         from .xla_profile import seconds_by
 
+        if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
+            raise ArgumentError(f"op_seconds(runs={runs!r}): give a positive number of runs",
+                                user_location())
         if self.lowered.sources or self.lowered.sinks:
             raise ArgumentError("op_seconds runs the program several times without a run's "
                                 "host: it would call the program's tl.sink/tl.source "
-                                "callbacks again; profile a copy of the program without them")
+                                "callbacks again; profile a copy of the program without them",
+                                user_location())
         fn, args = self._compiled(), self._args()
         jax.block_until_ready(fn(*args))  # compiled and warm before anything is measured
 
