@@ -196,13 +196,9 @@ def make_cleanrl(cfg: Config):
     from jax import lax
 
     import tempo_lab as tl
+    from tempo_lab.nn.sampling import gumbel_argmax
     from tempo_lab.random import ROUNDS, permutation_entry
-    from tempo_lab.rl.distributions import (
-        _entropy,
-        _gumbel_argmax,
-        _inverse_normal_cdf,
-        _log_prob,
-    )
+    from tempo_lab.rl.distributions import _entropy, _inverse_normal_cdf, _log_prob
 
     env, pc = make_env(cfg), ppo_config(cfg)
     net = tl.rl.ActorCritic.for_env(env, pc.hidden)
@@ -213,7 +209,7 @@ def make_cleanrl(cfg: Config):
         ``tl.rl``'s Categorical (discrete) and Normal (continuous) distributions."""
         out = net.policy(theta, obs)
         if not net.continuous:
-            return (lambda u: _gumbel_argmax(out, u), lambda a: _log_prob(out, a),
+            return (lambda u: gumbel_argmax(out, u), lambda a: _log_prob(out, a),
                     lambda: _entropy(out))
         log_std = net.log_std(theta)
         entropy = (log_std + 0.5 + half_log_2pi).sum(axis=-1)

@@ -28,9 +28,12 @@ from .layers import (
     gelu,
     silu,
 )
+from .llama import Llama, load_llama
 from .params import as_tensors
+from .sampling import sample
 
 __all__ = [
-    "ACTIVATIONS", "MLP", "Embedding", "LayerNorm", "Linear", "MultiHeadAttention", "ParamError",
-    "RMSNorm", "SwiGLU", "TransformerBlock", "as_tensors", "attention", "gelu", "rope", "silu",
+    "ACTIVATIONS", "MLP", "Embedding", "LayerNorm", "Linear", "Llama", "MultiHeadAttention",
+    "ParamError", "RMSNorm", "SwiGLU", "TransformerBlock", "as_tensors", "attention", "gelu",
+    "load_llama", "rope", "sample", "silu",
 ]

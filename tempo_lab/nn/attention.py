@@ -57,19 +57,28 @@ def _position(pos, ctx) -> RT:
 def attention(q: RT, k: RT, v: RT, t: Dim, window: int | None = None) -> RT:
     """Scaled dot-product attention of the query at each point over keys and values read along
     ``t`` over ``0:t+1``, or ``max(0, t-window+1):t+1`` (other dims of ``k``/``v`` are read at
-    the current point). Shapes: ``q``/``k`` are ``(heads, d)`` or ``(d,)``, ``v`` is
-    ``(heads, dv)`` or ``(dv,)``; the result is ``(heads, dv)`` or ``(dv,)``."""
+    the current point). Shapes: ``q`` is ``(heads, d)`` or ``(d,)``, ``k`` ``(kv_heads, d)``
+    and ``v`` ``(kv_heads, dv)`` (or ``(d,)``/``(dv,)``); the result is ``(heads, dv)`` or
+    ``(dv,)``. With fewer key/value heads than query heads (grouped-query attention, as in
+    Llama), each key/value head serves ``heads // kv_heads`` consecutive query heads."""
     _check_attention(q, k, v, t, window)
     start = 0 if window is None else api.max(0, t - int(window) + 1)
-    keys, values = _read(k, t, start), _read(v, t, start)   # (steps, [heads,] d)
+    keys, values = _read(k, t, start), _read(v, t, start)   # (steps, [kv_heads,] d)
     scale = 1.0 / float(np.sqrt(spatial_shape(q)[-1]))
     if q.ndim == 1:
         weights = api.softmax((keys @ q) * scale, axis=-1)   # (steps,)
         return weights @ values
-    keys, values = keys.transpose(1, 0, 2), values.transpose(1, 0, 2)   # (heads, steps, d)
-    scores = (keys @ q.expand_dims(2)).squeeze(2) * scale   # (heads, steps)
+    keys, values = keys.transpose(1, 0, 2), values.transpose(1, 0, 2)   # (kv_heads, steps, d)
+    heads, kv_heads = spatial_shape(q)[0], spatial_shape(k)[0]
+    if kv_heads == heads:
+        scores = (keys @ q.expand_dims(2)).squeeze(2) * scale   # (heads, steps)
+        weights = api.softmax(scores, axis=-1)
+        return (weights.expand_dims(1) @ values).squeeze(1)
+    group = heads // kv_heads
+    qg = q.reshape(kv_heads, group, spatial_shape(q)[-1]).transpose(0, 2, 1)  # (kv, d, group)
+    scores = (keys @ qg).transpose(0, 2, 1) * scale             # (kv_heads, group, steps)
     weights = api.softmax(scores, axis=-1)
-    return (weights.expand_dims(1) @ values).squeeze(1)
+    return (weights @ values).reshape(heads, spatial_shape(v)[-1])
 
 
 def _read(x: RT, t: Dim, start) -> RT:
@@ -93,9 +102,11 @@ def _check_attention(q, k, v, t, window):
             raise ShapeError(f"attention: {name} must vary over {t} to be read along it, but "
                              f"its domain is ({', '.join(map(str, x.domain))})")
     qs, ks, vs = spatial_shape(q), spatial_shape(k), spatial_shape(v)
-    if not (len(qs) == len(ks) == len(vs)) or qs != ks or qs[:-1] != vs[:-1]:
+    if (not (len(qs) == len(ks) == len(vs)) or qs[-1] != ks[-1] or ks[:-1] != vs[:-1]
+            or (len(qs) == 2 and qs[0] % ks[0])):
         raise ShapeError(f"attention: q {shape_str(qs)}, k {shape_str(ks)} and v "
-                         f"{shape_str(vs)} must agree: q and k the same shape, v the same heads")
+                         f"{shape_str(vs)} must agree: q and k the same head size, k and v the "
+                         f"same heads, and q's heads a multiple of k's")
     if window is not None and (not isinstance(window, (int, np.integer)) or window < 1):
         raise ExprError(f"attention: window must be a positive int, got {window!r}")
 
@@ -104,19 +115,24 @@ def _check_attention(q, k, v, t, window):
 class MultiHeadAttention:
     """Multi-head self-attention over the dim ``t``: q, k, v projections at every point of the
     input's domain, keys and values read causally (or over a window) along ``t``, an output
-    projection. Parameters ``wq, wk, wv, wo`` are ``(embed, embed)``, init ``N(0, 1/embed)``.
-    ``rope=True`` rotates q and k by their position along ``t``."""
+    projection. ``kv_heads`` below ``heads`` gives grouped-query attention (Llama). Parameters:
+    ``wq, wo`` are ``(embed, embed)``, ``wk, wv`` ``(embed, kv_heads * head_dim)``, init
+    ``N(0, 1/fan_in)``. ``rope=True`` rotates q and k by their position along ``t``."""
 
     embed: int
     heads: int
     window: int | None = None
     rope: bool = False
     rope_base: float = 10000.0
+    kv_heads: int | None = None     # None: one key/value head per query head
 
     def __post_init__(self):
         if self.heads < 1 or self.embed % self.heads:
             raise ShapeError(f"MultiHeadAttention: embed {self.embed} must be a multiple of "
                              f"heads {self.heads}")
+        if self.kv < 1 or self.heads % self.kv:
+            raise ShapeError(f"MultiHeadAttention: heads {self.heads} must be a multiple of "
+                             f"kv_heads {self.kv}")
         if self.rope and (self.embed // self.heads) % 2:
             raise ShapeError(f"MultiHeadAttention: rope needs an even head size, got "
                              f"{self.embed // self.heads}")
@@ -125,10 +141,19 @@ class MultiHeadAttention:
     def head_dim(self) -> int:
         return self.embed // self.heads
 
+    @property
+    def kv(self) -> int:
+        """The number of key/value heads."""
+        return self.heads if self.kv_heads is None else self.kv_heads
+
+    @property
+    def shapes(self) -> dict[str, tuple[int, int]]:
+        e, kv = self.embed, self.kv * self.head_dim
+        return {"wq": (e, e), "wk": (e, kv), "wv": (e, kv), "wo": (e, e)}
+
     def init(self, seed: int = 0) -> dict[str, np.ndarray]:
         g = rng(seed)
-        std = 1.0 / np.sqrt(self.embed)
-        return {k: normal(g, (self.embed, self.embed), std) for k in ("wq", "wk", "wv", "wo")}
+        return {k: normal(g, s, 1.0 / np.sqrt(s[0])) for k, s in self.shapes.items()}
 
     def __call__(self, params, x: RT, t: Dim) -> RT:
         me = f"MultiHeadAttention({self.embed}, {self.heads})"
@@ -136,13 +161,12 @@ class MultiHeadAttention:
         if x.ndim != 1:
             raise ShapeError(f"{me} takes one ({self.embed},) vector per point, got "
                              f"{shape_str(spatial_shape(x))}; put batch entries on a dim")
-        e, h = self.embed, self.heads
-        q, k, v = ((x @ param(params, w, (e, e), x.ctx, me)).reshape(h, self.head_dim)
-                   for w in ("wq", "wk", "wv"))
+        w = {k: param(params, k, s, x.ctx, me) for k, s in self.shapes.items()}
+        q = (x @ w["wq"]).reshape(self.heads, self.head_dim)
+        k, v = ((x @ w[m]).reshape(self.kv, self.head_dim) for m in ("wk", "wv"))
         if self.rope:
             q, k = rope(q, t, self.rope_base), rope(k, t, self.rope_base)
-        out = attention(q, k, v, t, self.window).reshape(e)
-        return out @ param(params, "wo", (e, e), x.ctx, me)
+        return attention(q, k, v, t, self.window).reshape(self.embed) @ w["wo"]
 
 
 @dataclass(frozen=True)
@@ -156,12 +180,16 @@ class TransformerBlock:
     hidden: int
     window: int | None = None
     rope: bool = False
+    kv_heads: int | None = None
+    rope_base: float = 10000.0
+    eps: float = 1e-6
 
     @property
     def parts(self) -> dict:
-        return {"norm1": RMSNorm(self.embed),
-                "attn": MultiHeadAttention(self.embed, self.heads, self.window, self.rope),
-                "norm2": RMSNorm(self.embed), "mlp": SwiGLU(self.embed, self.hidden)}
+        return {"norm1": RMSNorm(self.embed, self.eps),
+                "attn": MultiHeadAttention(self.embed, self.heads, self.window, self.rope,
+                                           self.rope_base, self.kv_heads),
+                "norm2": RMSNorm(self.embed, self.eps), "mlp": SwiGLU(self.embed, self.hidden)}
 
     def init(self, seed: int = 0) -> dict[str, np.ndarray]:
         out = {}

@@ -105,9 +105,10 @@ class MLP:
 
 @dataclass(frozen=True)
 class Embedding:
-    """Rows of a ``(vocab, dim)`` table picked by integer ids, as a one-hot matmul (there is no
-    gather op; the matmul also gives the table's gradient for free). Ids outside ``[0, vocab)``
-    give zero vectors. Init: ``N(0, 1)``."""
+    """Rows of a ``(vocab, dim)`` table picked by integer ids. One id per point is a
+    ``tl.take`` (a step costs a row; ``tl.grad`` adds the row's cotangent back at its id);
+    several per point are a one-hot matmul, as ``take`` reads one position. Ids outside
+    ``[0, vocab)`` give zero vectors. Init: ``N(0, 1)``."""
 
     vocab: int
     dim: int
@@ -124,8 +125,11 @@ class Embedding:
             raise DTypeError(f"{me} needs integer ids, got {ids.dtype.name}; convert them with "
                              ".astype('int32')")
         table = param(params, "w", (self.vocab, self.dim), ids.ctx, me)
-        hot = api.eq(ids.expand_dims(-1), constant(np.arange(self.vocab), ids.ctx, "int32"))
-        return hot.astype(table.dtype) @ table
+        if ids.ndim:
+            hot = api.eq(ids.expand_dims(-1), constant(np.arange(self.vocab), ids.ctx, "int32"))
+            return hot.astype(table.dtype) @ table
+        inside = api.eq(api.minimum(api.maximum(ids, 0), self.vocab - 1), ids)
+        return api.where(inside.expand_dims(-1), api.take(table, ids), 0.0)
 
 
 @dataclass(frozen=True)

@@ -11,12 +11,7 @@ import jax.numpy as jnp
 
 from ..frontend.api import exp, lift
 from ..frontend.tensor import RecurrentTensor as RT
-
-
-def _gumbel_argmax(logits, u):
-    """Gumbel-max: argmax(logits + Gumbel noise) is a sample of softmax(logits)."""
-    u = jnp.clip(u, 1e-12, 1.0 - 1e-7)
-    return jnp.argmax(logits - jnp.log(-jnp.log(u)), axis=-1).astype(jnp.int32)
+from ..nn.sampling import argmax, gumbel_argmax
 
 
 def _log_prob(logits, action):
@@ -41,7 +36,7 @@ class Categorical:
 
     def sample(self, u: RT) -> RT:
         """``u``: uniform ``[0, 1)`` noise with the logits' shape."""
-        return lift(_gumbel_argmax)(self.logits, u)
+        return lift(gumbel_argmax)(self.logits, u)
 
     def log_prob(self, action: RT) -> RT:
         return lift(_log_prob)(self.logits, action)
@@ -50,7 +45,7 @@ class Categorical:
         return lift(_entropy)(self.logits)
 
     def mode(self) -> RT:
-        return lift(lambda logits: jnp.argmax(logits, axis=-1).astype(jnp.int32))(self.logits)
+        return lift(argmax)(self.logits)
 
 
 @dataclass(frozen=True)

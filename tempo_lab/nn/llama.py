@@ -1,0 +1,232 @@
+"""A Llama-3.2-style decoder over recurrent tensors, its layers as a dim.
+
+The layer index is a dim ``n`` of the context (bound = ``layers``), not a Python loop: the
+program has one block whatever the depth, each layer's weights are read at ``n`` from arrays
+stacked over layers, and layer ``n`` reads layer ``n - 1``'s output at the same point. Keys and
+values are read along ``t`` over ``0:t+1`` (causal) or the last ``window`` steps, so the
+compiler sees the KV cache as a dependence, not a buffer the user manages.
+
+Parameters (float32 NumPy arrays; layer entries stacked over a leading ``layers`` axis)::
+
+    embed.w                (vocab, embed)          token embedding; also the output head (tied)
+    layers.norm1.scale     (layers, embed)
+    layers.attn.wq / wo    (layers, embed, embed)
+    layers.attn.wk / wv    (layers, embed, kv_heads * head_dim)
+    layers.norm2.scale     (layers, embed)
+    layers.mlp.w_gate/w_up (layers, embed, hidden),  layers.mlp.w_down (layers, hidden, embed)
+    norm.scale             (embed,)
+    head.w                 (embed, vocab)          only with tied=False
+
+``load_llama`` reads them from a checkpoint in the Hugging Face safetensors layout.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import ArgumentError, DTypeError, ShapeError
+from ..frontend import api
+from ..frontend.api import from_array, placeholder, take
+from ..frontend.tensor import RecurrentTensor as RT
+from ..ir.ops import shape_str
+from ..symbolic import Dim
+from ._params import ParamError, child_seed, normal, param, rng, spatial_shape, sub
+from .attention import TransformerBlock
+from .layers import Embedding, RMSNorm
+from .sampling import sample
+
+
+@dataclass(frozen=True)
+class Llama:
+    """The decoder's sizes. ``model(params, ids, t, n)`` gives the logits at every point of
+    ``ids``; ``model.generate(params, prompt, t, n)`` decodes autoregressively. Defaults follow
+    Llama 3.2 (RoPE base 500 000, RMSNorm eps 1e-5, tied embeddings); its RoPE frequency
+    scaling for long contexts is not applied."""
+
+    vocab: int
+    embed: int
+    layers: int
+    heads: int
+    kv_heads: int
+    hidden: int
+    window: int | None = None
+    rope_base: float = 500000.0
+    eps: float = 1e-5
+    tied: bool = True
+
+    def __post_init__(self):
+        for name in ("vocab", "embed", "layers", "heads", "kv_heads", "hidden"):
+            if not isinstance(getattr(self, name), (int, np.integer)) or getattr(self, name) < 1:
+                raise ShapeError(f"Llama: {name} must be a positive int, got "
+                                 f"{getattr(self, name)!r}")
+        _ = self.block.parts    # checks the head sizes
+
+    @property
+    def block(self) -> TransformerBlock:
+        """One layer (its parameters are the ``layers.*`` entries at one layer)."""
+        return TransformerBlock(self.embed, self.heads, self.hidden, self.window, rope=True,
+                                kv_heads=self.kv_heads, rope_base=self.rope_base, eps=self.eps)
+
+    @property
+    def head_dim(self) -> int:
+        return self.embed // self.heads
+
+    def shapes(self) -> dict[str, tuple[int, ...]]:
+        """Every parameter's shape, layer entries with their leading ``layers`` axis."""
+        d, f, L = self.embed, self.hidden, self.layers
+        one = {"norm1.scale": (d,), **{f"attn.{k}": s for k, s in
+                                        self.block.parts["attn"].shapes.items()},
+               "norm2.scale": (d,), "mlp.w_gate": (d, f), "mlp.w_up": (d, f),
+               "mlp.w_down": (f, d)}
+        out = {"embed.w": (self.vocab, d), **{f"layers.{k}": (L, *s) for k, s in one.items()},
+               "norm.scale": (d,)}
+        if not self.tied:
+            out["head.w"] = (d, self.vocab)
+        return out
+
+    def init(self, seed: int = 0) -> dict[str, np.ndarray]:
+        """Small random weights: N(0, 1/fan_in) matrices, unit norm scales, N(0, 1/embed)
+        embeddings (so that tied logits start near unit scale)."""
+        blocks = [self.block.init(child_seed(seed, 1 + k)) for k in range(self.layers)]
+        out = {"embed.w": normal(rng(seed, 0), (self.vocab, self.embed), self.embed ** -0.5)}
+        out.update({f"layers.{k}": np.stack([b[k] for b in blocks]) for k in blocks[0]})
+        out["norm.scale"] = np.ones((self.embed,), np.float32)
+        if not self.tied:
+            out["head.w"] = normal(rng(seed, self.layers + 1), (self.embed, self.vocab),
+                                   self.embed ** -0.5)
+        return out
+
+    # -- the program ------------------------------------------------------------------------------
+    def __call__(self, params, ids: RT, t: Dim, n: Dim) -> RT:
+        """Logits ``(vocab,)`` at every point of ``ids`` (int token ids over ``(..., t)``), from
+        a residual stream over ``ids``'s dims plus the layer dim ``n``."""
+        me = f"Llama(layers={self.layers})"
+        ctx = _check_dims(ids, t, n, me)
+        with ctx:
+            dom = ctx.order((*ids.domain, n))
+            blocks = {k[len("layers."):]: self._over_layers(v, k, n, me)
+                      for k, v in params.items() if k.startswith("layers.")}
+            h_in = placeholder((self.embed,), "float32", domain=dom, name="h_in")
+            h_out = placeholder((self.embed,), "float32", domain=dom, name="h_out")
+            h_in[_at(dom, {n: 0})] = Embedding(self.vocab, self.embed)(sub(params, "embed"), ids)
+            h_in[_at(dom, {})] = h_out[_at(dom, {n: n - 1})]
+            h_out[_at(dom, {})] = self.block(blocks, h_in, t)
+            last = RMSNorm(self.embed, self.eps)(sub(params, "norm"),
+                                                 h_out[_at(dom, {n: n.bound - 1})])
+            if self.tied:
+                table = param(params, "embed.w", (self.vocab, self.embed), ctx, me)
+                return last @ table.transpose(1, 0)
+            return last @ param(params, "head.w", (self.embed, self.vocab), ctx, me)
+
+    def generate(self, params, prompt: RT, t: Dim, n: Dim, temperature: float = 0.0,
+                 seed: int = 0) -> tuple[RT, RT]:
+        """Autoregressive decoding: ``prompt`` holds ``P`` int token ids per point of its dims
+        (shape ``(P,)``, e.g. ``tl.from_array(prompts, domain=(b,))`` for ``(B, P)`` prompts);
+        step ``t`` reads the prompt while ``t < P`` and otherwise the token sampled from step
+        ``t - 1``'s logits (``tl.nn.sample``: greedy at temperature 0). Returns ``(ids,
+        logits)`` over ``(prompt's dims, t)``; ``ids[..., t]`` is the token fed at step t."""
+        me = f"Llama(layers={self.layers}).generate"
+        if not isinstance(prompt, RT) or prompt.ndim != 1 or prompt.dtype.kind not in "iu":
+            raise ShapeError(f"{me}: the prompt must be an int tensor of shape (P,) per point, "
+                             f"got {getattr(prompt, 'type', type(prompt).__name__)}; lift "
+                             f"(B, P) prompts with tl.from_array(prompts, domain=(b,))")
+        plen = spatial_shape(prompt)[0]
+        if not isinstance(plen, int) or plen < 1:
+            raise ShapeError(f"{me}: the prompt needs a static length >= 1, got "
+                             f"{shape_str(spatial_shape(prompt))}")
+        ctx = prompt.ctx
+        with ctx:
+            dom = ctx.order((*prompt.domain, t))
+            ids = placeholder((), "int32", domain=dom, name="ids")
+            logits = self(params, ids, t, n)
+            nxt = sample(logits, temperature, seed)
+            ids[_at(dom, {t: 0})] = take(prompt, 0).astype("int32")
+            ids[_at(dom, {})] = api.where(t < plen, take(prompt, api.min(t, plen - 1)),
+                                          nxt[_at(dom, {t: t - 1})]).astype("int32")
+        return ids, logits
+
+    def _over_layers(self, value, key: str, n: Dim, me: str):
+        """A ``layers.*`` entry as a tensor over ``n`` (arrays are lifted; tensors are the
+        caller's, e.g. ``tl.from_array(w, domain=(n,))`` to differentiate)."""
+        if isinstance(value, RT):
+            return value
+        shape = np.shape(value)
+        if not shape or shape[0] != self.layers:
+            raise ShapeError(f"{me}: parameter '{key}' must stack the {self.layers} layers on its "
+                             f"first axis, got shape {shape_str(shape)}")
+        return from_array(np.asarray(value), domain=(n,), name=key.replace(".", "_"))
+
+
+def _check_dims(ids, t: Dim, n: Dim, me: str):
+    if not isinstance(ids, RT):
+        raise ShapeError(f"{me} takes a recurrent tensor of token ids, got {type(ids).__name__}")
+    if ids.dtype.kind not in "iu" or ids.ndim:
+        raise DTypeError(f"{me} needs one int token id per point, got {ids.type}; convert with "
+                         ".astype('int32')")
+    for d, what in ((t, "t (the dim keys are read along)"), (n, "n (the layer dim)")):
+        if not isinstance(d, Dim) or d not in ids.ctx.dims:
+            raise ArgumentError(f"{me}: {what} must be a dim of the context, got {d!r}")
+    if t not in ids.domain or n in ids.domain or t == n:
+        raise ShapeError(f"{me}: the token ids must vary over t={t} and not over the layer dim "
+                         f"n={n}; their domain is ({', '.join(map(str, ids.domain))})")
+    return ids.ctx
+
+
+def _at(domain, subs: dict) -> tuple:
+    """An index of ``domain``: each dim at itself unless ``subs`` gives its expression."""
+    return tuple(subs.get(d, d) for d in domain)
+
+
+# -- checkpoints ------------------------------------------------------------------------------------
+HF_NAMES = {   # ours (per layer) -> the Hugging Face name and whether it is stored (out, in)
+    "norm1.scale": ("input_layernorm.weight", False),
+    "attn.wq": ("self_attn.q_proj.weight", True),
+    "attn.wk": ("self_attn.k_proj.weight", True),
+    "attn.wv": ("self_attn.v_proj.weight", True),
+    "attn.wo": ("self_attn.o_proj.weight", True),
+    "norm2.scale": ("post_attention_layernorm.weight", False),
+    "mlp.w_gate": ("mlp.gate_proj.weight", True),
+    "mlp.w_up": ("mlp.up_proj.weight", True),
+    "mlp.w_down": ("mlp.down_proj.weight", True),
+}
+
+
+def load_llama(paths, model: Llama) -> dict[str, np.ndarray]:
+    """``model``'s parameters (float32) from safetensors files in the Hugging Face Llama layout
+    (``model.layers.{k}.self_attn.q_proj.weight``, ...; one file or a list of shards). Linear
+    weights are stored ``(out, in)`` there and transposed here; bfloat16/float16 are widened.
+    Read with the ``safetensors`` package; every shape is checked against ``model``."""
+    from safetensors import safe_open
+
+    paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
+    tensors = {}
+    for path in paths:
+        if not os.path.exists(path):
+            raise ArgumentError(f"load_llama: no checkpoint file {os.fspath(path)!r}")
+        with safe_open(os.fspath(path), framework="numpy") as f:
+            for k in f.keys():
+                tensors[k] = f.get_tensor(k)
+
+    def get(name, transpose, shape):
+        if name not in tensors:
+            raise ParamError(f"load_llama: the checkpoint has no tensor '{name}' (it has "
+                             f"{len(tensors)} tensors, e.g. {', '.join(sorted(tensors)[:3])})")
+        x = np.asarray(tensors[name], np.float32)
+        x = x.T if transpose else x
+        if x.shape != tuple(shape):
+            raise ShapeError(f"load_llama: '{name}' gives shape {shape_str(x.shape)} but "
+                             f"{model!r} needs {shape_str(tuple(shape))}")
+        return np.ascontiguousarray(x)
+
+    shapes = model.shapes()
+    out = {"embed.w": get("model.embed_tokens.weight", False, shapes["embed.w"])}
+    for ours, (theirs, transpose) in HF_NAMES.items():
+        one = shapes[f"layers.{ours}"][1:]
+        out[f"layers.{ours}"] = np.stack([get(f"model.layers.{k}.{theirs}", transpose, one)
+                                          for k in range(model.layers)])
+    out["norm.scale"] = get("model.norm.weight", False, shapes["norm.scale"])
+    if not model.tied:
+        out["head.w"] = get("lm_head.weight", True, shapes["head.w"])
+    return out
