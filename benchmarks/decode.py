@@ -1,15 +1,25 @@
-"""Decoding benchmark: a GPT-2-style decoder written once in tempo_lab and twice in plain JAX.
+"""Decoding benchmark: a decoder written once in tempo_lab and twice in plain JAX.
 
-    python -m benchmarks.decode [--quick] [--layers 2] [--heads 4] [--embed 256] [--batch 4]
-        [--seq-len 256 1024] [--attention causal|window|both] [--window 64] [--runs 5]
-        [--tl-runs N] [--systems ...] [--kv-layout bhtd|bthd]
-        [--out benchmarks/results/decode.json] [--no-progress]
+    python -m benchmarks.decode [--quick] [--model gpt2|llama] [--layers 2] [--heads 4]
+        [--kv-heads H] [--vocab V] [--embed 256] [--batch 4] [--seq-len 256 1024]
+        [--attention causal|window|both] [--window 64] [--runs 5] [--tl-runs N]
+        [--systems ...] [--kv-layout bhtd|bthd] [--out benchmarks/results/decode.json]
+        [--no-progress]
 
-Systems (same weights, same tokens, outputs checked against a NumPy decoder before timing):
+Models (``--model``, recorded as ``model``):
+
+- ``gpt2`` (default): the demo's GPT-2-style block (RMSNorm without scale, multi-head
+  attention, a ReLU MLP of width 2 x embed) on given token embeddings; output: the last layer's
+  hidden state at every step; checked against a NumPy decoder.
+- ``llama``: ``tl.nn.Llama`` (grouped-query attention with ``--kv-heads`` (default heads / 2),
+  RoPE, SwiGLU of width 3 x embed, a tied head over ``--vocab`` tokens) on given token ids;
+  output: the greedy token's log-probability at every step (see ``benchmarks.llama``);
+  checked against the plain-JAX twin's whole-sequence forward.
+
+Systems (same weights, same tokens, outputs checked against the model's check before timing):
 
 - ``tempo_lab``: the decoder with batch, layer and step as dims ``(b, n, t)``; attention reads
-  keys/values over ``0:t+1`` (causal) or ``max(0, t-W+1):t+1`` (window); output
-  ``h_out[b, N-1, t]``.
+  keys/values over ``0:t+1`` (causal) or ``max(0, t-W+1):t+1`` (window).
 - ``jax_scan``: one ``jax.jit`` of a ``lax.scan`` over t with a preallocated KV cache
   ``(layers, batch, heads, T, dh)`` (``--kv-layout bthd``: ``(layers, batch, T, heads, dh)``);
   attention over the whole cache under a causal (or causal+window) mask.
@@ -43,6 +53,7 @@ import numpy as np
 SYSTEMS = ("tempo_lab", "jax_scan", "jax_step")
 RESULT_PREFIX = "DECODE_RESULT "
 RTOL = ATOL = 1e-3
+MODELS = ("gpt2", "llama")
 DEFAULT_OUT = os.path.join("benchmarks", "results", "decode.json")
 QUICK_OUT = os.path.join("benchmarks", "results", "decode_quick.json")
 F32 = 4  # bytes
@@ -57,10 +68,22 @@ class Config:
     seq_len: int
     attention: str          # "causal" | "window"
     window: int | None      # W for "window", None for "causal"
+    model: str = "gpt2"     # one of MODELS
+    kv_heads: int | None = None     # llama: key/value heads (None: heads // 2, at least 1)
+    vocab: int = 4096       # llama: the vocabulary (the tied head's width)
 
     @property
     def hidden(self) -> int:
-        return 2 * self.embed
+        return (3 if self.model == "llama" else 2) * self.embed
+
+    @property
+    def llama(self):
+        """The ``tl.nn.Llama`` of a llama configuration."""
+        import tempo_lab as tl
+
+        kv = self.kv_heads or max(1, self.heads // 2)
+        return tl.nn.Llama(self.vocab, self.embed, self.layers, self.heads, kv, self.hidden,
+                           window=self.window)
 
     @property
     def dh(self) -> int:
@@ -68,18 +91,36 @@ class Config:
 
     def label(self) -> str:
         att = "causal" if self.window is None else f"window {self.window}"
-        return f"{att}, T={self.seq_len}"
+        return f"{self.model} {att}, T={self.seq_len}"
 
 
-# -- inputs and the NumPy check ---------------------------------------------------------------
+# -- inputs and the check -----------------------------------------------------------------------
 def make_inputs(cfg: Config) -> tuple[dict, np.ndarray]:
-    """The weights of ``tempo_lab.demo`` (hidden = 2 * embed) and tokens (b, t, embed)."""
+    """gpt2: the weights of ``tempo_lab.demo`` and token embeddings (b, t, embed); llama:
+    ``Llama.init(0)`` and token ids (b, t)."""
+    if cfg.model == "llama":
+        ids = np.random.default_rng(1).integers(0, cfg.vocab, (cfg.batch, cfg.seq_len))
+        return cfg.llama.init(0), ids.astype(np.int32)
     from tempo_lab.demo import make_weights
 
     weights = make_weights(cfg.layers, cfg.embed, cfg.hidden, seed=0)
     tokens = np.random.default_rng(1).standard_normal(
         (cfg.batch, cfg.seq_len, cfg.embed)).astype(np.float32)
     return weights, tokens
+
+
+def reference(cfg: Config, weights: dict, tokens: np.ndarray) -> np.ndarray:
+    """What every system must output: the NumPy decoder (gpt2) or the plain-JAX twin's
+    whole-sequence forward, written without a cache (llama)."""
+    if cfg.model == "llama":
+        import jax
+
+        from benchmarks import llama
+
+        model = cfg.llama
+        return np.asarray(jax.jit(lambda w, ids: llama.greedy_logprob(
+            llama.forward(w, ids, model)))(weights, tokens))
+    return numpy_reference(weights, tokens, cfg.heads, cfg.window)
 
 
 def numpy_reference(weights: dict, tokens: np.ndarray, heads: int,
@@ -91,13 +132,13 @@ def numpy_reference(weights: dict, tokens: np.ndarray, heads: int,
 
 
 def check_output(system: str, cfg: Config, got: np.ndarray, want: np.ndarray) -> float:
-    """Abort (SystemExit 2) unless ``got`` matches the reference; returns max |got - want|."""
+    """Abort (SystemExit 2) unless ``got`` matches ``reference``; returns max |got - want|."""
     if got.shape != want.shape:
         sys.exit(f"MISMATCH {system} ({cfg.label()}): output shape {got.shape}, "
                  f"expected {want.shape}")
     err = float(np.max(np.abs(got - want)))
     if not np.allclose(got, want, rtol=RTOL, atol=ATOL):
-        sys.exit(f"MISMATCH {system} ({cfg.label()}): max |{system} - numpy| = {err:.3e} "
+        sys.exit(f"MISMATCH {system} ({cfg.label()}): max |{system} - reference| = {err:.3e} "
                  f"(rtol={RTOL}, atol={ATOL}); not timing it")
     return err
 
@@ -146,7 +187,12 @@ def compile_tempo_lab(cfg: Config, weights: dict, tokens: np.ndarray,
 
     ctx = tl.Context(dims=("b", "n", "t"))
     B, N, T = ctx.bounds
-    y = tempo_lab_decoder(ctx, weights, tokens, cfg.heads, cfg.window)
+    if cfg.model == "llama":
+        from benchmarks import llama
+
+        y = llama.tempo_lab_program(ctx, cfg.llama, weights, tokens)
+    else:
+        y = tempo_lab_decoder(ctx, weights, tokens, cfg.heads, cfg.window)
     kw = {} if block_size is None else {"block_size": block_size}
     if tile_block == 0:
         kw["tile"] = False
@@ -259,20 +305,47 @@ def _jax_layer(h, kc, vc, layer: int, t, w: dict, heads: int, window: int | None
 
 
 def _cache_shape(cfg: Config, layout: str) -> tuple[int, ...]:
+    kv = cfg.llama.kv_heads if cfg.model == "llama" else cfg.heads
     if layout == "bhtd":
-        return (cfg.layers, cfg.batch, cfg.heads, cfg.seq_len, cfg.dh)
-    return (cfg.layers, cfg.batch, cfg.seq_len, cfg.heads, cfg.dh)
+        return (cfg.layers, cfg.batch, kv, cfg.seq_len, cfg.dh)
+    return (cfg.layers, cfg.batch, cfg.seq_len, kv, cfg.dh)
+
+
+def _jax_step_fn(cfg: Config, layout: str):
+    """``step(kc, vc, x_t, t, w) -> (y_t, kc, vc)``: one decode step of every batch entry in
+    plain JAX, ``x_t`` the step's token embeddings (gpt2) or ids (llama)."""
+    if cfg.model == "llama":
+        from benchmarks import llama
+
+        model = cfg.llama
+        if layout != "bhtd":
+            sys.exit("--kv-layout bthd is for --model gpt2; the llama twin keeps (layers, "
+                     "batch, kv_heads, T, head_dim)")
+
+        def step(kc, vc, x, t, w):
+            logits, kc, vc = llama.step(w, kc, vc, x, t, model)
+            return llama.greedy_logprob(logits), kc, vc
+        return step
+
+    def step(kc, vc, h, t, w):
+        for layer in range(cfg.layers):
+            h, kc, vc = _jax_layer(h, kc, vc, layer, t, w, cfg.heads, cfg.window, layout)
+        return h, kc, vc
+    return step
 
 
 def jax_store_bytes(cfg: Config) -> dict:
     """What the JAX baselines allocate, from array sizes: the KV cache (keys and values), the
-    outputs (B, T, D) and one layer's activations of one step (x, q, k, v, attention, h_mid,
-    its norm, h: 8 x (B, D); hidden before/after relu: 2 x (B, 2D); scores and probabilities:
-    2 x (B, heads, T); the mask: T bools). Weights and tokens (inputs) are not counted."""
-    kv = 2 * cfg.layers * cfg.batch * cfg.seq_len * cfg.heads * cfg.dh * F32
-    out = cfg.batch * cfg.seq_len * cfg.embed * F32
-    act = (F32 * (8 * cfg.batch * cfg.embed + 2 * cfg.batch * cfg.hidden
-                  + 2 * cfg.batch * cfg.heads * cfg.seq_len) + cfg.seq_len)
+    outputs and one layer's activations of one step (x, q, k, v, attention, h_mid, its norm, h:
+    8 x (B, D); the MLP's hidden values: 2 (gpt2) or 3 (llama) x (B, hidden); scores and
+    probabilities: 2 x (B, heads, T); llama's logits and their exponentials: 2 x (B, vocab);
+    the mask: T bools). Weights and tokens (inputs) are not counted."""
+    llama = cfg.model == "llama"
+    kv = 2 * F32 * int(np.prod(_cache_shape(cfg, "bhtd")))
+    out = cfg.batch * cfg.seq_len * (1 if llama else cfg.embed) * F32
+    act = (F32 * (8 * cfg.batch * cfg.embed + (3 if llama else 2) * cfg.batch * cfg.hidden
+                  + 2 * cfg.batch * cfg.heads * cfg.seq_len
+                  + (2 * cfg.batch * cfg.vocab if llama else 0)) + cfg.seq_len)
     return {"kv_cache_bytes": kv, "output_bytes": out, "activation_bytes": act,
             "store_peak_bytes": kv + out + act}
 
@@ -304,16 +377,14 @@ def bench_jax_scan(cfg: Config, weights, tokens, ref, warm_runs: int, progress: 
     import jax.numpy as jnp
     from jax import lax
 
-    shape = _cache_shape(cfg, kv_layout)
+    shape, step = _cache_shape(cfg, kv_layout), _jax_step_fn(cfg, kv_layout)
 
     def decode(tokens, w):
         def body(carry, xs):
             kc, vc = carry
-            h, t = xs
-            for layer in range(cfg.layers):
-                h, kc, vc = _jax_layer(h, kc, vc, layer, t, w, cfg.heads, cfg.window,
-                                       kv_layout)
-            return (kc, vc), h
+            x, t = xs
+            y, kc, vc = step(kc, vc, x, t, w)
+            return (kc, vc), y
 
         cache = (jnp.zeros(shape, jnp.float32), jnp.zeros(shape, jnp.float32))
         xs = (jnp.swapaxes(tokens, 0, 1), jnp.arange(cfg.seq_len, dtype=jnp.int32))
@@ -344,13 +415,12 @@ def bench_jax_step(cfg: Config, weights, tokens, ref, warm_runs: int, progress: 
     import jax.numpy as jnp
     from jax import lax
 
-    shape = _cache_shape(cfg, kv_layout)
+    shape, one = _cache_shape(cfg, kv_layout), _jax_step_fn(cfg, kv_layout)
 
     def step(kc, vc, tokens, t, w):
-        h = lax.dynamic_index_in_dim(tokens, t, axis=1, keepdims=False)
-        for layer in range(cfg.layers):
-            h, kc, vc = _jax_layer(h, kc, vc, layer, t, w, cfg.heads, cfg.window, kv_layout)
-        return kc, vc, h
+        y, kc, vc = one(kc, vc, lax.dynamic_index_in_dim(tokens, t, axis=1, keepdims=False),
+                        t, w)
+        return kc, vc, y
 
     w = {k: jnp.asarray(v) for k, v in weights.items()}
     tok = jnp.asarray(tokens)
@@ -469,7 +539,8 @@ def environment() -> dict:
 def configs(args) -> list[Config]:
     atts = ("causal", "window") if args.attention == "both" else (args.attention,)
     return [Config(args.layers, args.heads, args.embed, args.batch, T, a,
-                   args.window if a == "window" else None)
+                   args.window if a == "window" else None, args.model, args.kv_heads,
+                   args.vocab)
             for T in args.seq_len for a in atts]
 
 
@@ -478,7 +549,7 @@ def prepare(args) -> int:
     """``--prepare FILE``: write the inputs and the NumPy reference of one configuration."""
     (cfg,) = configs(args)
     weights, tokens = make_inputs(cfg)
-    ref = numpy_reference(weights, tokens, cfg.heads, cfg.window)
+    ref = reference(cfg, weights, tokens)
     np.savez(args.prepare, tokens=tokens, reference=ref,
              **{f"w_{k}": v for k, v in weights.items()})
     return 0
@@ -501,7 +572,7 @@ def run_one(args) -> int:
             ref = f["reference"]
     else:    # standalone (a reproducer): the NumPy reference then counts in this RSS
         weights, tokens = make_inputs(cfg)
-        ref = numpy_reference(weights, tokens, cfg.heads, cfg.window)
+        ref = reference(cfg, weights, tokens)
     if args.one == "tempo_lab":
         warm = args.runs if args.tl_runs is None else args.tl_runs
         rec = bench_tempo_lab(cfg, weights, tokens, ref, warm, progress, args.block_size,
@@ -520,9 +591,10 @@ def run_one(args) -> int:
 
 
 def _child_args(cfg: Config, args) -> list[str]:
-    return ["--layers", str(cfg.layers), "--heads", str(cfg.heads), "--embed", str(cfg.embed),
-            "--batch", str(cfg.batch), "--seq-len", str(cfg.seq_len),
-            "--attention", cfg.attention, "--window", str(args.window)]
+    return ["--model", cfg.model, "--layers", str(cfg.layers), "--heads", str(cfg.heads),
+            "--embed", str(cfg.embed), "--batch", str(cfg.batch), "--seq-len", str(cfg.seq_len),
+            "--attention", cfg.attention, "--window", str(args.window), "--vocab",
+            str(cfg.vocab)] + ([] if cfg.kv_heads is None else ["--kv-heads", str(cfg.kv_heads)])
 
 
 def _child_cmd(system: str, cfg: Config, args) -> list[str]:
@@ -560,14 +632,15 @@ def _load(r: dict) -> str:
 
 
 def table(records: list[dict]) -> str:
-    head = (f"{'attention':<10} {'T':>5}  {'system':<9}  {'ms/token median [min, max]':<30} "
+    head = (f"{'model':<5} {'attention':<10} {'T':>5}  {'system':<9}  {'ms/token median [min, max]':<30} "
             f"{'compile s':>9}  {'store peak MiB':>14}  {'predicted':>9}  {'rss MiB':>7}  runs"
             f"  load 1m")
     lines = [head, "-" * len(head)]
     keyed = {}
     for r in records:
-        keyed.setdefault((r["seq_len"], r["attention"], r["window"]), {})[r["system"]] = r
-    for (T, att, win), by in keyed.items():
+        key = (r.get("model", "gpt2"), r["seq_len"], r["attention"], r["window"])
+        keyed.setdefault(key, {})[r["system"]] = r
+    for (model, T, att, win), by in keyed.items():
         name = att if win is None else f"window {win}"
         for s in SYSTEMS:
             r = by.get(s)
@@ -575,14 +648,14 @@ def table(records: list[dict]) -> str:
                 continue
             ms = (f"{r['ms_per_token']:.3f} [{r['ms_per_token_min']:.3f}, "
                   f"{r['ms_per_token_max']:.3f}]")
-            lines.append(f"{name:<10} {T:>5}  {s:<9}  {ms:<30} {r['compile_s']:>9.2f}  "
+            lines.append(f"{model:<5} {name:<10} {T:>5}  {s:<9}  {ms:<30} {r['compile_s']:>9.2f}  "
                          f"{_mb(r['store_peak_bytes']):>14}  "
                          f"{_mb(r.get('predicted_store_peak_bytes')):>9}  "
                          f"{_mb(r['rss_peak_bytes']):>7}  {r['warm_runs']:>4}  {_load(r)}")
         a, b = by.get("tempo_lab"), by.get("jax_scan")
         if a and b:
             lines.append(
-                f"{'':<10} {'':>5}  {'ratio':<9}  tempo_lab / jax_scan: ms/token "
+                f"{'':<5} {'':<10} {'':>5}  {'ratio':<9}  tempo_lab / jax_scan: ms/token "
                 f"{_ratio(a['ms_per_token'], b['ms_per_token'])}, compile "
                 f"{_ratio(a['compile_s'], b['compile_s'])}, store peak "
                 f"{_ratio(a['store_peak_bytes'], b['store_peak_bytes'])}, rss "
@@ -608,8 +681,12 @@ load 1m: the machine's 1-minute load average when that subprocess started and en
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(prog="python -m benchmarks.decode",
                                  description=__doc__.splitlines()[0])
+    ap.add_argument("--model", choices=MODELS, default="gpt2")
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--heads", type=int, default=4)
+    ap.add_argument("--kv-heads", type=int, default=None,
+                    help="llama: key/value heads (default heads // 2)")
+    ap.add_argument("--vocab", type=int, default=4096, help="llama: vocabulary size")
     ap.add_argument("--embed", type=int, default=256)
     ap.add_argument("--batch", type=int, default=4)
     ap.add_argument("--seq-len", type=int, nargs="+", default=[256, 1024])
@@ -652,6 +729,8 @@ def parse_args(argv=None):
         args.runs = 5
     if args.embed % args.heads:
         ap.error("--embed must be a multiple of --heads")
+    if args.kv_heads is not None and (args.kv_heads < 1 or args.heads % args.kv_heads):
+        ap.error("--kv-heads must divide --heads")
     if (args.one or args.prepare) and len(configs(args)) != 1:
         ap.error("--one/--prepare take one configuration: one --seq-len and --attention causal|window")
     if min(args.runs, args.tl_runs if args.tl_runs is not None else args.runs) < 0:

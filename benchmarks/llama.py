@@ -136,5 +136,5 @@ def tempo_lab_program(ctx, model, params, ids: np.ndarray):
     b, n, t = ctx.dims
     with ctx:
         logits = model(params, tl.from_array(ids, domain=(b, t), name="ids"), t, n)
-        top = logits.max(axis=-1)
-        return top - tl.log(tl.exp(logits - top.expand_dims(-1)).sum(axis=-1))
+        top = logits.max(axis=-1, keepdims=True)
+        return -tl.log(tl.exp(logits - top).sum(axis=-1))

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 DECODE_FIELDS = {"system", "attention", "window", "seq_len", "layers", "batch", "ms_per_token",
                  "ms_per_token_min", "ms_per_token_max", "compile_s", "store_peak_bytes",
@@ -21,16 +23,17 @@ def _run(*args: str, timeout: int = 600) -> subprocess.CompletedProcess:
     return proc
 
 
-def test_decode_benchmark_tiny(tmp_path):
+@pytest.mark.parametrize("model", ["gpt2", "llama"])
+def test_decode_benchmark_tiny(tmp_path, model):
     out = tmp_path / "decode.json"
-    _run("benchmarks.decode", "--layers", "1", "--embed", "32", "--heads", "2", "--batch", "1",
-         "--seq-len", "16", "--attention", "both", "--window", "4", "--runs", "1",
-         "--no-progress", "--out", str(out))
+    _run("benchmarks.decode", "--model", model, "--layers", "1", "--embed", "32", "--heads", "2",
+         "--batch", "1", "--vocab", "48", "--seq-len", "16", "--attention", "both", "--window",
+         "4", "--runs", "1", "--no-progress", "--out", str(out))
     records = json.loads(out.read_text())
     assert {r["system"] for r in records} == {"tempo_lab", "jax_scan", "jax_step"}
     assert {r["attention"] for r in records} == {"causal", "window"}
     for r in records:
-        assert DECODE_FIELDS <= r.keys() and r["ms_per_token"] > 0
+        assert DECODE_FIELDS <= r.keys() and r["ms_per_token"] > 0 and r["model"] == model
 
 
 def test_compile_benchmark_tiny(tmp_path):
