@@ -226,11 +226,14 @@ def plan_memory(sdg: SDG, schedule, bounds: dict[str, int], block: int = 64) -> 
                 grown.append(i)
         spatial = tuple(x if isinstance(x, int) else pad(x, I.max_over(x, domains[i], op.domain, bounds))
                         for x in op.type.shape)
-        # The innermost growing dim grows in blocks of ``block`` points whatever its bound, so
-        # buffer shapes (and so compiled kernels) do not depend on that bound; outer growing
-        # dims take their bound's size class, so a (b, t) store is not block x block.
+        # The innermost growing dim grows in blocks of ``block`` points whatever its bound
+        # beyond one block, so buffer shapes (and so compiled kernels) do not depend on that
+        # bound; a bound whose size class fits in one block takes one block of that class
+        # (two layers' weights are not stored as 64). Outer growing dims take their bound's
+        # size class, so a (b, t) store is not block x block.
         growing = [k for k, w in enumerate(slots) if w is None]
-        blocks = tuple(block if growing and k == growing[-1] else
+        blocks = tuple(min(block, size_class(bounds[d.bound.name]))
+                       if growing and k == growing[-1] else
                        size_class(bounds[d.bound.name]) for k, d in enumerate(op.domain))
         storages[i] = Storage(i, tuple(d.name for d in op.domain), slots, spatial,
                               op.type.dtype, blocks)
