@@ -5,13 +5,17 @@ The twin takes the same parameter dict (layer entries stacked over layers) and c
 
 - ``forward(params, ids, model)``: logits ``(B, T, vocab)`` of a whole sequence at once, with a
   causal (or window) mask: the check, written without a cache;
-- ``step(params, cache, ids_t, t, model)``: one decode step for every batch entry over a
+- ``step(params, kc, vc, ids_t, t, model)``: one decode step for every batch entry over a
   preallocated KV cache ``(layers, B, kv_heads, T, head_dim)`` (heads before T, so attention
   reads each head's keys in place; see ``benchmarks.decode.KV_LAYOUTS``).
 
-The decode benchmark feeds given tokens (as its GPT-2 model does) and outputs, per step, the
-greedy token's log-probability ``max(logits) - logsumexp(logits)``: a float that depends on the
-whole head and stays comparable where two logits tie, which a token id does not.
+The decode benchmark generates: each system is given a prompt of ``PROMPT`` tokens per batch
+entry and decodes greedily to ``T`` tokens, so that step ``t + 1`` depends on step ``t``'s
+output through the whole model, as in serving. Where two logits nearly tie, float rounding may
+make two correct systems pick different tokens, so a system's tokens are not compared with
+another's: ``check`` runs the twin's whole-sequence forward on the tokens a system produced and
+requires the prompt, and at every later step a token whose logit is the maximum to within a
+tolerance.
 """
 from __future__ import annotations
 
@@ -119,22 +123,73 @@ def step(p, kc, vc, ids_t, t, model):
     return _head(p, h, model), kc, vc
 
 
-def greedy_logprob(logits):
-    """The benchmark's output per step: the greedy token's log-probability."""
-    import jax.numpy as jnp
-    from jax.scipy.special import logsumexp
+PROMPT = 16
 
-    return jnp.max(logits, -1) - logsumexp(logits, -1)
+
+def prompt_of(ids: np.ndarray) -> np.ndarray:
+    """The benchmark's prompt: the first ``PROMPT`` (at most T) of the given token ids."""
+    return ids[:, :min(PROMPT, ids.shape[1])]
+
+
+def _next(logits, prompt, t):
+    """The token fed at step ``t + 1``: the prompt's while it lasts, else the greedy one."""
+    import jax.numpy as jnp
+
+    plen = prompt.shape[1]
+    given = prompt[:, jnp.minimum(t + 1, plen - 1)]
+    return jnp.where(t + 1 < plen, given, jnp.argmax(logits, -1).astype(jnp.int32))
+
+
+def scan_decode(model, steps: int):
+    """``decode(prompt, params) -> ids (B, steps)``: one ``lax.scan`` over the steps with a
+    preallocated KV cache."""
+    import jax.numpy as jnp
+    from jax import lax
+
+    def decode(prompt, p):
+        cache = jnp.zeros(cache_shape(model, prompt.shape[0], steps), jnp.float32)
+
+        def body(carry, t):
+            kc, vc, tok = carry
+            logits, kc, vc = step(p, kc, vc, tok, t, model)
+            return (kc, vc, _next(logits, prompt, t)), tok
+
+        _, ids = lax.scan(body, (cache, cache, prompt[:, 0]), jnp.arange(steps))
+        return ids.T
+    return decode
+
+
+def jitted_step(model):
+    """``one(kc, vc, tok, prompt, t, params) -> (kc, vc, next token)`` for a Python loop."""
+    def one(kc, vc, tok, prompt, t, p):
+        logits, kc, vc = step(p, kc, vc, tok, t, model)
+        return kc, vc, _next(logits, prompt, t)
+    return one
+
+
+def check(model, params, prompt: np.ndarray, ids: np.ndarray, tol: float = 1e-3) -> float:
+    """How far ``ids`` is from a greedy decode of ``prompt``: 0 when every token after the
+    prompt has the largest logit of the twin's forward on ``ids``; else the largest shortfall
+    (logit units), which the caller compares with ``tol``. Raises ValueError when the prompt
+    is not kept."""
+    import jax
+
+    plen = prompt.shape[1]
+    if ids.shape[:1] != prompt.shape[:1] or not np.array_equal(ids[:, :plen], prompt):
+        raise ValueError("the generated ids do not start with the prompt")
+    logits = np.asarray(jax.jit(lambda p, x: forward(p, x, model))(params, ids))[:, plen - 1:-1]
+    picked = np.take_along_axis(logits, ids[:, plen:, None], -1)[..., 0]
+    return float(np.max(logits.max(-1) - picked, initial=0.0))
 
 
 # -- tempo_lab -------------------------------------------------------------------------------------
 def tempo_lab_program(ctx, model, params, ids: np.ndarray):
-    """The decoder in ``ctx`` (dims ``(b, n, t)``) on given token ids ``(B, T)``: the greedy
-    token's log-probability over ``(b, t)``."""
+    """The greedy decode in ``ctx`` (dims ``(b, n, t)``) from ``prompt_of(ids)``: the token
+    ids fed at every step, over ``(b, t)``."""
     import tempo_lab as tl
 
     b, n, t = ctx.dims
     with ctx:
-        logits = model(params, tl.from_array(ids, domain=(b, t), name="ids"), t, n)
-        top = logits.max(axis=-1, keepdims=True)
-        return -tl.log(tl.exp(logits - top).sum(axis=-1))
+        prompt = tl.from_array(prompt_of(ids), domain=(b,), name="prompt")
+        out, _ = model.generate(params, prompt, t, n)
+        return out

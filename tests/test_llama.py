@@ -183,3 +183,17 @@ def test_errors_name_the_problem():
             MODEL({**p, "layers.attn.wq": p["layers.attn.wq"][0]}, x, t, n)
         with pytest.raises(tl.ShapeError, match="prompt"):
             MODEL.generate(p, x, t, n)
+
+
+def test_the_benchmark_check_accepts_a_greedy_decode_and_rejects_another_token():
+    p, prompt = params(), ids()[:, :P]
+    pj = {k: jnp.asarray(v) for k, v in p.items()}
+    got = np.asarray(jax.jit(twin.scan_decode(MODEL, T))(jnp.asarray(prompt), pj))
+    assert twin.check(MODEL, p, prompt, got) == 0.0
+    _, _, ours, _ = _generate(0.0)
+    np.testing.assert_array_equal(ours, got)
+    bad = got.copy()
+    bad[0, -1] = (bad[0, -1] + 1) % MODEL.vocab
+    assert twin.check(MODEL, p, prompt, bad) > 1e-3
+    with pytest.raises(ValueError, match="prompt"):
+        twin.check(MODEL, p, prompt[:, ::-1], got)

@@ -68,15 +68,16 @@ def attention(q: RT, k: RT, v: RT, t: Dim, window: int | None = None) -> RT:
     if q.ndim == 1:
         weights = api.softmax((keys @ q) * scale, axis=-1)   # (steps,)
         return weights @ values
-    keys, values = keys.transpose(1, 0, 2), values.transpose(1, 0, 2)   # (kv_heads, steps, d)
+    values = values.transpose(1, 0, 2)                          # (kv_heads, steps, dv)
     heads, kv_heads = spatial_shape(q)[0], spatial_shape(k)[0]
     if kv_heads == heads:
+        keys = keys.transpose(1, 0, 2)                          # (heads, steps, d)
         scores = (keys @ q.expand_dims(2)).squeeze(2) * scale   # (heads, steps)
         weights = api.softmax(scores, axis=-1)
         return (weights.expand_dims(1) @ values).squeeze(1)
-    group = heads // kv_heads
-    qg = q.reshape(kv_heads, group, spatial_shape(q)[-1]).transpose(0, 2, 1)  # (kv, d, group)
-    scores = (keys @ qg).transpose(0, 2, 1) * scale             # (kv_heads, group, steps)
+    # query heads in groups sharing a key/value head: one matmul per group, no copy of k, v
+    qg = q.reshape(kv_heads, heads // kv_heads, spatial_shape(q)[-1])  # (kv, group, d)
+    scores = (qg @ keys.transpose(1, 2, 0)) * scale             # (kv_heads, group, steps)
     weights = api.softmax(scores, axis=-1)
     return (weights @ values).reshape(heads, spatial_shape(v)[-1])
 
