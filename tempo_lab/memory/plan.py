@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import partial
 
 import islpy as isl
 import numpy as np
@@ -183,6 +184,11 @@ def _conflicts(op: Op, slots, dom: isl.Set, readers: isl.UnionMap, smap: isl.Uni
 _CONFLICTS = LRU(8192)
 
 
+def _grow(slots: tuple, j: int) -> tuple:
+    """``slots`` with dim ``j`` growing (a block axis) instead of a ring."""
+    return tuple(None if k == j else s for k, s in enumerate(slots))
+
+
 def plan_memory(sdg: SDG, schedule, bounds: dict[str, int], block: int = 64) -> MemoryPlan:
     order = I.fix(schedule.order, bounds)
     by_op = {int(m.get_tuple_name(isl.dim_type.in_)[2:]): m for m in I.maps_of(order)}
@@ -213,13 +219,20 @@ def plan_memory(sdg: SDG, schedule, bounds: dict[str, int], block: int = 64) -> 
             def conflicts(slots, op=op, i=i, rmap=rmap, smap=smap):
                 return _conflicts(op, slots, domains[i], rmap, smap)
 
+            def clash(slots, conflicts=conflicts, found=found):
+                return (conflicts(slots) if found is None else  # another layer's answer
+                        _CONFLICTS.get((found[0], slots), partial(conflicts, slots)))
+
             for _ in range(len(slots) + 1):
-                clash = (conflicts(slots) if found is None else  # another layer's answer
-                         _CONFLICTS.get((found[0], slots), lambda s=slots: conflicts(s)))
-                if not clash:
+                if not clash(slots):
                     break
                 rings = [j for j, s in enumerate(slots) if s is not None]
-                slots = tuple(None if j == rings[-1] else s for j, s in enumerate(slots))
+                # a point slot is given up first when that alone is enough: a window's ring
+                # is what keeps a store from growing (a window's keys over (n, t) with the
+                # layer loop inside the step loop: a block over n, a ring over t)
+                slots = next((c for c in (_grow(slots, j) for j in rings if slots[j] == 1
+                                          and j != rings[-1]) if not clash(c)),
+                             _grow(slots, rings[-1]))
             if any(w is not None and s is None and any(_window(e.index[k], op.domain[k])
                                                        for e in readers)
                    for k, (w, s) in enumerate(zip(wanted, slots))):
