@@ -14,9 +14,8 @@ Models (``--model``, recorded as ``model``):
 - ``llama``: ``tl.nn.Llama`` (grouped-query attention with ``--kv-heads`` (default heads / 2),
   RoPE, SwiGLU of width 3 x embed, a tied head over ``--vocab`` tokens) decoding greedily
   from a 16-token prompt, each step fed the token the last one picked; output: the tokens;
-  checked as a greedy decode by the plain-JAX twin (see ``benchmarks.llama``). gpt2's given
-  embeddings let a compiler batch a layer over all steps (a prefill); llama's feedback does
-  not.
+  checked as a greedy decode by the plain-JAX twin (see ``benchmarks.llama``); no system can
+  run a layer over all steps at once, as in serving.
 
 Systems (same weights, same tokens, outputs checked against the model's check before timing):
 
