@@ -326,9 +326,10 @@ def test_batched_window_decoder_matches_numpy_on_both_executors(weights, batched
     close(ref["y"], want, msg="reference vs numpy window decoder")
     close(run["y"], ref["y"], rtol=1e-5, atol=1e-5, msg="interpreter vs reference")
     assert_peaks_agree(prog, run)
-    # keys and values are read through a window of 4 steps: ring stores of 4 slots along t
+    # keys and values are read through a window of 4 steps: rings of 4 slots along t (over
+    # the layers a block, as the layer loop runs inside the step loop)
     rings = [s for s in prog.memory.storages.values()
-             if s.kind == "ring" and s.dims[-1] == "t" and s.slots[-1] == WINDOW]
+             if s.dims and s.dims[-1] == "t" and s.slots[-1] == WINDOW]
     assert len(rings) >= 2, prog.memory.pretty()
 
 

@@ -23,7 +23,7 @@ from ..stage import Stage
 from ..symbolic import Const, Dim, Expr, Slice
 from ..symbolic import isl as I
 from ..symbolic.expr import MinMax
-from ..symbolic.sizes import const_cap, pad, size_class
+from ..symbolic.sizes import const_cap, pad, size_class, store_extent
 from .simulate import simulate
 
 SCHEMA = "tempo_lab.memory/1"
@@ -54,6 +54,13 @@ class Storage:
         for s, x, b in zip(self.slots, extents, self.blocks):
             n *= s if s is not None else -(-x // b) * b
         return n * self.item_bytes
+
+    def allocated(self, k: int, bound: int) -> int:
+        """Points a growing axis ``k`` holds for the whole run when its dim's bound is
+        ``bound`` (a static allocation): one block if the bound fits, else whole blocks up to
+        the bound's size class."""
+        b = self.blocks[k]
+        return b if bound <= b else -(-size_class(bound) // b) * b
 
     def describe(self) -> str:
         axes = [f"{d}:{'blocks of ' + str(b) if s is None else s}"
@@ -241,13 +248,13 @@ def plan_memory(sdg: SDG, schedule, bounds: dict[str, int], block: int = 64) -> 
                         for x in op.type.shape)
         # The innermost growing dim grows in blocks of ``block`` points whatever its bound
         # beyond one block, so buffer shapes (and so compiled kernels) do not depend on that
-        # bound; a bound whose size class fits in one block takes one block of that class
-        # (two layers' weights are not stored as 64). Outer growing dims take their bound's
-        # size class, so a (b, t) store is not block x block.
+        # bound; a bound that fits in one block takes one block of its store extent (two
+        # layers' weights are not stored as 64). Outer growing dims take their store extent,
+        # so a (b, t) store is not block x block.
         growing = [k for k, w in enumerate(slots) if w is None]
-        blocks = tuple(min(block, size_class(bounds[d.bound.name]))
+        blocks = tuple(min(block, store_extent(bounds[d.bound.name]))
                        if growing and k == growing[-1] else
-                       size_class(bounds[d.bound.name]) for k, d in enumerate(op.domain))
+                       store_extent(bounds[d.bound.name]) for k, d in enumerate(op.domain))
         storages[i] = Storage(i, tuple(d.name for d in op.domain), slots, spatial,
                               op.type.dtype, blocks)
     steps, timeline, lifetimes, n_steps, peak = simulate(schedule.ast, storages, bounds)

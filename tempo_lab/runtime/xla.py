@@ -116,10 +116,8 @@ class _Xla:
             if i in self.local:
                 continue
             op = self.sdg.ops[i]
-            axes = []
-            for d, w, b in zip(op.domain, s.slots, s.blocks):
-                n = size_class(self.bounds.get(d.bound.name, 1))
-                axes.append(w if w is not None else -(-n // b) * b)
+            axes = [w if w is not None else s.allocated(k, self.bounds.get(d.bound.name, 1))
+                    for k, (d, w) in enumerate(zip(op.domain, s.slots))]
             out[i] = (tuple(axes) + tuple(s.spatial), s.dtype)
         return out
 

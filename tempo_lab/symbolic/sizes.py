@@ -30,3 +30,10 @@ def pad(e, value: int) -> int:
 def size_class(n: int) -> int:
     """``n`` rounded up to a power of two, at least MIN_PAD."""
     return max(MIN_PAD, 1 << max(0, int(n) - 1).bit_length())
+
+
+def store_extent(n: int) -> int:
+    """The points a store allocates along a dim of bound ``n``: ``n`` itself up to MIN_PAD (two
+    layers' weights are two, not eight), else its size class, so that a larger bound in the
+    same class keeps the store's shape."""
+    return int(n) if int(n) <= MIN_PAD else size_class(n)
