@@ -137,9 +137,36 @@ class _Codegen:
                 w(d + 1, f"if not E{i} and W{i} >= {at} >= 0 and bool(b{i}[{at}]):")
                 w(d + 2, f"{ic.bound(node.bound)}, E{i} = {at} + 1, True")
             w(d + 1, f"{v} += {node.step}")
+            if isinstance(node, While) and any(isinstance(n, Free) for n in node.walk()):
+                # ended early: the frees of its last iteration under the reached bound
+                # (schedule.last_frees)
+                w(d, f"if E{node.done} and {v} > {lo}:")
+                w(d + 1, f"{v} -= {node.step}")
+                self._frees(w, node.body, d + 1)
         if self._depth == 1:  # progress: an iteration of an outermost loop ended
             w(d + 1, "R.tick()")
         self._depth -= 1
+
+    def _frees(self, w: _Writer, node, d: int):
+        """Only the ``Free`` nodes of ``node``, under their conditions and inner loops."""
+        if not any(isinstance(n, Free) for n in node.walk()):
+            return
+        if isinstance(node, Seq):
+            for n in node.body:
+                self._frees(w, n, d)
+        elif isinstance(node, For):
+            w(d, f"for {ic.var(node.var)} in range({ic.expr_src(node.lo)}, "
+                 f"{ic.expr_src(node.hi)}, {node.step}):")
+            self._frees(w, node.body, d + 1)
+        elif isinstance(node, If):
+            w(d, f"if {ic.cond_src(node.cond)}:")
+            self._frees(w, node.then, d + 1)
+            w(d + 1, "pass")
+            if node.orelse is not None and any(isinstance(n, Free) for n in node.orelse.walk()):
+                w(d, "else:")
+                self._frees(w, node.orelse, d + 1)
+        else:
+            self._node(w, node, d)
 
     def _exec(self, w: _Writer, node: Exec, d: int):
         low = self.lowered

@@ -170,8 +170,10 @@ def walk(node: Node, env: dict[str, int],
     ``env`` holds the bound values (and is updated with loop variables). ``done(loop, point)``
     is asked after every iteration of a ``While`` loop with the point of its condition, until
     it holds: the bound in ``env`` then becomes ``point + 1``, and the loop runs on while its
-    own bound, evaluated with that value, allows; so do later loops. ``tick()`` is called after
-    every iteration of an outermost loop (progress).
+    own bound, evaluated with that value, allows; so do later loops. When that ends the loop
+    early, the frees its last iteration would have made under the reached bound follow it
+    (``last_frees``): they were skipped while the bound was still the maximum. ``tick()`` is
+    called after every iteration of an outermost loop (progress).
     """
     if isinstance(node, Exec):
         yield node, tuple(a.evaluate(env) for a in node.args)
@@ -187,20 +189,45 @@ def walk(node: Node, env: dict[str, int],
             yield from walk(node.orelse, env, done, tick)
     elif isinstance(node, For):
         v, hi = node.lo.evaluate(env), node.hi.evaluate(env)
-        ended = False
+        ended = last = None
         while v < hi:
-            env[node.var] = v
+            env[node.var] = last = v
             yield from walk(node.body, env, done)
             if tick is not None:
                 tick()
-            if isinstance(node, While) and done is not None and not ended:
+            if isinstance(node, While) and done is not None and ended is None:
                 at = node.at.evaluate(env)
                 if done(node, at):
-                    env[node.bound], ended = at + 1, True
+                    ended, env[node.bound] = env[node.bound], at + 1
             v += node.step
             hi = node.hi.evaluate(env)
+        if ended is not None and ended != env[node.bound] and last is not None:
+            env[node.var] = last
+            yield from ((f, ()) for f in last_frees(node.body, env))
         env.pop(node.var, None)
 
 
-__all__ = ["Schedule", "schedule_sdg", "walk", "IncompleteSchedule", "OPTION_SETS",
+def last_frees(node: Node, env: dict[str, int]) -> Iterator[Free]:
+    """The ``Free`` nodes of ``node`` whose conditions hold in ``env`` (inner loops run over
+    their ranges), without executing anything: what a ``While`` loop that ended early frees
+    after its last iteration. Freeing a store twice is harmless to every executor."""
+    if isinstance(node, Free):
+        yield node
+    elif isinstance(node, Seq):
+        for n in node.body:
+            yield from last_frees(n, env)
+    elif isinstance(node, If):
+        branch = node.then if node.cond.evaluate(env) else node.orelse
+        if branch is not None:
+            yield from last_frees(branch, env)
+    elif isinstance(node, For) and any(isinstance(n, Free) for n in node.walk()):
+        v, hi = node.lo.evaluate(env), node.hi.evaluate(env)
+        while v < hi:
+            env[node.var] = v
+            yield from last_frees(node.body, env)
+            v += node.step
+        env.pop(node.var, None)
+
+
+__all__ = ["Schedule", "schedule_sdg", "walk", "last_frees", "IncompleteSchedule", "OPTION_SETS",
            "FALLBACK_OPTION_SETS", "Exec", "For", "Free", "If", "Seq", "Node", "While"]
