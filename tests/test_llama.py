@@ -183,6 +183,8 @@ def test_errors_name_the_problem():
             MODEL({**p, "layers.attn.wq": p["layers.attn.wq"][0]}, x, t, n)
         with pytest.raises(tl.ShapeError, match="prompt"):
             MODEL.generate(p, x, t, n)
+        with pytest.raises(tl.ShapeError, match="must not vary over the step dim"):
+            MODEL.generate(p, tl.from_array(ids()[:, :, None], domain=(b, t)), t, n)
 
 
 def test_the_benchmark_check_accepts_a_greedy_decode_and_rejects_another_token():

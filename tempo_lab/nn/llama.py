@@ -132,6 +132,10 @@ class Llama:
             raise ShapeError(f"{me}: the prompt must be an int tensor of shape (P,) per point, "
                              f"got {getattr(prompt, 'type', type(prompt).__name__)}; lift "
                              f"(B, P) prompts with tl.from_array(prompts, domain=(b,))")
+        if t in prompt.domain or n in prompt.domain:
+            raise ShapeError(f"{me}: the prompt varies over ({', '.join(map(str, prompt.domain))})"
+                             f" but must not vary over the step dim {t} or the layer dim {n}: "
+                             f"give its P tokens as its shape (P,)")
         plen = spatial_shape(prompt)[0]
         if not isinstance(plen, int) or plen < 1:
             raise ShapeError(f"{me}: the prompt needs a static length >= 1, got "
