@@ -128,7 +128,7 @@ class Embedding:
         if ids.ndim:
             hot = api.eq(ids.expand_dims(-1), constant(np.arange(self.vocab), ids.ctx, "int32"))
             return hot.astype(table.dtype) @ table
-        inside = api.eq(api.minimum(api.maximum(ids, 0), self.vocab - 1), ids)
+        inside = (ids >= 0) & (ids < self.vocab)
         return api.where(inside.expand_dims(-1), api.take(table, ids), 0.0)
 
 

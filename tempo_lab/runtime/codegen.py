@@ -137,7 +137,7 @@ class _Codegen:
                 w(d + 1, f"if not E{i} and W{i} >= {at} >= 0 and bool(b{i}[{at}]):")
                 w(d + 2, f"{ic.bound(node.bound)}, E{i} = {at} + 1, True")
             w(d + 1, f"{v} += {node.step}")
-            if isinstance(node, While) and any(isinstance(n, Free) for n in node.walk()):
+            if isinstance(node, While) and node.has_free():
                 # ended early: the frees of its last iteration under the reached bound
                 # (schedule.last_frees)
                 w(d, f"if E{node.done} and {v} > {lo}:")
@@ -149,7 +149,7 @@ class _Codegen:
 
     def _frees(self, w: _Writer, node, d: int):
         """Only the ``Free`` nodes of ``node``, under their conditions and inner loops."""
-        if not any(isinstance(n, Free) for n in node.walk()):
+        if not node.has_free():
             return
         if isinstance(node, Seq):
             for n in node.body:
@@ -162,7 +162,7 @@ class _Codegen:
             w(d, f"if {ic.cond_src(node.cond)}:")
             self._frees(w, node.then, d + 1)
             w(d + 1, "pass")
-            if node.orelse is not None and any(isinstance(n, Free) for n in node.orelse.walk()):
+            if node.orelse is not None and node.orelse.has_free():
                 w(d, "else:")
                 self._frees(w, node.orelse, d + 1)
         else:

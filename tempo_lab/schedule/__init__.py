@@ -220,7 +220,7 @@ def last_frees(node: Node, env: dict[str, int]) -> Iterator[Free]:
         branch = node.then if node.cond.evaluate(env) else node.orelse
         if branch is not None:
             yield from last_frees(branch, env)
-    elif isinstance(node, For) and any(isinstance(n, Free) for n in node.walk()):
+    elif isinstance(node, For) and node.has_free():
         v, hi = node.lo.evaluate(env), node.hi.evaluate(env)
         while v < hi:
             env[node.var] = v

@@ -15,6 +15,10 @@ class Node:
     def walk(self) -> Iterator[Node]:
         yield self
 
+    def has_free(self) -> bool:
+        """Whether a ``Free`` is in this subtree."""
+        return any(isinstance(n, Free) for n in self.walk())
+
 
 @dataclass(frozen=True)
 class Exec(Node):
