@@ -269,3 +269,23 @@ def test_wrong_sizes_raise_clear_errors():
         _raises(tl.ExprError, lambda: tl.nn.attention(xe, xe, xe, t, window=0))
     with pytest.raises(tl.ShapeError):
         tl.nn.MultiHeadAttention(10, 3)
+
+
+@pytest.mark.parametrize("executor", ["reference", "interpreter", "codegen", "xla"])
+def test_embedding_gives_zeros_outside_the_vocabulary(executor):
+    """One id per point reads a row (tl.take); several per point a one-hot matmul; both give a
+    zero vector for an id outside [0, vocab), as NumPy does below."""
+    emb = tl.nn.Embedding(V, E)
+    P = emb.init(0)
+    one, many = np.array([0, 7, -2, 4, 3, 5], np.int32), np.array([[1, -1], [5, 2]] * 3, np.int32)
+    ctx, t, TT = ctx_t()
+    with ctx:
+        out = {"one": emb(P, tl.from_array(one, domain=(t,))),
+               "many": emb(P, tl.from_array(many, domain=(t,)))}
+    res = ctx.compile(bounds={TT: T}, outputs=out,
+                      config=tl.CompileConfig(executor=executor)).run()
+
+    def rows(ids):
+        return np.where(((ids >= 0) & (ids < V))[..., None], P["w"][np.clip(ids, 0, V - 1)], 0)
+
+    assert_close(res, {"one": rows(one), "many": rows(many)})
