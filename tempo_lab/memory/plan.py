@@ -136,14 +136,16 @@ def _offset(x: Expr, d: Dim) -> int | None:
     return diff.value if isinstance(diff, Const) else None
 
 
-def _wanted_slots(sdg: SDG, op: Op, k: int) -> int | None:
+def _wanted_slots(sdg: SDG, op: Op, k: int, lag=lambda e, d: 0) -> int | None:
     """Ring size along the op's k-th dim that its readers' index patterns call for: the span
     of offsets they read relative to the point being written (``t - 2`` needs 3 slots, a window
-    ``max(0, t - 3):t + 1`` needs 4), or None when a read is not within a constant distance."""
+    ``max(0, t - 3):t + 1`` needs 4; a reader the schedule runs ``lag`` points late reads
+    ``lag`` further back), or None when a read is not within a constant distance."""
     d = op.domain[k]
     lo = hi = 0
     for e in sdg.out_edges(op.id):
         x = e.index[k]
+        back = lag(e, d)
         if isinstance(x, Slice):
             cap, a, b = const_cap(x.length), _offset(x.start, d), _offset(x.stop, d)
             if a is None and (b is None or cap is None):
@@ -152,11 +154,11 @@ def _wanted_slots(sdg: SDG, op: Op, k: int) -> int | None:
             last = b - 1 if b is not None else (a + cap - 1 if cap is not None else None)
             if last is None:
                 return None
-            lo, hi = min(lo, first), max(hi, last)
+            lo, hi = min(lo, first - back), max(hi, last - back)
         else:
             o = _offset(x, d)
             if o is not None:
-                lo, hi = min(lo, o), max(hi, o)
+                lo, hi = min(lo, o - back), max(hi, o - back)
     return hi - lo + 1
 
 
@@ -211,7 +213,9 @@ def plan_memory(sdg: SDG, schedule, bounds: dict[str, int], block: int = 64) -> 
         if kept:  # every point is returned (or checked when its dim may end)
             slots = (None,) * len(op.domain)
         else:
-            slots = tuple(_wanted_slots(sdg, op, k) for k in range(len(op.domain)))
+            slots = tuple(_wanted_slots(sdg, op, k, lambda e, d: schedule.lag(e.dst, e.src,
+                                                                                d.name))
+                          for k in range(len(op.domain)))
             rmap = None
             for e in readers:
                 m = isl.UnionMap.from_map(I.fix(sdg.isl_map(e), bounds)

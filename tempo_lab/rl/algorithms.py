@@ -33,7 +33,12 @@ from .rollout import action_type, rollout
 @dataclass(frozen=True)
 class ReinforceConfig:
     """``n_step=None``: Monte-Carlo returns with the batch mean as baseline; ``n_step=n``:
-    TD(n) returns bootstrapped from a learned value (an actor-critic), advantage ``G^n - V``."""
+    TD(n) returns bootstrapped from a learned value (an actor-critic), advantage ``G^n - V``.
+
+    ``loss_mean="alive"`` averages the loss over the iteration's alive steps, a count known
+    only once the whole rollout has run; ``"steps"`` over all ``B · T`` steps (the ended ones
+    add zero), known before it, so with TD(n) returns every step's gradient can be
+    accumulated ``n`` steps after it runs (what ``benchmarks.rl_memory`` measures)."""
 
     lr: float = 1e-2
     gamma: float = 0.99
@@ -42,7 +47,13 @@ class ReinforceConfig:
     vf_coef: float = 0.5
     ent_coef: float = 0.0
     normalize: bool = True       # scale advantages to unit variance per iteration
+    loss_mean: str = "alive"     # or "steps"
     seed: int = 0
+
+    def __post_init__(self):
+        if self.loss_mean not in ("alive", "steps"):
+            raise ArgumentError(f"ReinforceConfig(loss_mean={self.loss_mean!r}): give 'alive' "
+                                "(the mean over the alive steps) or 'steps' (over all B * T)")
 
     DIMS = ("i", "b", "t")
 
@@ -153,7 +164,9 @@ def _build(ctx, env, cfg, loss_terms, targets):
         count = _per_iteration(ro.alive, i, B, T)
         obs[i, b, t] = ro.obs
         action[i, b, t] = ro.action
-        weight[i, b, t] = ro.alive / count
+        per_point = count if cfg.loss_mean == "alive" else \
+            as_tensor(B, ctx).astype("float32") * as_tensor(T, ctx).astype("float32")
+        weight[i, b, t] = ro.alive / per_point
         values = targets(ro, _next_value(ro, value(net, theta, ro.next_obs), t, T), count)
         for k in ("adv", "target", "old_logp"):
             stopped[k][i, b, t] = values[k]

@@ -13,9 +13,12 @@ have; the γ^k weights come from unrolling it, which is what the NumPy reference
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ..errors import DefinitionError, user_location
-from ..frontend.api import placeholder
+from ..frontend.api import exp, lift, placeholder, stack
 from ..frontend.tensor import RecurrentTensor as RT
+from ..frontend.tensor import as_tensor
 from ..symbolic import Dim
 
 
@@ -48,22 +51,59 @@ def n_step_returns(r: RT, value: RT, t: Dim, T, gamma: float, n: int, done: RT |
     and at the horizon (where ``bootstrap[T-1]`` discounted by ``γ^(T - t)`` takes the place of
     ``V[t + n]``). ``value[t]`` estimates the state at ``t``.
 
-    Built from the full return ``G`` by unrolling its recurrence ``n`` times:
-    ``G[t] = Σ_{k<n} γ^k r[t + k] + γ^n c[t] G[t + n]`` with ``c[t] = Π_{k<n} (1 - done[t + k])``,
-    so the n-step return is ``G[t] + γ^n c[t] (V[t + n] - G[t + n])`` where ``t + n < T`` and
-    ``G[t]`` elsewhere."""
+    Written as a window of the next ``n`` steps (``r[t + k]``, zero beyond the horizon), not
+    from the Monte-Carlo return's backward recurrence: step ``t``'s return then depends on
+    steps ``t .. t + n`` only, so a schedule may consume it ``n`` steps later inside the
+    rollout's loop instead of after the whole episode (what lets a TD(n) learner's memory stay
+    flat in ``T``)."""
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise DefinitionError(f"n_step_returns needs an int n >= 1, got {n!r}", user_location())
-    g = discounted_returns(r, t, T, gamma, done, mask, bootstrap)
-    out = placeholder(r.shape, r.dtype, domain=r.domain, name=f"returns_{n}step")
-    ahead = _keys(g, t, t + n)
-    if done is None:
-        cont = 1.0
-    else:
-        cont = 1.0 - done[_keys(done, t, slice(t, t + n))].astype(r.dtype).max(axis=0)
-    out[t < T - n] = g + gamma ** n * cont * (value[ahead] - g[ahead])
-    out[_keys(out, t, t)] = g
-    return out
+    if mask is not None:
+        r = r * mask
+    zero = np.zeros((), r.dtype)
+    rewards = stack([_ahead(r, t, T, k, zero) for k in range(n)])
+    dones = None if done is None else stack(
+        [_ahead(done.astype(r.dtype), t, T, k, zero) for k in range(n)])
+    boot = placeholder(r.shape, r.dtype, domain=r.domain, name=f"bootstrap_{n}step")
+    boot[t < T - n] = gamma ** n * value[_keys(value, t, t + n)]
+    if bootstrap is None:
+        boot[_keys(boot, t, t)] = zero
+    else:  # the horizon is T - t < n steps away
+        steps = as_tensor(T - t, r.ctx).astype(r.dtype)
+        boot[_keys(boot, t, t)] = exp(steps * float(np.log(gamma))) \
+            * bootstrap[_keys(bootstrap, t, T - 1)]
+    window = _Window(float(gamma), n)
+    return lift(window)(rewards, boot) if dones is None else lift(window)(rewards, boot, dones)
+
+
+def _ahead(x: RT, t: Dim, T, k: int, fill) -> RT:
+    """``x[t + k]`` where ``t + k < T``, ``fill`` beyond the horizon."""
+    if k == 0:
+        return x
+    y = placeholder(x.shape, x.dtype, domain=x.domain, name=f"{x.name or 'x'}_ahead{k}")
+    y[t < T - k] = x[_keys(x, t, t + k)]
+    y[_keys(y, t, t)] = fill
+    return y
+
+
+class _Window:
+    """``Σ_k γ^k c_k r_k + c_n boot`` over a window of ``n`` steps, ``c_k`` the chance that the
+    episode is still running after ``k`` of them (the product of ``1 - done``)."""
+
+    def __init__(self, gamma: float, n: int):
+        self.gamma, self.n = gamma, n
+        self.__name__ = f"n_step_window_{n}"
+
+    def __call__(self, rewards, boot, dones=None):
+        import jax.numpy as jnp
+
+        shape = (self.n,) + (1,) * (rewards.ndim - 1)
+        disc = (self.gamma ** jnp.arange(self.n, dtype=rewards.dtype)).reshape(shape)
+        if dones is None:
+            return (disc * rewards).sum(axis=0) + boot
+        running = jnp.cumprod(1 - dones, axis=0)
+        cut = jnp.concatenate([jnp.ones_like(running[:1]), running[:-1]])
+        return (disc * cut * rewards).sum(axis=0) + running[-1] * boot
 
 
 def gae(r: RT, value: RT, next_value: RT, t: Dim, T, gamma: float, lam: float,

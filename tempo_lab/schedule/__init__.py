@@ -22,11 +22,22 @@ class Schedule(Stage):
 
     def __init__(self, sdg: SDG, domains: Mapping[int, isl.Set], validity: isl.UnionMap,
                  tree: isl.Schedule, ast: Node, order: isl.UnionMap,
-                 options: Mapping[str, int] | None = None):
+                 options: Mapping[str, int] | None = None,
+                 placed: Mapping[tuple[int, str], tuple[int, int]] | None = None):
         self.sdg, self.domains, self.validity, self.tree, self.ast = (sdg, dict(domains),
                                                                       validity, tree, ast)
         self.order = order  # statement instance -> time in the loop AST that runs
         self.options = options  # "fusion", or the isl scheduler options it was computed with
+        # the fusion scheduler's loops: (op, dim) -> (direction, shift), point x of the op runs
+        # at loop time direction * x + shift (how many iterations late a reader runs)
+        self.placed = dict(placed or {})
+
+    def lag(self, reader: int, producer: int, dim: str) -> int:
+        """How many points along ``dim`` the producer has moved on when ``reader`` runs the
+        same point (0 where neither is shifted or the schedule is isl's)."""
+        w, s_r = self.placed.get((reader, dim), (1, 0))
+        _, s_p = self.placed.get((producer, dim), (1, 0))
+        return w * (s_r - s_p)
 
     @property
     def method(self) -> str:
@@ -127,14 +138,14 @@ def schedule_sdg(sdg: SDG, options: Mapping[str, int] | str | None = None) -> Sc
     dom, validity, deps = build.constraints(sdg, domains, maps)
     if options == "fusion":
         try:
-            tree = fusion.fusion_schedule(sdg, domains, [fusion.dep_of_map(m, sdg, index)
-                                                        for m, index in deps])
+            tree, placed = fusion.fusion_schedule(
+                sdg, domains, [fusion.dep_of_map(m, sdg, index) for m, index in deps])
         except fusion.Declined as e:
             raise IncompleteSchedule(f"the fusion scheduler declined: {e}") from None
         if not fusion.check(tree.get_map(), [m for m, _ in deps]):
             raise IncompleteSchedule("the fused loop nest breaks a dependence")
     else:
-        tree = _isl_schedule(sdg, dom, validity, options)
+        tree, placed = _isl_schedule(sdg, dom, validity, options), {}
     try:
         ast = build.mark_untils(build.lower(build.ast(tree, pctx), sdg), sdg,
                                 shifts=options != "fusion")
@@ -144,7 +155,7 @@ def schedule_sdg(sdg: SDG, options: Mapping[str, int] | str | None = None) -> Sc
     if not dom.is_subset(order.domain()):
         raise IncompleteSchedule(f"the schedule ({options}) leaves out statement instances")
     ast = build.insert_frees(ast, build.last_reads(sdg, order, domains, maps), sdg)
-    return Schedule(sdg, domains, validity, tree, ast, order, options)
+    return Schedule(sdg, domains, validity, tree, ast, order, options, placed)
 
 
 def _isl_schedule(sdg: SDG, dom, validity, options: Mapping[str, int]):

@@ -15,6 +15,13 @@ this builds them directly, level by level:
   starting a new loop (over its outermost valid dim, in universe order) or standing alone;
 * inside a loop the same is done with the dependences at distance 0 along it.
 
+A component may also join the open loop *shifted*: when every dependence from the loop's ops to
+it reaches a bounded number of points ahead along the loop (a TD(n) return reading the reward
+``n`` steps on, a value at ``t + 1``), it runs that many iterations late (``t + s``), so it
+still consumes each value in the loop that makes it instead of in a second loop after the
+whole range. A shift is a constant found with isl from the dependences; a loop over a
+``tl.until`` dim is never shifted (its end is known only when the condition holds).
+
 The result is a "2d+1" schedule (``[beta0, +-d1, beta1, +-d2, ...]`` per op); isl checks that
 it runs every producer instance before its readers and generates the loop AST from it. Where a
 component has no valid dim (a wavefront a skewed schedule could run) this scheduler declines
@@ -23,6 +30,7 @@ and isl's scheduler is tried instead.
 from __future__ import annotations
 
 import bisect
+import math
 from dataclasses import dataclass, field
 
 import islpy as isl
@@ -69,6 +77,16 @@ class _Fusion:
         self.out: dict[int, list[Dep]] = {}
         for dep in deps:
             self.out.setdefault(dep.src, []).append(dep)
+        # (op, dim) -> (direction, shift) of the loop over dim that runs op: point x of op runs
+        # at loop time direction * x + shift
+        self.placed: dict[tuple[int, str], tuple[int, int]] = {}
+        self.unshifted = {d.name for d in sdg.dims if d.bound.name in sdg.untils}
+
+    def _level_gap(self, dep: Dep, o: str) -> int:
+        """The distance ``dst.o - src.o`` at which the two run at the same loop time."""
+        w, s_dst = self.placed.get((dep.dst, o), (1, 0))
+        _, s_src = self.placed.get((dep.src, o), (1, 0))
+        return w * (s_src - s_dst)
 
     # -- dependence distances -------------------------------------------------------------
     def signs(self, dep: Dep, outer: tuple[str, ...], d: str | None) -> frozenset[int]:
@@ -93,8 +111,8 @@ class _Fusion:
             c = self._shift(dep, o)
             if c is None:
                 return None
-            if c != 0:
-                return frozenset()  # never at equal outer values
+            if c != self._level_gap(dep, o):
+                return frozenset()  # never at equal outer loop times
         if d is None:
             return frozenset({0})
         c = self._shift(dep, d)
@@ -108,8 +126,32 @@ class _Fusion:
         c = x - Dim(name)
         return -c.value if isinstance(c, Const) else None
 
-    def _isl(self, dep: Dep, outer, d) -> frozenset[int]:
+    def _at_equal_times(self, dep: Dep, outer) -> isl.Set:
+        """The pairs of ``dep`` that run at equal loop times of the ``outer`` loops."""
         rel = dep.rel
+        affs = isl.affs_from_space(rel.get_space())
+        for o in outer:
+            gap = affs[0] + self._level_gap(dep, o)
+            rel = rel & (affs[f"d{self._pos(dep.dst, o)}"]
+                         - affs[f"s{self._pos(dep.src, o)}"]).eq_set(gap)
+        return rel
+
+    def least_distance(self, dep: Dep, outer, d: str, w: int) -> int | float | None:
+        """The least ``w * (dst.d - src.d)`` over the pairs at equal outer loop times: None
+        if there are none, ``-inf`` if it is unbounded (grows with a bound)."""
+        if dep.index is not None and all(self._shift(dep, o) is not None for o in outer) \
+                and self._shift(dep, d) is not None:
+            if any(self._shift(dep, o) != self._level_gap(dep, o) for o in outer):
+                return None
+            return w * self._shift(dep, d)
+        rel = self._at_equal_times(dep, outer)
+        if rel.is_empty():
+            return None
+        hi, lo = f"d{self._pos(dep.dst, d)}", f"s{self._pos(dep.src, d)}"
+        return I.least_gap(rel, hi, lo) if w > 0 else I.least_gap(rel, lo, hi)
+
+    def _isl(self, dep: Dep, outer, d) -> frozenset[int]:
+        rel = self._at_equal_times(dep, outer)
         affs = isl.affs_from_space(rel.get_space())
 
         def s(name):
@@ -118,8 +160,6 @@ class _Fusion:
         def t(name):
             return affs[f"d{self._pos(dep.dst, name)}"]
 
-        for o in outer:
-            rel = rel & s(o).eq_set(t(o))
         if rel.is_empty():
             return frozenset()
         if d is None:
@@ -161,30 +201,32 @@ class _Fusion:
         waiting = {k: len(p) for k, p in preds.items()}  # predecessors not yet placed
         ways = [self._ways(c, succ, comp_of, k, outer) for k, c in enumerate(comps)]
         items: list = []
-        loop = None  # [dim, direction, ops] of the open loop
-        in_loop_ops: set[int] = set()
+        loop = None  # [dim, direction, ops, {op: shift}] of the open loop
         ready = sorted((k for k in range(len(comps)) if not preds[k]), key=lambda k: comps[k][0])
         in_loop: set[int] = set()  # components in the open loop
         while ready:
-            pick = next((k for k in ready if loop and self._joins(
-                loop, in_loop_ops, comps[k], ways[k], into, outer)), None)
+            pick, shift = None, 0
+            for k in (ready if loop else ()):
+                shift = self._joins(loop, comps[k], ways[k], into, outer)
+                if shift is not None:
+                    pick = k
+                    break
             if pick is not None:
                 loop[2].extend(comps[pick])
+                loop[3].update(dict.fromkeys(comps[pick], shift))
                 in_loop.add(pick)
-                in_loop_ops.update(comps[pick])
             else:
                 # one that does not need the open loop runs before it (hoisted), which keeps
                 # the loop open for the ops after; else the loop closes here
                 pick = next((k for k in ready if not preds[k] & in_loop), ready[0])
                 if loop and preds[pick] & in_loop:
                     items.append(("loop", *loop))
-                    loop, in_loop, in_loop_ops = None, set(), set()
+                    loop, in_loop = None, set()
                 comp = comps[pick]
                 if ways[pick] and loop is None:
-                    loop, in_loop = [*ways[pick][0], list(comp)], {pick}
-                    in_loop_ops = set(comp)
+                    loop, in_loop = [*ways[pick][0], list(comp), dict.fromkeys(comp, 0)], {pick}
                 elif ways[pick]:  # another loop, independent of the open one: before it
-                    items.append(("loop", *ways[pick][0], list(comp)))
+                    items.append(("loop", *ways[pick][0], list(comp), dict.fromkeys(comp, 0)))
                 elif len(comp) > 1 or self.remaining(comp[0], outer) \
                         or any(dep.dst == comp[0] for dep in succ[comp[0]]):
                     raise Declined(f"no loop over one dim runs the recurrence of "
@@ -198,9 +240,14 @@ class _Fusion:
                     bisect.insort(ready, k, key=lambda k: comps[k][0])
         if loop:
             items.append(("loop", *loop))
-        return [it if it[0] == "op" else
-                ("loop", it[1], it[2], self.level(it[3], outer + (it[1],), dirs + (it[2],)))
-                for it in items]
+        return [it if it[0] == "op" else self._loop(it, outer, dirs) for it in items]
+
+    def _loop(self, item, outer, dirs):
+        """A loop item with its body's levels, once its ops' shifts are fixed."""
+        _, d, w, ops, shifts = item
+        for i in ops:
+            self.placed[(i, d)] = (w, shifts[i])
+        return ("loop", d, w, self.level(ops, outer + (d,), dirs + (w,)), shifts)
 
     def _ways(self, comp, succ, comp_of, k, outer) -> list[tuple[str, int]]:
         """The (dim, direction) loops a component may run in, best first: dims every op of it
@@ -215,15 +262,24 @@ class _Fusion:
             out += [(d, w) for w in (1, -1) if -w not in signs]
         return out
 
-    def _joins(self, loop, members: set[int], comp, ways, into, outer) -> bool:
-        """Whether a component may run in the open loop: it can run in such a loop, and every
-        dependence from the loop's ops (``members``) to it points the loop's way (or stays at
-        a point)."""
-        d, w, _ = loop
+    def _joins(self, loop, comp, ways, into, outer) -> int | None:
+        """The shift at which a component may run in the open loop, or None: it can run in
+        such a loop, and every dependence from the loop's ops to it reaches a bounded number
+        of points ahead along the loop (none, for a ``tl.until`` loop)."""
+        d, w, _, shifts = loop
         if (d, w) not in ways:
-            return False
-        return not any(dep.src in members and -w in self.signs(dep, outer, d)
-                       for i in comp for dep in into[i])
+            return None
+        shift = 0
+        for i in comp:
+            for dep in into[i]:
+                if dep.src not in shifts:
+                    continue
+                least = self.least_distance(dep, outer, d, w)
+                if least is not None:
+                    shift = max(shift, shifts[dep.src] - least)
+        if shift == math.inf or (shift and d in self.unshifted):
+            return None
+        return shift
 
 
 def sccs(nodes: list[int], succ: dict[int, list[int]]) -> list[list[int]]:
@@ -267,16 +323,17 @@ def sccs(nodes: list[int], succ: dict[int, list[int]]) -> list[list[int]]:
     return out
 
 
-def fusion_schedule(sdg: SDG, domains: dict[int, isl.Set], deps: list[Dep]) -> isl.Schedule:
+def fusion_schedule(sdg: SDG, domains: dict[int, isl.Set], deps: list[Dep]):
     """The fused loop nest of every op with demanded points, as an isl schedule tree: a
     sequence node per level, a band node (one member: the loop's dim, negated for a loop that
-    runs backwards) per loop (``Declined`` if no such nest exists)."""
+    runs backwards, plus the op's shift) per loop (``Declined`` if no such nest exists); and
+    ``{(op, dim): (direction, shift)}`` of every op in a loop."""
     live = {i for i, d in domains.items() if not d.is_empty()}
     f = _Fusion(sdg, live, [dep for dep in deps if dep.src in live and dep.dst in live])
     items = f.level(sorted(live), (), ())
     dom = I.union_of([domains[i] for i in sorted(live)])
     node = isl.Schedule.from_domain(dom).get_root().child(0)
-    return _insert(node, items, sdg, domains).get_schedule()
+    return _insert(node, items, sdg, domains).get_schedule(), dict(f.placed)
 
 
 def _ops_of(item) -> list[int]:
@@ -296,13 +353,13 @@ def _insert(node, items, sdg: SDG, domains):
     it = items[0]
     if it[0] == "op":
         return node
-    _, d, w, body = it
+    _, d, w, body, shifts = it
     member = None
     for i in _ops_of(it):
         names = [f"x{k}" for k in range(len(sdg.ops[i].domain))]
         k = [x.name for x in sdg.ops[i].domain].index(d)
         m = isl.Map(f"[{', '.join(sdg.params)}] -> {{ op{i}[{', '.join(names)}] -> "
-                    f"[{'-' if w < 0 else ''}x{k}] }}", context=I.CTX)
+                    f"[{'-' if w < 0 else ''}x{k} + {shifts[i]}] }}", context=I.CTX)
         m = isl.UnionMap.from_map(m.intersect_domain(domains[i]))
         member = m if member is None else member.union(m)
     node = node.insert_partial_schedule(isl.MultiUnionPwAff.from_union_map(member))

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import math
+
 import islpy as isl
 
 from ..cache import LRU
@@ -246,6 +248,20 @@ def named(s, dims: Sequence[Dim]):
     for k, d in enumerate(dims):
         s = s.set_dim_name(isl.dim_type.set, k, d.name)
     return s
+
+
+def least_gap(s: isl.Set, hi: str, lo: str) -> int | float:
+    """The least value of ``hi - lo`` (two of ``s``'s set dims, by name) over the non-empty
+    set ``s``: an int, or ``-inf`` where it falls without bound as a parameter grows."""
+    sp = s.get_space()
+    ls = isl.LocalSpace.from_space(sp)
+
+    def var(name):
+        return isl.Aff.var_on_domain(ls, isl.dim_type.set,
+                                     sp.find_dim_by_name(isl.dim_type.set, name))
+
+    v = s.min_val(var(hi).sub(var(lo)))
+    return v.to_python() if v.is_int() else -math.inf
 
 
 def max_over(e: Expr, s: isl.Set, dims: Sequence[Dim], values: dict[str, int]) -> int:
