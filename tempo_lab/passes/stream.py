@@ -37,13 +37,14 @@ INF = math.inf
 
 def _whole_sum(ed: Editor, s: Op) -> tuple[Edge, Dim] | None:
     """``(read, d)`` if ``s`` sums its one input over the whole of a static dim ``d``."""
-    if s.kind != "sum" or s.attrs.get("keepdims") or s.attrs.get("axis") not in (0, (0,)):
-        return None
     ins = ed.in_edges(s.id)
-    if len(ins) != 1 or ins[0].cond != TRUE:
+    if s.kind != "sum" or s.attrs.get("keepdims") or len(ins) != 1 or ins[0].cond != TRUE:
         return None
     (read,) = ins
     src = ed.ops[read.src]
+    if s.attrs.get("axis") not in (0, (0,)) and not (s.attrs.get("axis") is None
+                                                     and src.type.shape == ()):
+        return None
     slices = [(d, x) for d, x in zip(src.domain, read.index) if isinstance(x, Slice)]
     if len(slices) != 1:
         return None

@@ -6,9 +6,8 @@ are named with a trailing prime (``t'``) so printed maps read naturally.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import math
+from collections.abc import Sequence
 
 import islpy as isl
 
