@@ -13,7 +13,8 @@ compiler knows about RL: the difference comes from the dependences. Each TD(n) r
 compiled without the objective (``stream=False``) and both runs must give the same losses.
 
 Records: ``{"experiment": "algorithm", "algorithm": "mc" | "td1" | "td4" | ..., "stream",
-"store_peak_bytes" (measured), "predicted_store_peak_bytes" (the memory plan), "iter_s"
+"store_peak_bytes" (measured: on the default XLA executor, every store it allocates for the
+whole run), "predicted_store_peak_bytes" (the memory plan's per-step peak), "iter_s"
 (median warm seconds per training iteration), "compile_s", "steps", "num_envs", ...}``.
 
 Not here yet: the ``large_obs`` experiment (PPO with image observations under a device memory
@@ -36,9 +37,10 @@ QUICK_OUT = os.path.join("benchmarks", "results", "rl_memory_quick.json")
 TARGET = 0.5  # TD(4) store peak / Monte-Carlo's
 
 
-def measure(algorithm: str, steps: int, num_envs: int, iterations: int, runs: int,
-            stream: bool = True, hidden: int = 64) -> tuple[dict, np.ndarray]:
-    """One record, and the per-iteration losses (to check two compilations agree)."""
+def compile_reinforce(algorithm: str, steps: int, num_envs: int, iterations: int,
+                      stream: bool = True, hidden: int = 64, executor: str = "auto"):
+    """REINFORCE on CartPole, ``algorithm`` "mc" or "td<n>", compiled with or without the
+    memory objective; outputs the per-iteration loss and episode return."""
     import tempo_lab as tl
     from tempo_lab.rl.algorithms import ReinforceConfig, reinforce
     from tempo_lab.rl.envs import CartPole
@@ -49,10 +51,16 @@ def measure(algorithm: str, steps: int, num_envs: int, iterations: int, runs: in
     cfg = ReinforceConfig(n_step=n, normalize=False, hidden=hidden, loss_mean="steps")
     ctx = tl.Context(dims=cfg.DIMS)
     tr = reinforce(ctx, CartPole(), cfg)
-    t0 = time.perf_counter()
-    prog = ctx.compile(bounds=cfg.bounds(ctx, iterations, num_envs, steps),
+    return ctx.compile(bounds=cfg.bounds(ctx, iterations, num_envs, steps),
                        outputs={"loss": tr.loss, "episode_return": tr.episode_return},
-                       config=tl.CompileConfig(stream=stream))
+                       config=tl.CompileConfig(stream=stream, executor=executor))
+
+
+def measure(algorithm: str, steps: int, num_envs: int, iterations: int, runs: int,
+            stream: bool = True, hidden: int = 64) -> tuple[dict, np.ndarray]:
+    """One record, and the per-iteration losses (to check two compilations agree)."""
+    t0 = time.perf_counter()
+    prog = compile_reinforce(algorithm, steps, num_envs, iterations, stream, hidden)
     first = prog.run()
     compile_s = time.perf_counter() - t0
     times = []
@@ -65,7 +73,7 @@ def measure(algorithm: str, steps: int, num_envs: int, iterations: int, runs: in
            "store_peak_bytes": int(first.profile.peak_bytes),
            "predicted_store_peak_bytes": int(prog.memory.peak_bytes),
            "iter_s": statistics.median(times) / iterations, "compile_s": compile_s,
-           "loadavg": loadavg()}
+           "executor": prog.executor, "loadavg": loadavg()}
     return rec, np.asarray(run["loss"])
 
 
