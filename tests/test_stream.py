@@ -99,3 +99,28 @@ def test_streamed_gradients_equal_jax_grad(spec):
 def test_loss_mean_is_checked():
     with pytest.raises(tl.TempoLabError, match="loss_mean"):
         ReinforceConfig(loss_mean="episodes")
+
+
+@pytest.mark.parametrize("executor", ["interpreter", "xla"])
+def test_a_tl_until_loop_is_never_shifted(executor):
+    """A reader one step ahead inside a loop whose end is data-dependent keeps its own loop:
+    shifting it would run points past an end that is not known yet."""
+    ctx = tl.Context(dims=("t",))
+    (t,) = ctx.dims
+    (T,) = ctx.bounds
+    with ctx:
+        c = tl.placeholder((), "float32", domain=(t,), name="c")
+        c[0] = tl.zeros(())
+        c[t] = c[t - 1] + 1.0
+        ahead = tl.placeholder((), "float32", domain=(t,), name="ahead")
+        ahead[t < T - 1] = c[t + 1] * 2.0
+        ahead[t] = c[t]
+        total = ahead[0:T].sum(axis=0)
+        done = c >= 5.0
+    prog = ctx.compile(bounds={T: tl.until(done, max=20)}, outputs={"total": total},
+                       config=tl.CompileConfig(executor=executor, stream=True))
+    run = prog.run()
+    assert run.bounds["T"] == 6
+    assert float(run["total"]) == 2 * sum(range(1, 6)) + 5
+    a, c_ = (next(i for i, op in prog.sdg.ops.items() if op.name == n) for n in ("ahead", "c"))
+    assert prog.schedule.lag(a, c_, "t") == 0
