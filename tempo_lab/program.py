@@ -66,12 +66,14 @@ class CompileConfig:
     xla_split: int = 8
     sync_profile: bool = False
     # passes, run in this order when their switch is on (see tempo_lab/passes)
-    passes: tuple[str, ...] = ("simplify", "fold", "cse", "stream", "contract", "dce", "tile",
+    passes: tuple[str, ...] = ("simplify", "fold", "cse", "remat", "stream", "contract", "dce",
+                               "tile",
                                "vectorise", "incrementalise", "fuse")
     simplify: bool = True
     fold_constants: bool = True
     cse: bool = True
     dce: bool = True
+    remat: bool = True
     stream: bool = False  # the memory objective: sums over a loop dim become running sums in
     # the loop when their summands are ready a bounded number of steps after their point
     # (passes/stream.py); off by default, as one vjp per step is slower than one per range

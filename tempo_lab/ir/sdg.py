@@ -249,6 +249,32 @@ class SDG(Stage):
         return "\n".join(lines)
 
 
+def index_functions(graph) -> set[int]:
+    """The ops (of an SDG or a pass's Editor) computed from dim values alone: a dimval, or a
+    computing op (not a source, an effect or a placeholder) whose inputs are such ops read at their own point or constants
+    without a domain (at least one not a constant). Cheap to recompute anywhere, so passes
+    recompute them where they are read and the scheduler places them with their readers."""
+    memo: dict[int, bool] = {}
+
+    def test(i: int) -> bool:
+        if i not in memo:
+            op = graph.ops[i]
+            memo[i] = False  # a cycle (a placeholder) is not an index function
+            if op.kind == "dimval":
+                memo[i] = bool(op.domain)
+            elif CATALOG[op.kind].category not in ("source", "effect", "control") \
+                    or op.kind in ("identity", "fused"):
+                ins = graph.in_edges(i)
+                srcs = [graph.ops[e.src] for e in ins]
+                memo[i] = any(p.kind != "const" for p in srcs) and all(
+                    e.cond == TRUE and ((p.kind == "const" and not p.domain)
+                                        or (e.index == tuple(p.domain) and test(p.id)))
+                    for e, p in zip(ins, srcs))
+        return memo[i]
+
+    return {i for i in graph.ops if test(i)}
+
+
 def _domain_colour(name: str) -> str:
     palette = ["#4c72b0", "#55a868", "#c44e52", "#8172b2", "#ccb974", "#64b5cd"]
     return palette[zlib.crc32(name.encode()) % len(palette)]

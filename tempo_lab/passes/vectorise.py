@@ -83,10 +83,25 @@ def vectorise_dim(ed: Editor, d: Dim, size: int, block: int | None = None,
     for i, op in list(ed.ops.items()):  # d's own value (domain (d,)): the array 0..D-1
         if only is not None and i not in only:
             continue
-        if op.kind == "dimval" and op.attrs["expr"] == d:
+        if op.kind == "dimval" and op.attrs["expr"] == d and op.domain == (d,):
             arr = np.arange(size, dtype=op.type.dtype)
             ed.update(i, Op(i, "from_array", op.domain, op.type, {"array": arr, "ndomain": 1},
                             op.loc, op.name), f"value of {d} -> array 0..{size - 1}")
+        elif op.kind == "dimval" and d in op.domain:
+            # over more dims than its expression's (recomputed where it is read, remat.py):
+            # d's values read at d, or the value over the other dims (constant along d)
+            expr, rest = op.attrs["expr"], tuple(x for x in op.domain if x != d)
+            if expr == d:
+                at = ed.add(Op(-1, "from_array", (d,), op.type,
+                               {"array": np.arange(size, dtype=op.type.dtype), "ndomain": 1},
+                               op.loc), [], i, f"value of {d} -> array 0..{size - 1}")
+                index = (d,)
+            else:  # _batchable: an expression over d is d itself
+                at = ed.add(Op(-1, "dimval", rest, op.type, dict(op.attrs), op.loc), [], i,
+                            f"the value of {expr} without {d}")
+                index = rest
+            ed.rewrite(i, Op(i, "identity", op.domain, op.type, {}, op.loc, op.name),
+                       [Edge(i, at, 0, index, TRUE, op.loc)], f"the value of {expr}, read")
     old = {i: op.domain for i, op in ed.ops.items()}
     touched = [i for i, dom in old.items() if d in dom and (only is None or i in only)]
     reads = [e for e in ed.edges if e.src in touched]

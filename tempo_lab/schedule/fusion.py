@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import islpy as isl
 
-from ..ir.sdg import SDG
+from ..ir.sdg import SDG, index_functions
 from ..symbolic import Const, Dim, Slice
 from ..symbolic import isl as I
 
@@ -81,6 +81,7 @@ class _Fusion:
         # at loop time direction * x + shift
         self.placed: dict[tuple[int, str], tuple[int, int]] = {}
         self.unshifted = {d.name for d in sdg.dims if d.bound.name in sdg.untils}
+        self.cheap = index_functions(sdg)
 
     def _level_gap(self, dep: Dep, o: str) -> int:
         """The distance ``dst.o - src.o`` at which the two run at the same loop time."""
@@ -204,10 +205,32 @@ class _Fusion:
         loop = None  # [dim, direction, ops, {op: shift}] of the open loop
         ready = sorted((k for k in range(len(comps)) if not preds[k]), key=lambda k: comps[k][0])
         in_loop: set[int] = set()  # components in the open loop
+        cheap = {k for k, c in enumerate(comps) if all(i in self.cheap for i in c)}
+        readers: dict[int, set[int]] = {}
+
+        def read_by(k) -> set[int]:
+            """The components that read ``k``, through index functions."""
+            if k not in readers:
+                readers[k] = set().union(*(read_by(j) if j in cheap else {j}
+                                           for j in after[k]))
+            return readers[k]
+
+        def best(k):
+            return _best(ways, k, read_by(k) if k in cheap else after[k])
+
+        def elsewhere(k) -> bool:
+            """An index-function component whose readers cannot run in the open loop: it
+            starts their loop instead of joining this one (or being stored for it)."""
+            if not loop or k not in cheap:
+                return False
+            return best(k) not in (None, tuple(loop[:2])) and not any(
+                tuple(loop[:2]) in ways[j] for j in read_by(k))
+
         while ready:
             pick, shift = None, 0
             for k in (ready if loop else ()):
-                shift = self._joins(loop, comps[k], ways[k], into, outer)
+                shift = None if elsewhere(k) else self._joins(loop, comps[k], ways[k], into,
+                                                              outer)
                 if shift is not None:
                     pick = k
                     break
@@ -219,14 +242,15 @@ class _Fusion:
                 # one that does not need the open loop runs before it (hoisted), which keeps
                 # the loop open for the ops after; else the loop closes here
                 pick = next((k for k in ready if not preds[k] & in_loop), ready[0])
-                if loop and preds[pick] & in_loop:
+                if loop and (preds[pick] & in_loop or elsewhere(pick)):
                     items.append(("loop", *loop))
                     loop, in_loop = None, set()
                 comp = comps[pick]
-                if ways[pick] and loop is None:
-                    loop, in_loop = [*ways[pick][0], list(comp), dict.fromkeys(comp, 0)], {pick}
-                elif ways[pick]:  # another loop, independent of the open one: before it
-                    items.append(("loop", *ways[pick][0], list(comp), dict.fromkeys(comp, 0)))
+                way = best(pick)
+                if way and loop is None:
+                    loop, in_loop = [*way, list(comp), dict.fromkeys(comp, 0)], {pick}
+                elif way:  # another loop, independent of the open one: before it
+                    items.append(("loop", *way, list(comp), dict.fromkeys(comp, 0)))
                 elif len(comp) > 1 or self.remaining(comp[0], outer) \
                         or any(dep.dst == comp[0] for dep in succ[comp[0]]):
                     raise Declined(f"no loop over one dim runs the recurrence of "
@@ -280,6 +304,15 @@ class _Fusion:
         if shift == math.inf or (shift and d in self.unshifted):
             return None
         return shift
+
+
+def _best(ways: list, k: int, successors) -> tuple | None:
+    """The loop a component starts: of the ones it may run in, the first that the most of
+    its direct successors may run in too, so they can join it (an index table over (n, t)
+    read in a decode's loop over t starts a loop over t, not over the layers)."""
+    if not ways[k]:
+        return None
+    return max(ways[k], key=lambda w: sum(w in ways[j] for j in successors))
 
 
 def sccs(nodes: list[int], succ: dict[int, list[int]]) -> list[list[int]]:

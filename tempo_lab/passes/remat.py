@@ -1,0 +1,58 @@
+"""Rematerialisation of index functions: a value computed from dim values alone is recomputed
+where it is read instead of stored for every point.
+
+A RoPE angle table ``cos(t * inv_freq)``, a discount ``gamma ** (T - t)`` or the step index a
+random stream is keyed by depend on ``t`` alone, so they have domain ``(t,)``; their readers
+have more dims (``(i, b, t)``, ``(b, n, t)``). Such an op runs outside the readers' loops
+(before the loop over ``i``, or once over all of ``t`` when vectorised) and its store holds
+every ``t``: memory that grows with ``T`` in programs that otherwise need a few steps (a
+windowed decode, a TD(n) learner), 40 MB at ``T = 10**6`` for a small Llama's tables.
+Recomputed at its readers' points it costs a few elementwise ops per step, and the fusion
+scheduler places it in its readers' loop (``schedule/fusion.py``), so one point is live. The
+clone is made once per reader domain; the original goes when nothing reads it.
+"""
+from __future__ import annotations
+
+from ..ir.sdg import Edge, Op, index_functions
+from ..symbolic import TRUE
+from .manager import Editor, register
+
+
+@register("remat", "remat")
+def remat(ed: Editor):
+    """Rematerialisation: an op computed from dim values alone is recomputed at the points of
+    each reader that has more dims, instead of stored over all of its own."""
+    cheap = index_functions(ed)
+    clones: dict[tuple[int, tuple], int] = {}
+
+    def clone(i: int, domain: tuple) -> int:
+        if (i, domain) not in clones:
+            op = ed.ops[i]
+            edges = [Edge(-1, e.src, e.slot, e.index, e.cond, e.loc)
+                     if ed.ops[e.src].kind == "const" else
+                     Edge(-1, clone(e.src, domain), e.slot, domain, e.cond, e.loc)
+                     for e in ed.in_edges(i)]
+            clones[(i, domain)] = ed.add(
+                Op(-1, op.kind, domain, op.type, dict(op.attrs), op.loc, op.name), edges, i,
+                f"%{i} recomputed over ({', '.join(d.name for d in domain)})")
+        return clones[(i, domain)]
+
+    changed = False
+    for i in sorted(ed.ops):
+        reader = ed.ops[i]
+        if reader.kind == "merge" or i in cheap:
+            continue
+        edges, moved = [], []
+        for e in ed.in_edges(i):
+            src = ed.ops[e.src]
+            if e.src in cheap and set(src.domain) < set(reader.domain) and e.cond == TRUE \
+                    and e.index == tuple(src.domain):
+                moved.append(e.src)
+                e = Edge(i, clone(e.src, reader.domain), e.slot, reader.domain, e.cond, e.loc)
+            edges.append(e)
+        if moved:
+            ed.rewrite(i, reader, edges, "reads " + ", ".join(f"%{k}" for k in moved)
+                       + " recomputed at its own points")
+            changed = True
+    if changed:
+        ed.renumber()
