@@ -80,6 +80,7 @@ def vectorise_dim(ed: Editor, d: Dim, size: int, block: int | None = None,
     (incrementalisation)."""
     n = block or size
     db = ed.add_dim("parts", d, size // block, in_place=True) if block else None
+    renumber = False
     for i, op in list(ed.ops.items()):  # d's own value (domain (d,)): the array 0..D-1
         if only is not None and i not in only:
             continue
@@ -102,6 +103,7 @@ def vectorise_dim(ed: Editor, d: Dim, size: int, block: int | None = None,
                 index = rest
             ed.rewrite(i, Op(i, "identity", op.domain, op.type, {}, op.loc, op.name),
                        [Edge(i, at, 0, index, TRUE, op.loc)], f"the value of {expr}, read")
+            renumber = True
     old = {i: op.domain for i, op in ed.ops.items()}
     touched = [i for i, dom in old.items() if d in dom and (only is None or i in only)]
     reads = [e for e in ed.edges if e.src in touched]
@@ -137,6 +139,8 @@ def vectorise_dim(ed: Editor, d: Dim, size: int, block: int | None = None,
                       f"reads all of {d} as an axis")
     if only is None:
         _pin_bound(ed, d.bound, size)
+    if renumber:  # an identity reads the op made for it
+        ed.renumber()
 
 
 def _pin_bound(ed: Editor, bound: Bound, value: int):

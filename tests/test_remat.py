@@ -1,0 +1,84 @@
+"""Rematerialisation of index functions (passes/remat.py) and their placement in their readers'
+loop (schedule/fusion.py): same results, memory that does not grow with the bound."""
+import numpy as np
+import pytest
+
+import tempo_lab as tl
+from tempo_lab.ir.sdg import index_functions
+
+EXECUTORS = ("reference", "interpreter", "xla")
+
+
+def _table_program():
+    """``h[i, t]``, a recurrence over steps ``t`` whose iteration ``i`` starts from the last
+    step of iteration ``i - 1`` (so the loop over ``i`` is outside the one over ``t``), reads
+    a table of ``t`` alone, ``cos(t * f)``: an index function, needed at every step of every
+    iteration."""
+    ctx = tl.Context(dims=("i", "t"))
+    i, t = ctx.dims
+    _, T = ctx.bounds
+    freqs = np.array([0.5, 0.25, 0.125], np.float32)
+    with ctx:
+        table = tl.cos(tl.constant(freqs) * t)  # t's value at the point
+        h = tl.placeholder((3,), domain=(i, t), name="h")
+        h[0, 0] = table
+        h[(t < 1) & (i > 0)] = 0.5 * h[i - 1, T - 1]
+        h[i, t] = 0.9 * h[i, t - 1] + table
+        last = h[ctx.bounds[0] - 1, T - 1]
+    return ctx, {"h": h, "last": last}, table
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_a_table_of_t_is_recomputed_in_the_loop_and_gives_the_same_result(executor):
+    ctx, outs, _ = _table_program()
+    N, T = ctx.bounds
+    bounds = {N: 2, T: 50}
+    want = ctx.compile(bounds=bounds, outputs=outs,
+                       config=tl.CompileConfig(executor="reference")).run()
+    for remat in (True, False):
+        got = ctx.compile(bounds=bounds, outputs=outs, config=tl.CompileConfig(
+            executor=executor, remat=remat, check_invariants=True)).run()
+        for k in outs:
+            np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6)
+
+
+def test_the_table_is_not_stored_over_t():
+    ctx, outs, table = _table_program()
+    N, T = ctx.bounds
+    outs = {"last": outs["last"]}
+    on, off = (ctx.compile(bounds={N: 2, T: 4096}, outputs=outs,
+                           config=tl.CompileConfig(remat=r)) for r in (True, False))
+    assert not any(s.kind == "block" for s in on.memory.storages.values())
+    assert any(s.kind == "block" and "t" in s.dims for s in off.memory.storages.values())
+    assert on.memory.peak_bytes < off.memory.peak_bytes / 10
+    notes = [e.note for r in on.passes.records if r.name == "remat" for e in r.events]
+    assert any("recomputed over (i, t)" in n for n in notes)
+
+
+def test_index_functions_are_dim_values_and_what_is_computed_from_them_alone():
+    ctx, outs, table = _table_program()
+    sdg = ctx.compile(bounds={ctx.bounds[0]: 2, ctx.bounds[1]: 8}, outputs=outs
+                      ).passes.records[0].before  # as traced
+    cheap = index_functions(sdg)
+    kinds = {sdg.ops[i].kind for i in cheap}
+    assert {"dimval", "cos"} <= kinds
+    assert not any(sdg.ops[i].name == "h" for i in cheap)  # a recurrence is not
+
+
+def test_windowed_llama_decode_memory_is_flat_up_to_a_million_steps():
+    """The RoPE tables, the step index and the prompt test used to be computed for every step
+    up front; now the plan grows only by the generated tokens (an output, 4 bytes a step)."""
+    model = tl.nn.Llama(vocab=64, embed=16, layers=2, heads=2, kv_heads=1, hidden=32,
+                        window=8)
+    params = model.init(0)
+    peaks = {}
+    for steps in (10**3, 10**6):
+        ctx = tl.Context(dims=("n", "t"))
+        n, t = ctx.dims
+        N, T = ctx.bounds
+        with ctx:
+            ids, _ = model.generate(params, tl.constant(np.arange(4, dtype=np.int32)), t, n)
+        prog = ctx.compile(bounds={N: 2, T: steps}, outputs={"ids": ids})
+        out = next(s for i, s in prog.memory.storages.items() if prog.sdg.ops[i].name == "ids")
+        peaks[steps] = prog.memory.peak_bytes - out.bytes_for((steps,))
+    assert peaks[10**6] <= 1.05 * peaks[10**3] + 64 * 4
