@@ -20,9 +20,8 @@ from tempo_lab.symbolic import Dim
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/ is not a package
 from randprog import assert_outputs_match, numpy_eval, program_strategy, run_tempo  # noqa: E402
 
-SWITCHES = ("simplify", "fold_constants", "cse", "contract", "dce", "tile", "vectorise",
-            "incrementalise", "fuse")
-DRAWN = ("contract", "tile", "incrementalise")  # drawn at random, not enumerated
+SWITCHES = tuple(REGISTRY[p].switch for p in tl.CompileConfig().passes)  # every pass
+DRAWN = ("remat", "stream", "contract", "tile", "incrementalise")  # drawn, not enumerated
 CORE = tuple(s for s in SWITCHES if s not in DRAWN)
 NO_PASSES = {s: False for s in SWITCHES}
 

@@ -97,6 +97,8 @@ def vectorise_dim(ed: Editor, d: Dim, size: int, block: int | None = None,
                                {"array": np.arange(size, dtype=op.type.dtype), "ndomain": 1},
                                op.loc), [], i, f"value of {d} -> array 0..{size - 1}")
                 index = (d,)
+                if only is not None:  # vectorised with the group that reads it
+                    only.add(at)
             else:  # _batchable: an expression over d is d itself
                 at = ed.add(Op(-1, "dimval", rest, op.type, dict(op.attrs), op.loc), [], i,
                             f"the value of {expr} without {d}")
