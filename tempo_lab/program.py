@@ -24,7 +24,7 @@ from .frontend.build import build_sdg
 from .frontend.tensor import RecurrentTensor
 from .frontend.validate import validate
 from .ir.sdg import SDG
-from .memory import plan_memory
+from .memory import offload, plan_memory
 from .passes import run_passes
 from .runtime.executable import BACKENDS
 from .runtime.lowered import Lowered
@@ -55,6 +55,10 @@ class CompileConfig:
     sync_profile: wait for every kernel to finish so ``run.profile`` times are device times.
     tile / tile_block: the tiling pass (``passes/tile.py``) and its points per block (None:
         about 32 blocks at the longest range, 32 to 256 points).
+    device_memory_budget: bytes the stores may hold on the device at once; above it the
+        stores idle between phases move to host memory and back (``memory/offload.py``). The
+        XLA executor holds every store for the whole run, so a budget runs on "codegen" (or
+        "interpreter").
     mesh / shard: several devices (``runtime/sharding.py``): ``shard={"b": "data"}`` splits the
         points of the vectorised dim ``b`` over the devices of the ``jax.sharding.Mesh`` axis
         ``"data"``; XLA partitions the kernels and makes reductions over ``b`` collectives.
@@ -88,6 +92,7 @@ class CompileConfig:
     vectorise_budget_bytes: int = 256 * 2**20  # largest value a vectorised op may make (else
     # incrementalisation vectorises the dim in blocks that fit)
     check_invariants: bool = False  # check the SDG after every pass (tests turn this on)
+    device_memory_budget: int | None = None
     mesh: Any = None
     shard: Any = None
 
@@ -104,6 +109,15 @@ class CompileConfig:
         for name in ("block_size", "xla_split", "vectorise_budget_bytes"):
             if not _positive_int(getattr(self, name)):
                 raise ArgumentError(f"{name}={getattr(self, name)!r}: give a positive int")
+        budget = self.device_memory_budget
+        if budget is not None and not _positive_int(budget):
+            raise ArgumentError(f"device_memory_budget={budget!r}: give a positive number of "
+                                "bytes, or None for no budget")
+        if budget is not None and self.executor == "xla":
+            raise ArgumentError("device_memory_budget with executor='xla': the XLA executor "
+                                "holds every store for the whole run, so it cannot move one "
+                                "to the host; use executor='codegen' or 'interpreter' (or "
+                                "'auto', which picks codegen under a budget)")
         for f in fields(self):
             if f.type == "bool" and not isinstance(getattr(self, f.name), (bool, np.bool_)):
                 raise ArgumentError(f"{f.name}={getattr(self, f.name)!r}: give True or False")
@@ -279,6 +293,14 @@ def compile_context(ctx, bounds, outputs, config: CompileConfig | None = None) -
             with st.stage("schedule"):
                 schedule, plan = _best_schedule(sdg, bounds, config, st.times)
             st.times["schedule"] -= st.times["memory"]  # its own stage, timed inside
+            if config.device_memory_budget is not None:
+                with st.stage("offload"):
+                    ast, chosen = offload.place(schedule.ast, sdg, plan.storages, bounds,
+                                                config.device_memory_budget, plan.peak_bytes)
+                    if chosen:
+                        schedule = schedule.with_ast(ast)
+                        plan = plan_memory(sdg, schedule, bounds, config.block_size)
+                    plan.budget = config.device_memory_budget
             with st.stage("lower"):
                 layout = (Layout(sdg, config.mesh, config.shard, bounds, loc) if config.shard
                           else None)

@@ -77,13 +77,15 @@ class MemoryPlan(Stage):
     def __init__(self, sdg: SDG, storages: dict[int, Storage], timeline: list[int],
                  lifetimes: dict[int, tuple[int, int]], grown: tuple[int, ...] = (),
                  steps: list[int] | None = None, n_steps: int | None = None,
-                 peak: int | None = None):
+                 peak: int | None = None, offloaded_bytes: int = 0):
         self.sdg, self.storages, self.timeline, self.lifetimes = (sdg, storages, timeline,
                                                                   lifetimes)
         self.grown = grown  # ops with a window reader whose ring this schedule makes grow
         self.steps = list(range(len(timeline))) if steps is None else steps
         self.n_steps = len(timeline) if n_steps is None else n_steps
         self._peak = max(timeline, default=0) if peak is None else peak
+        self.offloaded_bytes = offloaded_bytes  # the most held on the host at once (offload)
+        self.budget: int | None = None  # CompileConfig.device_memory_budget, when given
 
     @property
     def peak_bytes(self) -> int:
@@ -111,12 +113,21 @@ class MemoryPlan(Stage):
         sample = ([f"timeline: {len(self.timeline)} of the {self.n_steps} steps (the first and "
                    "last iterations of each stretch of a long loop; the peak is exact)"]
                   if self.sampled else [])
+        host = ([f"offloaded: up to {self.offloaded_bytes} bytes on the host at once (the "
+                 "timeline counts device bytes)"] if self.offloaded_bytes else [])
+        if self.budget is not None:
+            host.append(f"device budget {self.budget}: " + (
+                "met" if self.peak_bytes <= self.budget else
+                f"above it by {self.peak_bytes - self.budget} bytes (what is live at the peak "
+                "is read there or has no idle stretch to spend on the host)"))
         return [("stores", lines),
                 ("bytes", [f"peak {self.peak_bytes} at step {peak_at} of {self.n_steps}",
-                           f"final {self.timeline[-1] if self.timeline else 0}", *sample])]
+                           f"final {self.timeline[-1] if self.timeline else 0}", *sample,
+                           *host])]
 
     def to_dict(self) -> dict:
         return {"schema": SCHEMA, "peak_bytes": self.peak_bytes, "steps": self.n_steps,
+                "offloaded_bytes": self.offloaded_bytes, "budget": self.budget,
                 "timeline": {"steps": list(self.steps), "bytes": list(self.timeline)},
                 "stores": [{"op": i, "kind": s.kind, "dims": list(s.dims),
                             "slots": list(s.slots), "spatial": list(s.spatial),
@@ -261,5 +272,6 @@ def plan_memory(sdg: SDG, schedule, bounds: dict[str, int], block: int = 64) -> 
                        store_extent(bounds[d.bound.name]) for k, d in enumerate(op.domain))
         storages[i] = Storage(i, tuple(d.name for d in op.domain), slots, spatial,
                               op.type.dtype, blocks)
-    steps, timeline, lifetimes, n_steps, peak = simulate(schedule.ast, storages, bounds)
-    return MemoryPlan(sdg, storages, timeline, lifetimes, tuple(grown), steps, n_steps, peak)
+    steps, timeline, lifetimes, n_steps, peak, host = simulate(schedule.ast, storages, bounds)
+    return MemoryPlan(sdg, storages, timeline, lifetimes, tuple(grown), steps, n_steps, peak,
+                      host)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import math
 
-from ..schedule import Exec, For, Free, If, Seq
+from ..schedule import Exec, Fetch, For, Free, If, Offload, Seq
 from ..symbolic import Dim
 from ..symbolic.cond import BoolConst, Cmp, Junction, Not
 from ..symbolic.expr import DivMod, Lin, MinMax
@@ -39,6 +39,8 @@ class _State:
         self.roots: dict[int, tuple] = {}  # per loop node: its body's roots and period
         self.bytes: list[int] = []
         self.peak = 0
+        self.host: dict[int, int] = {}  # offloaded stores' bytes
+        self.host_peak = 0
 
     def record(self):
         self.steps.append(self.step)
@@ -48,13 +50,14 @@ class _State:
 
 
 def simulate(ast, storages, bounds, run_all: int = RUN_ALL):
-    """``(steps, bytes, lifetimes, n_steps, peak)``: the sampled timeline (step numbers and the
-    bytes live after them), each store's first and last step, the number of steps, and the
-    peak of live bytes (exact)."""
+    """``(steps, bytes, lifetimes, n_steps, peak, host_peak)``: the sampled timeline (step
+    numbers and the device bytes live after them), each store's first and last step, the
+    number of steps, the peak of live device bytes (exact), and the most bytes offloaded to the
+    host at once."""
     st = _State(storages, run_all)
     _run(ast, dict(bounds), st)
     lifetimes = {i: (a, st.last[i]) for i, a in st.first.items()}
-    return st.steps, st.bytes, lifetimes, st.step, st.peak
+    return st.steps, st.bytes, lifetimes, st.step, st.peak, st.host_peak
 
 
 def _run(node, env, st: _State):
@@ -75,8 +78,20 @@ def _run(node, env, st: _State):
             st.first.setdefault(i, st.step)
             st.last[i] = st.step
         st.record()
+    elif isinstance(node, Offload):
+        for o in node.ops:
+            st.host[o] = st.live.pop(o, 0)
+            st.total -= st.host[o]
+        st.host_peak = max(st.host_peak, sum(st.host.values()))
+        st.record()
+    elif isinstance(node, Fetch):
+        for o in node.ops:
+            st.live[o] = st.host.pop(o, 0)
+            st.total += st.live[o]
+        st.record()
     elif isinstance(node, Free):
         for o in node.ops:
+            st.host.pop(o, None)
             st.total -= st.live.pop(o, 0)
             if o in st.first:
                 st.last[o] = st.step

@@ -15,7 +15,7 @@ import time
 from collections.abc import Mapping
 
 from ..ir.ops import flag
-from ..schedule import Exec, For, Free, If, Seq, While
+from ..schedule import Exec, Fetch, For, Free, If, Offload, Seq, While
 from . import index_code as ic
 from .host import Host
 from .lowered import Lowered, Padded, Stmt
@@ -111,6 +111,17 @@ class _Codegen:
                     w(d, f"b{o} = None")
                     w(d, f"total -= L{o}")
                     w(d, f"L{o} = 0")
+            w(d, "tl(total)")
+        elif isinstance(node, Offload):
+            for o in node.ops:
+                w(d, f"R.offload({o}, b{o})")
+                w(d, f"b{o} = None")
+                w(d, f"total -= L{o}")
+            w(d, "tl(total)")
+        elif isinstance(node, Fetch):
+            for o in node.ops:
+                w(d, f"b{o} = R.fetch({o})")
+                w(d, f"total += L{o}")
             w(d, "tl(total)")
         elif isinstance(node, Exec):
             self._exec(w, node, d)
@@ -282,7 +293,9 @@ class _Codegen:
         args = [int(bounds.get(p, 1)) for p in self.sdg.params]
         bufs, calls, secs, timeline, reached = fn(host, *args)
         profile = host.profile("codegen", calls, secs, timeline,
-                               "store bytes: the store buffers after every statement "
-                               "(counted when a store is first written, grows or is freed); "
-                               "calls: statement instances run")
+                               "store bytes: the store buffers on the device after every "
+                               "statement (counted when a store is first written, grows, is "
+                               "freed or moves to or from the host); calls: statement "
+                               "instances run")
+        profile.offloaded_bytes = host.offloaded_bytes
         return bufs, reached, profile

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Protocol
 
 from ..errors import TempoLabError
+from ..schedule import Offload
 from ..stage import Stage
 from .host import Cached, Host
 from .lowered import Lowered
@@ -63,8 +64,12 @@ def compile_lowered(lowered: Lowered, backend, sync: bool = False, split: int = 
         reasons = [f"{lowered.stmts[k].op.label} is a tl.{lowered.stmts[k].op.kind} at "
                    f"{lowered.stmts[k].op.loc}: it calls Python at every point"
                    for k in lowered.sources + lowered.sinks]
-        backend = "codegen" if reasons else "xla"
-        choice = (["auto chose codegen: a Python callback at every point would serialise "
+        offloads = any(isinstance(n, Offload) for n in lowered.ast.walk())
+        backend = "codegen" if reasons or offloads else "xla"
+        choice = (["auto chose codegen: under device_memory_budget some stores move to the "
+                   "host between phases, which the XLA program (every store held for the "
+                   "whole run) cannot do"] if offloads else
+                  ["auto chose codegen: a Python callback at every point would serialise "
                    "the XLA program"] + reasons if reasons else
                   ["auto chose xla: every loop nest runs inside one XLA program (static "
                    "store shapes for these bounds, no host callbacks)"])

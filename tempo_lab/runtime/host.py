@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -55,6 +56,8 @@ class Host:
         self.a32 = lambda xs: np.asarray(xs, np.int32)
         self.sc = size_class
         self.bar = None
+        self.on_host: dict[int, np.ndarray] = {}  # offloaded stores
+        self.offloaded_bytes = 0  # the most held on the host at once
 
     # -- progress -----------------------------------------------------------------------------
     def start(self, executor: str, bounds) -> None:
@@ -93,6 +96,16 @@ class Host:
         want = grown_shape(s, buf.shape[:len(s.slots)], point)
         return self._store(s, self._placed(
             op, jnp.pad(buf, [(0, x - y) for x, y in zip(want, buf.shape)])))
+
+    def offload(self, op: int, buf) -> None:
+        """Copy a store to host memory (a real copy); the caller drops the device buffer."""
+        self.on_host[op] = np.array(buf)
+        self.offloaded_bytes = max(self.offloaded_bytes,
+                                   sum(a.nbytes for a in self.on_host.values()))
+
+    def fetch(self, op: int):
+        """The offloaded store back on its device(s)."""
+        return self._placed(op, jax.device_put(self.on_host.pop(op)))
 
     def _placed(self, op: int, buf):
         layout = self.lowered.layout

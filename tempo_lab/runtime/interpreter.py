@@ -7,7 +7,7 @@ import time
 from collections.abc import Mapping
 
 from ..ir.ops import flag
-from ..schedule import Free, walk
+from ..schedule import Fetch, Free, Offload, walk
 from .host import Host
 from .lowered import Lowered
 
@@ -52,10 +52,17 @@ class _Interpreter:
             return written.get(loop.done, -1) >= at >= 0 and bool(bufs[loop.done][at])
 
         for node, point in walk(low.ast, env, done, host.tick):
-            if isinstance(node, Free):
+            if isinstance(node, (Free, Offload, Fetch)):
                 for o in node.ops:
-                    total -= held.pop(o, 0)
-                    bufs.pop(o, None)
+                    if isinstance(node, Offload) and o in bufs:
+                        host.offload(o, bufs.pop(o))
+                        total -= held.get(o, 0)
+                    elif isinstance(node, Fetch) and o in host.on_host:
+                        bufs[o] = host.fetch(o)
+                        total += held.get(o, 0)
+                    elif isinstance(node, Free):
+                        total -= held.pop(o, 0)
+                        bufs.pop(o, None)
                 timeline.append(total)
                 continue
             stmts = low.of_exec[id(node)]
@@ -78,8 +85,9 @@ class _Interpreter:
                 host.event(i, point, t0, total)
         reached = {name: env[name] for name in low.sdg.untils}
         profile = host.profile("interpreter", calls, seconds, timeline,
-                               "store bytes: the store buffers after every statement; calls: "
-                               "statement instances dispatched")
+                               "store bytes: the store buffers on the device after every "
+                               "statement; calls: statement instances dispatched")
+        profile.offloaded_bytes = host.offloaded_bytes
         return {i: bufs[i] for i in low.sdg.outputs.values() if i in bufs}, reached, profile
 
     def _exec(self, host: Host, s: int, point: tuple, env: dict, bufs, caps) -> int | None:

@@ -39,6 +39,7 @@ class Profile(Stage):
                      "instances dispatched")
     executor: str = ""
     events: list[KernelEvent] = field(default_factory=list)
+    offloaded_bytes: int = 0  # the most store bytes copied to the host at once (offload)
 
     @property
     def peak_bytes(self) -> int:
@@ -60,7 +61,9 @@ class Profile(Stage):
         calls = [f"{self.sdg.ops[i].label} ({self.sdg.ops[i].kind}): {n} calls"
                  for i, n in sorted(self.calls.items())]
         return [("kernel calls", calls),
-                ("store bytes", [f"peak {self.peak_bytes} over {len(self.timeline)} steps"]),
+                ("store bytes", [f"peak {self.peak_bytes} over {len(self.timeline)} steps"]
+                 + ([f"offloaded: up to {self.offloaded_bytes} bytes on the host at once"]
+                    if self.offloaded_bytes else [])),
                 ("what is measured", [self.measured])]
 
     def to_dict(self) -> dict:
@@ -68,6 +71,7 @@ class Profile(Stage):
                 "calls": {str(k): v for k, v in self.calls.items()},
                 "seconds": {str(k): v for k, v in self.seconds.items()},
                 "peak_bytes": self.peak_bytes, "timeline": list(self.timeline),
+                "offloaded_bytes": self.offloaded_bytes,
                 "wall_s": self.wall_s, "synced": self.synced, "measured": self.measured,
                 "events": [[e.op, list(e.point), e.start, e.end, e.bytes]
                            for e in self.events]}

@@ -11,7 +11,7 @@ from ..stage import Stage
 from ..symbolic import TRUE
 from ..symbolic import isl as I
 from . import build, fusion
-from .loops import Exec, For, Free, If, Node, Seq, While, to_code
+from .loops import Exec, Fetch, For, Free, If, Node, Offload, Seq, While, to_code
 
 SCHEMA = "tempo_lab.schedule/1"
 
@@ -31,6 +31,11 @@ class Schedule(Stage):
         # the fusion scheduler's loops: (op, dim) -> (direction, shift), point x of the op runs
         # at loop time direction * x + shift (how many iterations late a reader runs)
         self.placed = dict(placed or {})
+
+    def with_ast(self, ast: Node) -> Schedule:
+        """The same schedule running ``ast`` (the loop AST with offloads placed in it)."""
+        return Schedule(self.sdg, self.domains, self.validity, self.tree, ast, self.order,
+                        self.options, self.placed)
 
     def lag(self, reader: int, producer: int, dim: str) -> int:
         """How many points along ``dim`` the producer has moved on when ``reader`` runs the
@@ -176,7 +181,8 @@ def _isl_schedule(sdg: SDG, dom, validity, options: Mapping[str, int]):
 def walk(node: Node, env: dict[str, int],
          done: Callable[[While, int], bool] | None = None,
          tick: Callable[[], None] | None = None) -> Iterator[tuple[Node, tuple]]:
-    """Execute the loop AST abstractly: yield ``(Exec or Free, point)`` in schedule order.
+    """Execute the loop AST abstractly: yield ``(Exec, point)`` and ``(Free, Offload or
+    Fetch, ())`` in schedule order.
 
     ``env`` holds the bound values (and is updated with loop variables). ``done(loop, point)``
     is asked after every iteration of a ``While`` loop with the point of its condition, until
@@ -188,7 +194,7 @@ def walk(node: Node, env: dict[str, int],
     """
     if isinstance(node, Exec):
         yield node, tuple(a.evaluate(env) for a in node.args)
-    elif isinstance(node, Free):
+    elif isinstance(node, (Free, Offload, Fetch)):
         yield node, ()
     elif isinstance(node, Seq):
         for n in node.body:
@@ -241,4 +247,5 @@ def last_frees(node: Node, env: dict[str, int]) -> Iterator[Free]:
 
 
 __all__ = ["Schedule", "schedule_sdg", "walk", "last_frees", "IncompleteSchedule", "OPTION_SETS",
-           "FALLBACK_OPTION_SETS", "Exec", "For", "Free", "If", "Seq", "Node", "While"]
+           "FALLBACK_OPTION_SETS", "Exec", "Fetch", "For", "Free", "If", "Offload", "Seq", "Node",
+           "While"]

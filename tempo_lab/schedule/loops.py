@@ -36,6 +36,22 @@ class Free(Node):
 
 
 @dataclass(frozen=True)
+class Offload(Node):
+    """Copy the stores of ``ops`` to host memory and release them on the device: nothing reads
+    them until the matching ``Fetch`` (placed by ``memory/offload.py`` under a device memory
+    budget)."""
+
+    ops: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Fetch(Node):
+    """Copy the stores of ``ops`` back to the device from host memory."""
+
+    ops: tuple[int, ...]
+
+
+@dataclass(frozen=True)
 class Seq(Node):
     body: tuple[Node, ...]
 
@@ -107,6 +123,7 @@ def to_code(node: Node, label=lambda op: f"%{op}", stmt=None, indent: int = 0) -
         if stmt is not None:
             return [pad + stmt(node)]
         return [f"{pad}{label(node.op)}[{', '.join(map(str, node.args))}]"]
-    if isinstance(node, Free):
-        return [f"{pad}free {', '.join(label(o) for o in node.ops)}"]
+    if isinstance(node, (Free, Offload, Fetch)):
+        word = type(node).__name__.lower()
+        return [f"{pad}{word} {', '.join(label(o) for o in node.ops)}"]
     raise TypeError(node)
