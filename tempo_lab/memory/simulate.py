@@ -80,14 +80,16 @@ def _run(node, env, st: _State):
         st.record()
     elif isinstance(node, Offload):
         for o in node.ops:
-            st.host[o] = st.live.pop(o, 0)
-            st.total -= st.host[o]
+            if o in st.live:  # a store not written yet has nothing to move
+                st.host[o] = st.live.pop(o)
+                st.total -= st.host[o]
         st.host_peak = max(st.host_peak, sum(st.host.values()))
         st.record()
     elif isinstance(node, Fetch):
         for o in node.ops:
-            st.live[o] = st.host.pop(o, 0)
-            st.total += st.live[o]
+            if o in st.host:
+                st.live[o] = st.host.pop(o)
+                st.total += st.live[o]
         st.record()
     elif isinstance(node, Free):
         for o in node.ops:

@@ -25,11 +25,11 @@ from .algorithms import (
     value,
 )
 from .distributions import Categorical, Normal
-from .envs import CartPole, Pendulum
+from .envs import CartPole, Pendulum, Pixels
 from .networks import ActorCritic
 from .returns import discounted_returns, gae, n_step_returns
 from .rollout import Rollout, rollout
 
-__all__ = ["ActorCritic", "CartPole", "Categorical", "Normal", "PPOConfig", "Pendulum",
+__all__ = ["ActorCritic", "CartPole", "Categorical", "Normal", "PPOConfig", "Pendulum", "Pixels",
            "ReinforceConfig", "Rollout", "Training", "discounted_returns", "evaluate", "gae",
            "n_step_returns", "policy", "ppo", "reinforce", "rollout", "train", "value"]

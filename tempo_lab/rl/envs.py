@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import jax
 import jax.numpy as jnp
 
 
@@ -110,4 +111,38 @@ class Pendulum:
         return jnp.stack([jnp.cos(state[0]), jnp.sin(state[0]), state[1]]).astype(jnp.float32)
 
 
-__all__ = ["CartPole", "Pendulum"]
+
+
+@dataclass(frozen=True)
+class Pixels:
+    """``env`` observed as an image of ``shape`` (channels, height, width), flattened: a fixed
+    random projection of ``env``'s observation through ``tanh``, keyed by ``seed``. Large
+    observations at no simulation cost, to measure what storing them costs (the paper's PPO
+    with 3x128x128 and 3x256x256 observations). Everything else is ``env``'s."""
+
+    env: object
+    shape: tuple = (3, 64, 64)
+    seed: int = 0
+
+    @property
+    def obs_dim(self) -> int:
+        return math.prod(self.shape)
+
+    def __getattr__(self, name):  # only for what a Pixels does not define itself
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return getattr(self.env, name)
+
+    def reset(self, noise):
+        return self.env.reset(noise)
+
+    def step(self, state, action):
+        return self.env.step(state, action)
+
+    def observe(self, state):
+        small = self.env.observe(state)
+        w = jax.random.normal(jax.random.PRNGKey(self.seed), (self.obs_dim, small.shape[0]))
+        return jnp.tanh(w @ small).astype(jnp.float32)
+
+
+__all__ = ["CartPole", "Pendulum", "Pixels"]
