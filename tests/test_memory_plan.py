@@ -24,8 +24,8 @@ EVERY = 10**9  # a run_all no loop here reaches: every iteration runs
 
 def assert_compression_exact(prog):
     ast, stores, bounds = prog.schedule.ast, prog.memory.storages, prog.bounds
-    full_steps, full, full_life, n_full, peak_full = simulate(ast, stores, bounds, EVERY)
-    steps, sampled, life, n, peak = simulate(ast, stores, bounds, run_all=2)
+    full_steps, full, full_life, n_full, peak_full, _ = simulate(ast, stores, bounds, EVERY)
+    steps, sampled, life, n, peak, _ = simulate(ast, stores, bounds, run_all=2)
     assert full_steps == list(range(n_full))
     assert (n, peak, life) == (n_full, peak_full, full_life)
     assert peak == max(full, default=0)

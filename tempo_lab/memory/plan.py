@@ -255,6 +255,15 @@ def plan_memory(sdg: SDG, schedule, bounds: dict[str, int], block: int = 64) -> 
                 slots = next((c for c in (_grow(slots, j) for j in rings if slots[j] == 1
                                           and j != rings[-1]) if not clash(c)),
                              _grow(slots, rings[-1]))
+            # a recurrence over several dims (parameters updated over (i, e, m)) reads its last
+            # point along an outer dim at the end of the inner one: a ring per dim holds the
+            # product of their sizes, where one slot along an outer dim often does (the check
+            # against the schedule decides), outermost first
+            for j in range(len(slots) - 1):
+                if slots[j] is not None and slots[j] > 1:
+                    fewer = slots[:j] + (1,) + slots[j + 1:]
+                    if not clash(fewer):
+                        slots = fewer
             if any(w is not None and s is None and any(_window(e.index[k], op.domain[k])
                                                        for e in readers)
                    for k, (w, s) in enumerate(zip(wanted, slots))):
