@@ -36,6 +36,12 @@ class _Writer:
         self.lines.append("    " * depth + text)
 
 
+# what a store's Free, Offload (to the host, the device bytes released) and Fetch emit
+_STORE_LINES = {Free: ("b{o} = None", "total -= L{o}", "L{o} = 0"),
+                Offload: ("R.offload({o}, b{o})", "b{o} = None", "total -= L{o}"),
+                Fetch: ("b{o} = R.fetch({o})", "total += L{o}")}
+
+
 def _comment(text: str) -> str:
     return " ".join(str(text).split())  # no line break can end the comment early
 
@@ -105,23 +111,12 @@ class _Codegen:
             if node.orelse is not None:
                 w(d, "else:")
                 self._node(w, node.orelse, d + 1)
-        elif isinstance(node, Free):
+        elif isinstance(node, (Free, Offload, Fetch)):
+            lines = _STORE_LINES[type(node)]
             for o in node.ops:
                 if o in self.lowered.stores:
-                    w(d, f"b{o} = None")
-                    w(d, f"total -= L{o}")
-                    w(d, f"L{o} = 0")
-            w(d, "tl(total)")
-        elif isinstance(node, Offload):
-            for o in node.ops:
-                w(d, f"R.offload({o}, b{o})")
-                w(d, f"b{o} = None")
-                w(d, f"total -= L{o}")
-            w(d, "tl(total)")
-        elif isinstance(node, Fetch):
-            for o in node.ops:
-                w(d, f"b{o} = R.fetch({o})")
-                w(d, f"total += L{o}")
+                    for line in lines:
+                        w(d, line.format(o=o))
             w(d, "tl(total)")
         elif isinstance(node, Exec):
             self._exec(w, node, d)

@@ -216,7 +216,11 @@ class _Fusion:
             return readers[k]
 
         def best(k):
-            return _best(ways, k, read_by(k) if k in cheap else after[k])
+            """The loop ``k`` starts: its outermost valid one, or for index functions the
+            one most of their readers can join."""
+            if k in cheap:
+                return _best(ways, k, read_by(k))
+            return ways[k][0] if ways[k] else None
 
         def elsewhere(k) -> bool:
             """An index-function component whose readers cannot run in the open loop: it
@@ -307,9 +311,9 @@ class _Fusion:
 
 
 def _best(ways: list, k: int, successors) -> tuple | None:
-    """The loop a component starts: of the ones it may run in, the first that the most of
-    its direct successors may run in too, so they can join it (an index table over (n, t)
-    read in a decode's loop over t starts a loop over t, not over the layers)."""
+    """Of the loops component ``k`` may run in, the first that the most of ``successors`` may
+    run in too, so they can join it (an index table over (n, t) read in a decode's loop over
+    t starts a loop over t, not over the layers)."""
     if not ways[k]:
         return None
     return max(ways[k], key=lambda w: sum(w in ways[j] for j in successors))
