@@ -8,17 +8,25 @@ import inspect
 import linecache
 import os
 import sys
-from dataclasses import dataclass
+import sysconfig
+from dataclasses import dataclass, field
 
 _PACKAGE_DIR = os.path.dirname(os.path.abspath(__file__))
 
 
 @dataclass(frozen=True)
 class Location:
-    """Where the user wrote a call: the first stack frame outside the tempo_lab package."""
+    """Where the user wrote a call: the first stack frame outside the tempo_lab package.
+
+    ``stack`` is the user's code that led there, outermost first, as ``(file, line, function)``
+    (frames of tempo_lab, the standard library and installed packages folded); ``call`` the
+    tempo_lab function the user's line called when that function is a library one
+    (``tempo_lab.nn.llama.Llama.__call__``), empty for an op the user made directly."""
 
     file: str
     line: int
+    stack: tuple[tuple[str, int, str], ...] = field(default=(), compare=False)
+    call: str = field(default="", compare=False)
 
     def __str__(self) -> str:
         return f"{self.file}:{self.line}"
@@ -34,18 +42,61 @@ UNKNOWN = Location("<unknown>", 0)
 def user_frame():
     """The innermost stack frame outside the tempo_lab package (the user's code), or None."""
     frame = sys._getframe(1)
-    while frame is not None:
-        fname = os.path.abspath(frame.f_code.co_filename)
-        if not fname.startswith(_PACKAGE_DIR + os.sep) and "importlib" not in fname \
-                and not _generated_method(frame):
-            return frame
+    while frame is not None and not _is_user(frame):
         frame = frame.f_back
-    return None
+    return frame
+
+
+def _is_user(frame) -> bool:
+    return _file_kind(frame.f_code.co_filename) == "user" and not _generated_method(frame)
+
+
+_LIBRARY_DIRS = tuple({sysconfig.get_paths()[k] + os.sep
+                       for k in ("stdlib", "platstdlib", "purelib", "platlib")})
+STACK_DEPTH = 16    # user frames kept per op, innermost first
+
+
+@functools.lru_cache(maxsize=4096)
+def _file_kind(filename: str) -> str:
+    """"package" (tempo_lab), "library" (standard library, installed packages, importlib and
+    other generated code) or "user"."""
+    fname = os.path.abspath(filename)
+    if fname.startswith(_PACKAGE_DIR + os.sep):
+        return "package"
+    if fname.startswith(_LIBRARY_DIRS) or filename.startswith("<frozen") or "importlib" in fname:
+        return "library"
+    return "user"
 
 
 def user_location() -> Location:
-    frame = user_frame()
-    return UNKNOWN if frame is None else Location(frame.f_code.co_filename, frame.f_lineno)
+    """The user's line, with the user frames that called it and the library function it
+    called (see ``Location``)."""
+    frame, entry = sys._getframe(1), None
+    while frame is not None and not _is_user(frame):
+        if _file_kind(frame.f_code.co_filename) == "package":
+            entry = frame
+        frame = frame.f_back
+    if frame is None:
+        return UNKNOWN
+    here = Location(frame.f_code.co_filename, frame.f_lineno)
+    stack, f = [], frame
+    while f is not None and len(stack) < STACK_DEPTH:
+        if _file_kind(f.f_code.co_filename) == "user":
+            stack.append((f.f_code.co_filename, f.f_lineno, f.f_code.co_qualname))
+        f = f.f_back
+    return Location(here.file, here.line, tuple(reversed(stack)), _library_call(entry))
+
+
+def _library_call(entry) -> str:
+    """``tempo_lab.<module>.<function>`` of the package frame the user called, or "" when it is
+    one of the modules whose functions make one op each (``tl.exp``, ``x + y``)."""
+    if entry is None:
+        return ""
+    fname = os.path.abspath(entry.f_code.co_filename)
+    if fname.startswith(_DIRECT) or fname == os.path.join(_PACKAGE_DIR, "errors.py"):
+        return ""
+    module = os.path.relpath(fname, os.path.dirname(_PACKAGE_DIR))[:-3].replace(os.sep, ".")
+    return f"{module.removesuffix('.__init__')}.{entry.f_code.co_qualname}"
 
 
 _STORES = {"STORE_NAME", "STORE_FAST", "STORE_GLOBAL", "STORE_DEREF"}
@@ -71,7 +122,28 @@ def assigned_name() -> str | None:
         if fname != os.path.join(_PACKAGE_DIR, "errors.py") and not fname.startswith(_DIRECT):
             return None
         frame = frame.f_back
-    if frame is None or frame.f_code.co_name == "<listcomp>":
+    return None if frame is None else _stored_after_call(frame)
+
+
+def library_target():
+    """``(variable, call frame)`` when the op being made comes from a library function (say
+    ``tl.nn.attention``) whose result the user's line assigns to ``variable``; None otherwise.
+    The call frame tells one call from the next: the last op made in a call is its result and
+    takes the name (``Context`` keeps the frame alive while it compares, so ids do not repeat)."""
+    frame, entry = sys._getframe(1), None
+    while frame is not None and not _is_user(frame):
+        if _file_kind(frame.f_code.co_filename) == "package":
+            entry = frame
+        frame = frame.f_back
+    if frame is None or entry is None or not _library_call(entry):
+        return None
+    target = _stored_after_call(frame)
+    return None if target is None else (target, entry)
+
+
+def _stored_after_call(frame) -> str | None:
+    """The variable the instruction after ``frame``'s current call stores to, if any."""
+    if frame.f_code.co_name == "<listcomp>":
         return None
     ins = _instructions(frame.f_code)
     k = max((j for j, x in enumerate(ins) if x.offset <= frame.f_lasti), default=None)

@@ -45,6 +45,15 @@ prog = ctx.compile(bounds={N: 2, T: 8}, outputs={"y": y})
 print("compiled", prog)
 """
 
+# A 12-layer decoder written layer by layer (one tl.scope per layer): 505 traced ops.
+BIG = """\
+from tempo_lab.examples import unrolled_decoder
+big_ctx = tl.Context(dims=("t",))
+big_h = unrolled_decoder(big_ctx, make_weights(12, 16, 32), tokens, heads=2)
+big = big_ctx.compile(bounds={big_ctx.bounds[0]: 8}, outputs={"y": big_h})
+print("compiled", big, len(big.passes.initial.ops))
+"""
+
 
 def _need(what: str, ok: bool):
     if not ok:
@@ -58,7 +67,7 @@ def _free_port() -> int:
 
 
 def _notebook(path: Path):
-    cells = [SETUP, "view = prog.explore()\nview"]
+    cells = [SETUP, "view = prog.explore()\nview", BIG, "big_view = big.explore()\nbig_view"]
     nb = {"nbformat": 4, "nbformat_minor": 5,
           "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
                                       "language": "python"}},
@@ -152,83 +161,139 @@ def page(lab):
             # not awaited: the command's promise settles only when every cell has run
             pg.evaluate("() => { window.jupyterapp.commands.execute("
                         "'notebook:run-all-cells'); }")
-            pg.wait_for_selector(".tempo-lab-tabs", timeout=120_000)
+            pg.wait_for_function("document.querySelectorAll('.tempo-lab-tabs').length >= 2",
+                                 timeout=180_000)
             yield pg
         finally:
             browser.close()
 
 
-def _tab(page, title: str):
-    bar = page.locator(".tempo-lab-tabs > .lm-TabBar .lm-TabBar-tab").filter(has_text=title)
+def _dash(page, k: int = 0):
+    """The k-th dashboard of the notebook: 0 the demo decoder, 1 the 12-layer one."""
+    return page.locator(".tempo-lab-dashboard").nth(k)
+
+
+def _tab(page, title: str, k: int = 0):
+    bar = _dash(page, k).locator(".tempo-lab-tabs > .lm-TabBar .lm-TabBar-tab") \
+        .filter(has_text=title)
     bar.first.click()
     page.wait_for_timeout(300)
 
 
-def _shot(page, name: str):
+def _shot(page, name: str, k: int = 0):
     SHOTS.mkdir(exist_ok=True)
-    page.locator(".tempo-lab-dashboard").first.screenshot(path=str(SHOTS / f"{name}.png"))
+    _dash(page, k).scroll_into_view_if_needed()
+    _dash(page, k).screenshot(path=str(SHOTS / f"{name}.png"))
+
+
+def _wait(loc, timeout=30_000):
+    loc.first.wait_for(timeout=timeout)
+    return loc
 
 
 def test_dashboard_tabs_render(page):
-    titles = page.locator(".tempo-lab-tabs > .lm-TabBar .lm-TabBar-tab").all_inner_texts()
+    dash = _dash(page)
+    titles = dash.locator(".tempo-lab-tabs > .lm-TabBar .lm-TabBar-tab").all_inner_texts()
     assert [t.strip() for t in titles] == list(TABS)
 
     _tab(page, "Program")
-    assert "Program(outputs=(y)" in page.locator(".tempo-lab-overview").inner_text()
+    assert "Program(outputs=(y)" in dash.locator(".tempo-lab-overview").inner_text()
     _shot(page, "1_program")
 
     _tab(page, "SDG")
-    page.wait_for_selector(".tempo-lab-sdg svg g.node", timeout=30_000)
-    assert page.locator(".tempo-lab-sdg svg g.node").count() >= 20
-    assert page.locator(".tempo-lab-sdg svg g.cluster").count() >= 3
-    assert "0:t + 1" in page.locator(".tempo-lab-sdg svg").first.text_content()
+    nodes = _wait(dash.locator(".tempo-lab-sdg .tl-graph-view svg g.node"))
+    assert nodes.count() >= 20
+    assert dash.locator(".tempo-lab-sdg svg g.cluster").count() >= 2
+    assert "0:t + 1" in dash.locator(".tempo-lab-sdg svg").first.text_content()
     _shot(page, "2_sdg")
 
     _tab(page, "Passes")
-    assert page.locator(".tempo-lab-pass-table tr").count() >= 2
-    assert page.locator(".tempo-lab-passes svg g.node").count() >= 2
+    assert _wait(dash.locator(".tempo-lab-pass-table tr")).count() >= 2
+    assert _wait(dash.locator(".tempo-lab-passes svg g.node")).count() >= 2
     _shot(page, "3_passes")
 
     _tab(page, "Schedule")
-    assert "for n in 0..N" in page.locator(".tempo-lab-code").inner_text()
-    page.locator(".tempo-lab-schedule .lm-TabBar-tab").filter(has_text="isl schedule tree") \
+    assert "for n in 0..N" in _wait(dash.locator(".tempo-lab-code")).first.inner_text()
+    dash.locator(".tempo-lab-schedule .lm-TabBar-tab").filter(has_text="isl schedule tree") \
         .first.click()
-    page.wait_for_selector(".tempo-lab-tree details", timeout=15_000)
-    page.locator(".tempo-lab-schedule .lm-TabBar-tab").filter(has_text="iteration space") \
+    _wait(dash.locator(".tempo-lab-tree details"))
+    dash.locator(".tempo-lab-schedule .lm-TabBar-tab").filter(has_text="iteration space") \
         .first.click()
-    page.wait_for_selector(".tempo-lab-schedule .js-plotly-plot .scatterlayer .point",
-                           timeout=30_000)
-    assert page.locator(".tempo-lab-schedule .js-plotly-plot .scatterlayer .point").count() > 50
+    points = _wait(dash.locator(".tempo-lab-schedule .js-plotly-plot .scatterlayer .point"))
+    assert points.count() > 50
     _shot(page, "4_schedule")
 
     _tab(page, "Memory")
-    page.wait_for_selector(".tempo-lab-memory .js-plotly-plot .barlayer .point",
-                           timeout=30_000)
-    assert page.locator(".tempo-lab-memory .js-plotly-plot .barlayer .point").count() >= 20
-    assert "peak" in page.locator(".tempo-lab-memory .js-plotly-plot").first.inner_text()
+    bars = _wait(dash.locator(".tempo-lab-memory .js-plotly-plot .barlayer .point"))
+    assert bars.count() >= 20
+    assert "peak" in dash.locator(".tempo-lab-memory .js-plotly-plot").first.inner_text()
     _shot(page, "5_memory")
 
-    _tab(page, "Profile")
-    page.wait_for_selector(".tempo-lab-profile .js-plotly-plot .barlayer .point",
-                           timeout=30_000)
-    assert page.locator(".tempo-lab-profile .js-plotly-plot").count() >= 3
-    assert page.locator(".tempo-lab-profile .icicletrace, .tempo-lab-profile "
+    _tab(page, "Profile")   # nothing has run yet: the tab offers to run and profile
+    _wait(dash.locator(".tempo-lab-run-button")).first.click()
+    _wait(dash.locator(".tempo-lab-profile .js-plotly-plot .barlayer .point"), 120_000)
+    assert dash.locator(".tempo-lab-profile .js-plotly-plot").count() >= 3
+    assert dash.locator(".tempo-lab-profile .icicletrace, .tempo-lab-profile "
                         "g.iciclelayer path").count() >= 1
     _shot(page, "6_profile")
 
 
 def test_selection_is_linked_across_tabs(page):
-    picker = page.locator(".tempo-lab-op-picker select")
+    dash = _dash(page)
+    picker = dash.locator(".tempo-lab-op-picker select")
     label = next(o for o in picker.locator("option").all_inner_texts() if o.startswith("h_in"))
     picker.select_option(label=label)
     _tab(page, "SDG")
-    marked = page.locator(".tempo-lab-sdg svg g.node:has([stroke='#d62728'])")
-    marked.first.wait_for(timeout=30_000)
+    marked = _wait(dash.locator(".tempo-lab-sdg svg g.node.tl-selected"))
     assert marked.count() == 1 and "h_in" in marked.text_content()
-    assert "h_in" in page.locator(".tempo-lab-inspector").inner_text()
+    assert "h_in" in dash.locator(".tempo-lab-inspector").inner_text()
     _shot(page, "7_selected_sdg")
     _tab(page, "Schedule")
-    page.locator(".tempo-lab-schedule .lm-TabBar-tab").filter(has_text="loop code").first.click()
-    assert "h_in[n, t] = merge" in page.locator(".tempo-lab-code mark").first.inner_text()
+    dash.locator(".tempo-lab-schedule .lm-TabBar-tab").filter(has_text="loop code").first.click()
+    assert "h_in[n, t] = merge" in dash.locator(".tempo-lab-code mark").first.inner_text()
     _tab(page, "Memory")
     _shot(page, "8_selected_memory")
+
+
+def test_graph_canvas_at_scale(page):
+    """The 12-layer decoder: the SDG opens grouped by tl.scope; a click on a node selects it,
+    a click on a group expands it, the buttons zoom, the search finds an op in a collapsed
+    layer and the graph centres on it."""
+    dash = _dash(page, 1)
+    _tab(page, "SDG", 1)
+    canvas = _wait(dash.locator(".tl-graph"))
+    nodes = _wait(canvas.locator(".tl-graph-view svg g.node"))
+    assert 20 <= nodes.count() <= 160
+    titles = canvas.locator("svg g.cluster text").all_text_contents() + \
+        canvas.locator("svg g.node[id^='g'] text").all_text_contents()
+    assert sum("layer" in t for t in titles) >= 10        # one group per layer
+    _shot(page, "9_big_sdg", 1)
+
+    el = canvas.first.element_handle()
+    zoom = int(canvas.first.get_attribute("data-zoom"))
+    canvas.locator(".tl-zoom-in").first.click()
+    page.wait_for_function("([el, z]) => Number(el.dataset.zoom) > z", arg=[el, zoom])
+    canvas.locator(".tl-fit").first.click()
+    page.wait_for_function("([el, z]) => Number(el.dataset.zoom) == z", arg=[el, zoom])
+
+    ops_before = canvas.locator("svg g.node[id^='op']").count()
+    canvas.locator("svg g.node[id^='g']").first.click()  # expand a collapsed group
+    page.wait_for_function("([el, n]) => el.querySelectorAll(\"svg g.node[id^='op']\")"
+                           ".length > n", arg=[el, ops_before])
+
+    node = canvas.locator("svg g.node[id^='op']").first
+    node.click()
+    _wait(canvas.locator("svg g.node.tl-selected"))
+    op = canvas.first.get_attribute("data-selected")
+    assert op != "-1" and "source" in dash.locator(".tempo-lab-inspector").inner_text()
+    picked = dash.locator(".tempo-lab-op-picker select").input_value()   # the linked picker
+    assert picked.split(" · ")[0] in node.locator("text").first.text_content()
+
+    canvas.locator(".tl-graph-search").first.fill("layer11")
+    hit = _wait(canvas.locator(".tl-graph-hit"))
+    assert "layer11" in hit.first.inner_text()
+    canvas.locator(".tl-graph-search").first.press("Enter")
+    page.wait_for_function("([el, op]) => el.dataset.selected !== op", arg=[el, op])
+    _wait(canvas.locator("svg g.node.tl-selected"))
+    assert "layer11" in dash.locator(".tempo-lab-inspector").inner_text()
+    _shot(page, "10_big_sdg_found", 1)

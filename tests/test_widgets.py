@@ -107,16 +107,62 @@ def test_large_graph_collapses_and_says_what_is_hidden():
     sdg = big.sdg
     assert len(sdg.ops) >= 450
     spec = G.graph_spec(sdg)
-    assert len(spec.nodes) < 20
+    assert len(spec.nodes) <= G.VISIBLE
     assert any("collapsed" in h for h in spec.hidden)
+    sizes = [n for path, n in spec.sizes.items() if len(path) == 2]
+    assert sizes and max(sizes) <= G.CHUNK      # big groups open into runs of CHUNK ops
     view = sdg.explore()
-    assert "Not drawn" in view.explorer.graph.note.value
-    view.explorer.search.value = "tanh"          # matches stay visible inside collapsed regions
-    assert len(view.explorer.spec().ops) == len(G.matches(sdg, "tanh"))
-    view.explorer.collapse.value = ()            # everything: too many for graphviz
-    assert len(view.explorer.spec().ops) == len(sdg.ops)
-    assert view.explorer.graph.figure is not None and "plotly layout" in \
-        view.explorer.graph.note.value
+    ex = view.explorer
+    assert "Not drawn" in ex.graph.note.value
+    ex.search.value = "tanh"          # matches stay visible inside collapsed groups
+    assert set(G.matches(sdg, "tanh")) <= set(ex.spec().ops)
+    ex.search.value = ""
+    spec = ex.spec()
+    group = next(n for n in spec.nodes if n.op is None)
+    path, before = spec.groups[group.key], len(spec.ops)
+    ex.toggle(group.key)                       # what a click on a group node does
+    assert len(ex.spec().ops) > before and path in ex.expanded
+    ex.toggle(next(k for k, p in ex.spec().groups.items() if p == path))   # collapse again
+    assert len(ex.spec().ops) == before
+    ex.set_expanded(ex._all_groups())          # everything: too many for graphviz
+    assert len(ex.spec().ops) == len(sdg.ops)
+    assert ex.graph.figure is not None and "plotly layout" in ex.graph.note.value
+
+
+def test_groups_follow_scopes_and_calls():
+    """tl.scope, then the user's functions and the library call, then the domain; the variable
+    a library call's result is assigned to names its last op; the inspector shows the stack."""
+    import numpy as np
+
+    ctx = tl.Context(dims=("t",))
+    (t,), (T,) = ctx.dims, ctx.bounds
+    norm = tl.nn.RMSNorm(8)
+
+    def block(x, k):
+        with tl.scope(f"layer{k}"):
+            normed = norm(norm.init(), x)
+            return tl.relu(normed) + x
+
+    with ctx:
+        x = tl.source(lambda p: np.full(8, p["t"], np.float32), (8,), np.float32, (t,))
+        for k in range(3):
+            x = block(x, k)
+    prog = ctx.compile(bounds={T: 3}, outputs={"y": x},
+                       config=tl.CompileConfig(executor="reference"))
+    sdg = prog.passes.initial if prog.passes is not None else prog.sdg
+    paths = G.group_paths(sdg)
+    named = [op for op in sdg.ops.values() if op.name == "normed"]
+    assert len(named) == 3                      # one per call, the call's last op
+    assert {paths[op.id][:2] for op in named} == {(f"layer{k}", "block()") for k in range(3)}
+    assert all(paths[op.id][2] == "RMSNorm" for op in named)
+    assert all(op.loc.call.endswith("RMSNorm.__call__") for op in named)
+    facts = F.op_facts(sdg, named[0].id)
+    assert "block" in facts["called from"] and facts["scope"] == "layer0"
+    assert facts["made by"].endswith("RMSNorm.__call__")
+    exported = sdg.to_dict()["ops"][named[0].id]
+    assert exported["stack"][-1]["function"].endswith("block") and exported["call"]
+    spec = G.graph_spec(sdg, expanded=set())
+    assert sorted(p[0] for p in spec.groups.values()) == ["(t)", "layer0", "layer1", "layer2"]
 
 
 def test_graph_views_without_dot_fall_back_to_plotly(prog, no_dot):
@@ -221,21 +267,40 @@ def test_dashboard_tabs_and_linked_selection(prog, run):
     dash = view.dashboard
     titles = [dash.tabs.get_title(k) for k in range(len(dash.tabs.children))]
     assert titles == ["Program", "SDG", "Passes", "Schedule", "Memory", "Profile"]
+    assert dash.views == {}                     # tabs are built when first shown
     x = next(op.id for op in prog.sdg.ops.values() if op.name == "x")
     dash.picker.value = x
     assert dash.sdg.selected == x and "x = tl.placeholder" in dash.sdg.inspector.value
+    assert dash.sdg.graph.canvas is None or dash.sdg.graph.canvas.selected == x
+    dash.tabs.selected_index = 3
     assert "<mark" in dash.views["Schedule"].code.value
-    mem = dash.views["Memory"].plot.figure
+    mem = dash.open("Memory").plot.figure
     assert any(3 in (t.marker.line.width or ()) for t in mem.data if t.type == "bar")
-    tl_fig = dash.views["Profile"].timeline.figure
+    tl_fig = dash.open("Profile").timeline.figure
     assert any("#d62728" in t.marker.color for t in tl_fig.data)
     dash.picker.value = -1
     assert dash.sdg.selected is None
 
 
+def test_dashboard_runs_only_on_request():
+    prog = _prog("interpreter")
+    calls = []
+    run = prog.run
+    prog.run = lambda *a, **k: calls.append(a or k) or run(*a, **k)
+    dash = prog.explore().dashboard
+    panel = dash.open("Profile")
+    assert not calls and "run and profile" == panel.button.description
+    dash.select(next(iter(prog.sdg.ops)))
+    panel.button.click()
+    assert len(calls) == 2                      # a warm-up run, then the recorded one
+    assert dash.run is not None and dash.views["Profile"].timeline is not None
+    assert "calls" in dash.sdg.inspector.value  # the SDG tab now shows measured time
+
+
 def test_reference_program_dashboard():
-    view = _prog("reference").explore()
-    assert "reference executor keeps no profile" in view.dashboard.views["Profile"].widget \
+    dash = _prog("reference").explore().dashboard
+    dash.open("Profile").button.click()
+    assert "reference executor keeps no profile" in dash.views["Profile"].widget \
         .children[0].value
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 
 from . import graph as G
+from .palette import HIGHLIGHT
 
 
 def _ipywidgets():
@@ -60,47 +61,68 @@ class FigureSlot:
 
 
 class GraphPanel:
-    """One SDG drawing that re-renders from a ``GraphSpec``: SVG in an HTML widget when
-    ``dot`` is installed, else a plotly layered layout (clicking a node calls ``on_pick``)."""
+    """One SDG drawing that re-renders from a ``GraphSpec``: graphviz's SVG on a navigable
+    canvas when ``dot`` is installed, else a plotly layered layout. A click on an op calls
+    ``on_pick(op id)``, on a group ``on_toggle(group key)``; ``index`` feeds the type-ahead."""
 
-    def __init__(self, title: str = "", on_pick=None):
+    def __init__(self, title: str = "", on_pick=None, on_toggle=None, index=(), height=560):
         W = _ipywidgets()
-        self.title, self.on_pick = title, on_pick
+        self.title, self.on_pick, self.on_toggle = title, on_pick, on_toggle
+        self.index, self.height = [list(row) for row in index], height
         self.note = W.HTML()
         self.box = W.Box(layout=W.Layout(width="100%"))
         self.widget = W.VBox([self.note, self.box])
         self.widget.add_class("tempo-lab-graph-panel")
         self.svg: str | None = None
         self.figure = None
+        self.canvas = None
         self._slot: FigureSlot | None = None
+        self._dot: str | None = None
 
-    def show(self, spec: G.GraphSpec):
-        W = _ipywidgets()
+    def show(self, spec: G.GraphSpec, selected: int | None = None):
         too_big = len(spec.nodes) > G.DOT_LIMIT
-        self.svg = None if too_big else G.svg_of(G.to_dot(spec))
         head = f"<b>{html.escape(self.title)}</b> " if self.title else ""
         self.note.value = head + G.hidden_html(spec)
-        if self.svg is not None:
+        dot = None if too_big else G.to_dot(spec)
+        if dot is not None and dot != self._dot:
+            self.svg = G.svg_of(dot)
+        self._dot = dot
+        if dot is not None and self.svg is not None:
             self.figure = None
-            if not self.box.children or not isinstance(self.box.children[0], W.HTML):
-                self.box.children = (W.HTML(),)
-            self.box.children[0].value = G.svg_html(self.svg)
+            self._canvas().svg = self.svg
+            self.canvas.selected = -1 if selected is None else selected
+            self.box.children = (self.canvas,)
             return
+        self.svg = None
+        for n in spec.nodes:
+            if n.op is not None and n.op == selected:
+                n.border, n.width = HIGHLIGHT, 3.5
         self.figure = G.graph_figure(spec, self.title)
         if self._slot is None:
             self._slot = FigureSlot(self.figure)
-            if self.on_pick is not None:
-                self._slot.widget.data[-1].on_click(self._clicked)
         else:
             self._slot.show(self.figure)
-            if self.on_pick is not None:
-                self._slot.widget.data[-1].on_click(self._clicked)
+        if self.on_pick is not None:
+            self._slot.widget.data[-1].on_click(self._clicked)
         why = (f"{len(spec.nodes)} nodes are more than graphviz lays out quickly "
-               f"({G.DOT_LIMIT}); collapse regions for the SVG picture" if too_big else
+               f"({G.DOT_LIMIT}); collapse groups for the SVG picture" if too_big else
                "graphviz's <code>dot</code> program is not installed (Debian: apt-get install "
                "graphviz)")
         self.note.value = head + f"<i>{why}: plotly layout instead.</i> " + G.hidden_html(spec)
         self.box.children = (self._slot.widget,)
+
+    def _canvas(self):
+        if self.canvas is None:
+            from .canvas import GraphCanvas
+
+            self.canvas = GraphCanvas(index=self.index, height=self.height)
+            self.canvas.add_class("tempo-lab-graph-canvas")
+            if self.on_pick is not None:
+                self.canvas.observe(lambda ch: self.on_pick(None if ch.new < 0 else ch.new),
+                                    "selected")
+            if self.on_toggle is not None:
+                self.canvas.on_toggle(self.on_toggle)
+        return self.canvas
 
     def _clicked(self, trace, points, state):
         for i in points.point_inds:

@@ -1,5 +1,8 @@
 """``prog.explore()``: one tab per stage and one op picker whose choice is highlighted in every
-tab at once (SDG, passes, schedule, memory, profile)."""
+tab at once (SDG, passes, schedule, memory, profile).
+
+Opening it runs nothing: the compile-time tabs are built when first shown, and the profile tab
+has a button that runs the program (with a progress bar) and fills in the measured data."""
 from __future__ import annotations
 
 import html
@@ -15,42 +18,81 @@ TABS = ("Program", "SDG", "Passes", "Schedule", "Memory", "Profile")
 
 
 class Dashboard:
-    """The views of one program and the picker that links them. ``run`` defaults to one
-    recorded run of the program (so the profile tab has kernels to show)."""
+    """The views of one program and the picker that links them. ``run``: a run whose profile
+    the views show; without one, the profile tab offers to make one."""
 
     def __init__(self, prog, run=None):
         import ipywidgets as W
 
-        kernels = None
-        if run is None:
-            run, kernels = recorded_run(prog)
-        self.prog, self.run = prog, run
-        profile = run.profile
+        self.prog, self.run, self.kernels = prog, run, None
+        self.selected = NONE
+        self.views: dict[str, object] = {}   # the tabs built so far
         self.picker = W.Dropdown(options=op_options(prog.sdg), value=NONE,
                                  description="select op", layout=W.Layout(width="420px"))
         self.picker.add_class("tempo-lab-op-picker")
-        self.sdg = SDGExplorer(prog.sdg, prog.memory, profile, run.bounds, selector=False)
-        self.views: dict[str, object] = {"SDG": self.sdg}
-        if prog.passes is not None:
-            self.views["Passes"] = PassStepper(prog.passes)
-        if prog.schedule is not None:
-            self.views["Schedule"] = ScheduleView(prog.schedule, prog.bounds)
-        if prog.memory is not None:
-            self.views["Memory"] = MemoryView(prog.memory, profile)
-        self.views["Profile"] = ProfileView(prog, run, kernels)
-        overview = W.HTML(prog._repr_html_() + run._repr_html_())
-        overview.add_class("tempo-lab-overview")
-        pages = {"Program": overview}
-        for name in TABS[1:]:
-            pages[name] = (self.views[name].widget if name in self.views else
-                           W.HTML(f"<i>no {name.lower()} stage for the "
-                                  f"{html.escape(prog.config.executor)} executor</i>"))
-        self.tabs = W.Tab(children=[pages[n] for n in TABS])
+        self.overview = W.HTML(self._overview_html())
+        self.overview.add_class("tempo-lab-overview")
+        self.pages = {name: W.VBox() for name in TABS[1:]}
+        self.tabs = W.Tab(children=[self.overview] + [self.pages[n] for n in TABS[1:]])
         for k, name in enumerate(TABS):
             self.tabs.set_title(k, name)
         self.tabs.add_class("tempo-lab-tabs")
+        self.tabs.observe(lambda ch: self.open(TABS[ch.new]) if ch.new else None,
+                          "selected_index")
         self.picker.observe(lambda ch: self.select(ch.new), "value")
         self.widget = W.VBox([self.picker, self.tabs])
+
+    def _overview_html(self) -> str:
+        return self.prog._repr_html_() + ("" if self.run is None else self.run._repr_html_())
+
+    @property
+    def sdg(self) -> SDGExplorer:
+        return self.open("SDG")
+
+    def open(self, name: str):
+        """The view of tab ``name``, built (with the current selection) on first use."""
+        if name in self.views:
+            return self.views[name]
+        view = self._build(name)
+        if view is None:
+            self.pages[name].children = (self._absent(name),)
+            return None
+        self.views[name] = view
+        self.pages[name].children = (view.widget,)
+        if self.selected != NONE:
+            view.select(self.selected)
+        return view
+
+    def _build(self, name: str):
+        prog, profile = self.prog, None if self.run is None else self.run.profile
+        bounds = prog.bounds if self.run is None else self.run.bounds
+        if name == "SDG":
+            return SDGExplorer(prog.sdg, prog.memory, profile, bounds, selector=False,
+                               on_select=self.select)
+        if name == "Passes":
+            return None if prog.passes is None else PassStepper(prog.passes)
+        if name == "Schedule":
+            return None if prog.schedule is None else ScheduleView(prog.schedule, prog.bounds)
+        if name == "Memory":
+            return None if prog.memory is None else MemoryView(prog.memory, profile)
+        return ProfileView(prog, self.run, self.kernels) if self.run is not None \
+            else RunPanel(self)
+
+    def _absent(self, name: str):
+        import ipywidgets as W
+
+        return W.HTML(f"<i>no {name.lower()} stage for the "
+                      f"{html.escape(self.prog.config.executor)} executor</i>")
+
+    def profile(self):
+        """Run the program once (recording statement times where the executor can) and show
+        what was measured in every tab that has a view of it."""
+        self.run, self.kernels = recorded_run(self.prog)
+        self.overview.value = self._overview_html()
+        for name in ("SDG", "Memory", "Profile"):
+            if name in self.views:
+                del self.views[name]
+                self.open(name)
 
     def select(self, op_id: int | None):
         """Highlight ``op_id`` (or nothing, for None / -1) in every view."""
@@ -58,13 +100,42 @@ class Dashboard:
         if self.picker.value != op_id:
             self.picker.value = op_id   # the observer comes back here with the same id
             return
+        self.selected = op_id
         for view in self.views.values():
             view.select(op_id)
 
 
+class RunPanel:
+    """The profile tab before a run: a button that runs and profiles the program, with the
+    run's progress bar (tqdm) shown below it."""
+
+    def __init__(self, dash: Dashboard):
+        import ipywidgets as W
+
+        self.dash = dash
+        self.button = W.Button(description="run and profile", icon="play",
+                               button_style="primary")
+        self.button.add_class("tempo-lab-run-button")
+        self.out = W.Output()
+        self.button.on_click(lambda _: self.click())
+        note = W.HTML("<i>Nothing has run yet. The button runs the program once on the "
+                      f"{html.escape(dash.prog.config.executor)} executor and records what "
+                      "each op costs; the memory and SDG tabs then show measured data too.</i>")
+        self.widget = W.VBox([note, self.button, self.out])
+        self.widget.add_class("tempo-lab-profile")
+
+    def click(self):
+        self.button.disabled, self.button.description = True, "running…"
+        with self.out:   # the run's progress bars (tl.config.progress) show here
+            self.dash.profile()
+
+    def select(self, op_id):
+        pass
+
+
 def explore_program(prog, run=None):
     dash = Dashboard(prog, run)
-    static = prog._repr_html_() + dash.run._repr_html_()
+    static = prog._repr_html_() + ("" if run is None else run._repr_html_())
     view = stage_view([dash.widget], static, "tempo-lab-dashboard")
     view.dashboard = dash
     return view

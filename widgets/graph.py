@@ -6,6 +6,7 @@ the same whichever is used."""
 from __future__ import annotations
 
 import html
+import os
 from dataclasses import dataclass, field
 
 from tempo_lab.symbolic import TRUE
@@ -20,17 +21,17 @@ from .palette import (
     region_of,
 )
 
-COLLAPSE_ABOVE = 80     # graphs with more ops start with their large regions collapsed
-REGION_LIMIT = 12       # ... namely the regions with more ops than this
-DOT_LIMIT = 160         # more nodes than this take graphviz minutes: plotly layout instead
+VISIBLE = 60           # a view opens with groups expanded while at most this many nodes show
+CHUNK = 40             # a group with more ops than this opens into runs of consecutive ops
+DOT_LIMIT = 160        # more nodes than this take graphviz minutes: plotly layout instead
 
 
 @dataclass
 class Node:
-    key: str            # DOT node name: n<op id> or r<region index>
+    key: str            # DOT node name and SVG id: op<op id>, or g<group index> for a group
     label: str
     fill: str
-    region: str
+    cluster: tuple[str, ...]   # the innermost expanded group it is drawn inside (a path)
     op: int | None = None
     border: str = "#555555"
     width: float = 1.0
@@ -41,12 +42,18 @@ class Node:
 class GraphSpec:
     nodes: list[Node] = field(default_factory=list)
     edges: list[tuple[str, str, str, bool]] = field(default_factory=list)  # src, dst, label, dashed
-    regions: dict[str, str] = field(default_factory=dict)   # region -> colour
+    groups: dict[str, tuple[str, ...]] = field(default_factory=dict)  # g<k> -> group path
+    sizes: dict[tuple[str, ...], int] = field(default_factory=dict)   # group path -> ops
     hidden: list[str] = field(default_factory=list)         # what is not drawn, in words
 
     @property
     def ops(self) -> list[int]:
         return [n.op for n in self.nodes if n.op is not None]
+
+    @property
+    def regions(self) -> list[str]:
+        """The domains drawn, as clusters or collapsed groups."""
+        return sorted({p[-1] for p in self.sizes if p[-1].startswith("(")})
 
 
 def edge_label(sdg, e) -> str:
@@ -59,56 +66,126 @@ def edge_label(sdg, e) -> str:
     return "\n".join(parts)
 
 
-def default_collapsed(sdg, collapse_above: int = COLLAPSE_ABOVE) -> set[str]:
-    """Regions collapsed when a view opens: none for small graphs, the big ones otherwise."""
-    if len(sdg.ops) <= collapse_above:
-        return set()
-    sizes: dict[str, int] = {}
-    for op in sdg.ops.values():
-        sizes[region_of(op)] = sizes.get(region_of(op), 0) + 1
-    return {r for r, n in sizes.items() if n > REGION_LIMIT}
+def group_path(op) -> tuple[str, ...]:
+    """Where an op sits in the views' hierarchy: its ``tl.scope`` path, then the user
+    functions that called it (below the outermost frame) and the library call that made it,
+    then its domain."""
+    path = list(op.scope)
+    path += [f"{fn.split('.<locals>.')[-1]}()" for _, _, fn in op.loc.stack[1:]]
+    if op.loc.call:
+        parts = op.loc.call.split(".")
+        path.append(parts[-2] if parts[-1] == "__call__" else f"{parts[-1]}()")
+    path.append(region_of(op))
+    return tuple(path)
+
+
+def group_paths(sdg) -> dict[int, tuple[str, ...]]:
+    """``group_path`` of every op, less the groups that every op shares (a test function or
+    ``main()`` around the whole program), with a group that has more than ``CHUNK`` ops split
+    into runs of consecutive ops (``%40–%79``), so that every group opens to a readable size."""
+    paths = {i: group_path(op) for i, op in sdg.ops.items()}
+    common = 0
+    first = next(iter(paths.values()), ())
+    while common < len(first) - 1 and all(len(p) > common + 1 and p[common] == first[common]
+                                          for p in paths.values()):
+        common += 1
+    paths = {i: p[common:] for i, p in paths.items()}
+    members: dict[tuple[str, ...], list[int]] = {}
+    for i, p in paths.items():
+        members.setdefault(p, []).append(i)
+    for p, ids in members.items():
+        if len(ids) > CHUNK:
+            for k in range(0, len(ids), CHUNK):
+                run = ids[k:k + CHUNK]
+                for i in run:
+                    paths[i] = p + (f"%{run[0]}–%{run[-1]}",)
+    return paths
+
+
+def _items(paths: list[tuple[str, ...]], expanded: set) -> set:
+    """What is drawn: per op, its first collapsed group, or the op (its index) itself."""
+    out = set()
+    for k, path in enumerate(paths):
+        item = next((path[:j + 1] for j in range(len(path)) if path[:j + 1] not in expanded), k)
+        out.add(item)
+    return out
+
+
+def default_expanded(sdg, limit: int = VISIBLE) -> set[tuple[str, ...]]:
+    """Groups open when a view opens: level by level from the top, all the groups of a level
+    at once while the nodes drawn stay within ``limit`` (so that sibling groups, say the
+    layers of a model, look alike); a group that holds one thing only always opens."""
+    paths = list(group_paths(sdg).values())
+    expanded: set[tuple[str, ...]] = set()
+    depth = 0
+    while True:
+        level = {p[:depth + 1] for p in paths if len(p) > depth and p[:depth] in
+                 expanded | {()}}
+        if not level:
+            return expanded
+        grown = expanded | level
+        singles = {g for g in level if len({p[:len(g) + 1] if len(p) > len(g) else k
+                                            for k, p in enumerate(paths)
+                                            if p[:len(g)] == g}) <= 1}
+        if len(_items(paths, grown)) > limit:
+            grown = expanded | singles
+            if not singles:
+                return expanded
+        expanded, depth = grown, depth + 1
 
 
 def matches(sdg, query: str) -> list[int]:
-    """Ops whose name, label or kind contains ``query`` (case-insensitive)."""
+    """Ops whose name, kind, source line or scope contains ``query`` (case-insensitive)."""
     q = query.strip().lower()
     if not q:
         return []
-    return [op.id for op in sdg.ops.values()
-            if q in op.label.lower() or q in op.kind.lower() or q in (op.name or "").lower()]
+    return [i for i, text in search_index(sdg) if q in text.lower()]
+
+
+def search_index(sdg) -> list[tuple[int, str]]:
+    """One line per op for type-ahead search: name, kind, domain, user line and groups."""
+    return [(op.id, f"{op.label} · {op.kind} · {region_of(op)} · "
+                    f"{os.path.basename(op.loc.file)}:{op.loc.line} · "
+                    f"{'/'.join(op.scope)}") for op in sdg.ops.values()]
 
 
 def graph_spec(sdg, *, highlight: int | None = None, search: str = "", kind: str | None = None,
-               collapsed=None, marks: dict[int, str] | None = None) -> GraphSpec:
-    """Decide what to draw. ``collapsed`` regions become one summary node each, except for the
-    ops that are highlighted, searched for or marked (those stay visible); ``kind`` keeps only
-    ops of that kind. Everything left out is counted in ``hidden``."""
+               expanded=None, marks: dict[int, str] | None = None, keep=()) -> GraphSpec:
+    """Decide what to draw. Groups not in ``expanded`` become one node each, except for the ops
+    that are highlighted, searched for, marked or in ``keep`` (those stay visible); ``kind``
+    keeps only ops of that kind. Everything left out is counted in ``hidden``."""
     marks = marks or {}
-    collapsed = default_collapsed(sdg) if collapsed is None else set(collapsed)
+    expanded = default_expanded(sdg) if expanded is None else set(expanded)
     found = set(matches(sdg, search))
-    keep = found | set(marks) | ({highlight} if highlight is not None else set())
+    keep = found | set(marks) | set(keep) | ({highlight} if highlight is not None else set())
     spec = GraphSpec()
-    region_keys: dict[str, str] = {}
+    keys: dict[tuple[str, ...], str] = {}
     where: dict[int, str] = {}     # op id -> node key it is drawn as
-    folded: dict[str, list[int]] = {}
+    folded: dict[tuple[str, ...], list[int]] = {}
     filtered = 0
     outputs = {i: n for n, i in sdg.outputs.items()}
+    paths = group_paths(sdg)
     for op in sdg.ops.values():
-        region = region_of(op)
-        spec.regions.setdefault(region, domain_colour(region.strip("()")))
+        path = paths[op.id]
+        for j in range(len(path)):
+            spec.sizes[path[:j + 1]] = spec.sizes.get(path[:j + 1], 0) + 1
         if kind and op.kind != kind and op.id not in keep:
             filtered += 1
             continue
-        if region in collapsed and op.id not in keep:
-            key = region_keys.setdefault(region, f"r{len(region_keys)}")
-            folded.setdefault(region, []).append(op.id)
+        closed = next((path[:j + 1] for j in range(len(path)) if path[:j + 1] not in expanded),
+                      None)
+        if closed is not None and op.id not in keep:
+            key = keys.setdefault(closed, f"g{len(keys)}")
+            folded.setdefault(closed, []).append(op.id)
             where[op.id] = key
             continue
         label = f"{op.label} {op.kind}\n{op.type}"
         if op.id in outputs:
             label += f"\n→ {outputs[op.id]}"
-        node = Node(f"n{op.id}", label, category_colour(op.category), region, op.id,
-                    tooltip=f"{op.label} = {op.kind} over {region} @ {op.loc}")
+        cluster = max((path[:j] for j in range(len(path) + 1) if path[:j] in expanded),
+                      key=len, default=())
+        node = Node(f"op{op.id}", label, category_colour(op.category), cluster, op.id,
+                    tooltip=f"{op.label} = {op.kind} over {region_of(op)} @ {op.loc}")
         if op.id in marks:
             node.fill = EDIT_COLOURS.get(marks[op.id], node.fill)
         if op.id in found:
@@ -117,15 +194,18 @@ def graph_spec(sdg, *, highlight: int | None = None, search: str = "", kind: str
             node.border, node.width = HIGHLIGHT, 3.5
         spec.nodes.append(node)
         where[op.id] = node.key
-    for region, ids in folded.items():
+    for path, ids in folded.items():
         kinds: dict[str, int] = {}
         for i in ids:
             kinds[sdg.ops[i].kind] = kinds.get(sdg.ops[i].kind, 0) + 1
         top = ", ".join(f"{k}×{n}" for k, n in sorted(kinds.items(), key=lambda kv: -kv[1])[:3])
-        spec.nodes.append(Node(region_keys[region], f"{region}: {len(ids)} ops collapsed\n{top}",
-                               "#f4f4f4", region, border=domain_colour(region.strip("()")),
-                               width=2.0, tooltip=f"{len(ids)} ops of region {region}"))
-        spec.hidden.append(f"{len(ids)} ops of region {region} collapsed")
+        spec.groups[keys[path]] = path
+        spec.nodes.append(Node(keys[path], f"{path[-1]}: {len(ids)} ops\n{top}", "#f4f4f4",
+                               path[:-1], border=_group_colour(path), width=2.0,
+                               tooltip=f"{'/'.join(path)}: {len(ids)} ops (click to expand)"))
+        spec.hidden.append(f"{len(ids)} ops of {'/'.join(path)} collapsed")
+    for path in sorted({n.cluster[:j] for n in spec.nodes for j in range(1, len(n.cluster) + 1)}):
+        spec.groups.setdefault(f"g{len(spec.groups)}", path)
     if filtered:
         spec.hidden.append(f"{filtered} ops of other kinds than {kind!r} hidden")
     agg: dict[tuple[str, str], list] = {}
@@ -145,27 +225,43 @@ def graph_spec(sdg, *, highlight: int | None = None, search: str = "", kind: str
     return spec
 
 
+def _group_colour(path: tuple[str, ...]) -> str:
+    """Domains keep their colour (as in ``sdg.to_dot()``); scopes, calls and runs are grey."""
+    return domain_colour(path[-1].strip("()")) if path[-1].startswith("(") else "#888888"
+
+
 # -- graphviz ---------------------------------------------------------------------------------
 def _q(s: str) -> str:
     return s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
 def to_dot(spec: GraphSpec) -> str:
-    """DOT for a spec: one dashed cluster per region, op ids as SVG element ids (``op3``)."""
+    """DOT for a spec: one dashed cluster per expanded group, nested as the groups are (the
+    cluster's SVG id is its group key), op and group nodes with their keys as SVG ids."""
     lines = ["digraph SDG {", '  rankdir=TB; node [shape=box, style="rounded,filled", '
              'fontname="Helvetica", fontsize=10]; edge [fontname="Helvetica", fontsize=9];']
-    by_region: dict[str, list[Node]] = {}
+    key_of = {path: key for key, path in spec.groups.items()}
+    inside: dict[tuple[str, ...], list] = {}
     for n in spec.nodes:
-        by_region.setdefault(n.region, []).append(n)
-    for k, region in enumerate(sorted(by_region, key=lambda r: (r.count(",") + (r != "()"), r))):
-        lines.append(f'  subgraph cluster_{k} {{ label="{_q(region)}"; style=dashed; '
-                     f'color="{spec.regions[region]}";')
-        for n in by_region[region]:
-            ident = f"op{n.op}" if n.op is not None else f"region{n.key[1:]}"
-            lines.append(f'    {n.key} [id="{ident}", label="{_q(n.label)}", '
+        inside.setdefault(n.cluster, []).append(n)
+    clusters = sorted({n.cluster[:j] for n in spec.nodes for j in range(1, len(n.cluster) + 1)},
+                      key=lambda p: (len(p), p))
+
+    def emit(path: tuple[str, ...], indent: str):
+        for n in inside.get(path, []):
+            lines.append(f'{indent}{n.key} [id="{n.key}", label="{_q(n.label)}", '
                          f'fillcolor="{n.fill}", color="{n.border}", penwidth={n.width}, '
                          f'tooltip="{_q(n.tooltip)}"];')
-        lines.append("  }")
+        for sub in (c for c in clusters if len(c) == len(path) + 1 and c[:len(path)] == path):
+            key = key_of[sub]
+            lines.append(f'{indent}subgraph cluster_{key} {{ id="{key}"; '
+                         f'label="{_q(sub[-1])} · {spec.sizes.get(sub, 0)} ops"; style=dashed; '
+                         f'color="{_group_colour(sub)}"; tooltip="{_q("/".join(sub))} '
+                         f'(click the title to collapse)";')
+            emit(sub, indent + "  ")
+            lines.append(f"{indent}}}")
+
+    emit((), "  ")
     for s, d, label, dashed in spec.edges:
         style = ", style=dashed" if dashed else ""
         lines.append(f'  {s} -> {d} [label="{_q(label)}"{style}];')
@@ -192,9 +288,15 @@ def svg_html(svg: str, max_height: int = 640) -> str:
 def hidden_html(spec: GraphSpec) -> str:
     if not spec.hidden:
         return ""
+    text = "; ".join(spec.hidden)
+    groups = sum(1 for h in spec.hidden if h.endswith(" collapsed"))
+    if groups > 3:
+        ops = sum(int(h.split()[0]) for h in spec.hidden if h.endswith(" collapsed"))
+        text = "; ".join([f"{ops} ops in {groups} collapsed groups"]
+                         + [h for h in spec.hidden if not h.endswith(" collapsed")])
     return ('<div class="tempo-lab-hidden" style="color:#555;font-size:90%">Not drawn: '
-            + html.escape("; ".join(spec.hidden))
-            + " (pick regions to expand, or search for ops to show them)</div>")
+            + html.escape(text)
+            + " (click a grey group to expand it, or search for ops to show them)</div>")
 
 
 # -- plotly fallback ----------------------------------------------------------------------------

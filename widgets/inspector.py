@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import linecache
+import os
 
 from tempo_lab.symbolic import TRUE
 
@@ -19,6 +20,14 @@ def op_facts(sdg, op_id: int, plan=None, profile=None, bounds=None) -> dict[str,
              "domain": region_of(op),
              "shape": str(tuple(str(s) for s in op.type.shape)).replace("'", ""),
              "dtype": op.type.dtype.name}
+    if op.loc.call:
+        facts["made by"] = op.loc.call
+    if len(op.loc.stack) > 1:
+        facts["called from"] = " → ".join(
+            f"{fn.split('.<locals>.')[-1]} ({os.path.basename(f)}:{n})"
+            for f, n, fn in op.loc.stack)
+    if op.scope:
+        facts["scope"] = "/".join(op.scope)
     attrs = op.attrs_str()
     if attrs:
         facts["attrs"] = attrs

@@ -26,9 +26,11 @@ def recorded_run(prog):
     """Run ``prog`` once recording every statement instance (``run.profile.events``), and
     return ``(run, kernels)``. The XLA program runs its statements inside one XLA call and the
     reference interpreter has no schedule: there the kernels are ``None`` and views fall back
-    to ``estimated_kernels``."""
+    to ``estimated_kernels``. A first, unrecorded run compiles what the executor compiles, so
+    that the times recorded are warm ones."""
     if getattr(prog, "executable", None) is None:
         return prog.run(), None
+    prog.run()
     run = prog.run(record=True)
     events = run.profile.events[:MAX_KERNELS]
     if not events:

@@ -17,44 +17,65 @@ def op_options(sdg) -> list[tuple[str, int]]:
 
 
 class SDGExplorer:
-    """Interactive SDG view; ``select(op_id)`` highlights an op and fills the inspector."""
+    """Interactive SDG view; ``select(op_id)`` highlights an op and fills the inspector,
+    ``toggle(group key)`` expands or collapses a group (what a click on it in the graph does).
+    ``on_select``: what a click on an op calls instead of ``select`` (the dashboard's picker)."""
 
     def __init__(self, sdg, plan=None, profile=None, bounds=None, selector: bool = True,
-                 collapse_above: int = G.COLLAPSE_ABOVE):
+                 visible: int = G.VISIBLE, on_select=None):
         import ipywidgets as W
 
         self.sdg, self.plan, self.profile, self.bounds = sdg, plan, profile, bounds
         self.selected: int | None = None
-        regions: dict[str, int] = {}
-        for op in sdg.ops.values():
-            regions[region_of(op)] = regions.get(region_of(op), 0) + 1
-        self.search = W.Text(placeholder="search ops by name or kind", description="search",
-                             continuous_update=False)
+        self.expanded = G.default_expanded(sdg, visible)
+        self.search = W.Text(placeholder="mark ops by name, kind, line or scope",
+                             description="mark", continuous_update=False)
         kinds = sorted({op.kind for op in sdg.ops.values()})
         self.kind = W.Dropdown(options=[("all kinds", "")] + [(k, k) for k in kinds],
                                description="op kind")
-        self.collapse = W.SelectMultiple(
-            options=[(f"{r} · {n} ops", r) for r, n in sorted(regions.items())],
-            value=tuple(sorted(G.default_collapsed(sdg, collapse_above))),
-            description="collapse", rows=min(4, len(regions)) or 1)
+        self.expand_all = W.Button(description="expand all", layout=W.Layout(width="auto"))
+        self.collapse_all = W.Button(description="collapse all", layout=W.Layout(width="auto"))
+        self.expand_all.on_click(lambda _: self.set_expanded(self._all_groups()))
+        self.collapse_all.on_click(lambda _: self.set_expanded(set()))
         self.picker = W.Dropdown(options=op_options(sdg), value=NONE, description="op")
-        self.graph = GraphPanel(on_pick=self.select)
+        self.graph = GraphPanel(on_pick=on_select or self.select, on_toggle=self.toggle,
+                                index=G.search_index(sdg))
         self.inspector = W.HTML(self._inspector_html())
-        for w in (self.search, self.kind, self.collapse):
+        self.inspector.add_class("tempo-lab-inspector-box")
+        for w in (self.search, self.kind):
             w.observe(lambda _: self.refresh(), "value")
         self.picker.observe(lambda ch: self.select(ch.new), "value")
-        controls = [self.search, self.kind] + ([self.picker] if selector else [])
-        self.widget = W.VBox([W.HBox(controls), self.collapse, self.graph.widget,
+        controls = [self.search, self.kind] + ([self.picker] if selector else []) \
+            + [self.expand_all, self.collapse_all]
+        self.widget = W.VBox([W.HBox(controls), self.graph.widget,
                               W.HTML("<b>inspector</b>"), self.inspector])
         self.widget.add_class("tempo-lab-sdg")
         self.refresh()
 
     def spec(self) -> G.GraphSpec:
-        return G.graph_spec(self.sdg, highlight=self.selected, search=self.search.value,
-                            kind=self.kind.value or None, collapsed=self.collapse.value)
+        return G.graph_spec(self.sdg, search=self.search.value, kind=self.kind.value or None,
+                            expanded=self.expanded,
+                            keep=() if self.selected is None else (self.selected,))
 
     def refresh(self):
-        self.graph.show(self.spec())
+        self.graph.show(self.spec(), self.selected)
+
+    def toggle(self, key: str):
+        """Expand a collapsed group, or collapse an expanded one (and what is inside it)."""
+        path = self.spec().groups.get(key)
+        if path is None:
+            return
+        if path in self.expanded:
+            self.set_expanded({g for g in self.expanded if g[:len(path)] != path})
+        else:
+            self.set_expanded(self.expanded | {path})
+
+    def set_expanded(self, groups):
+        self.expanded = set(groups)
+        self.refresh()
+
+    def _all_groups(self) -> set:
+        return {p[:j + 1] for p in G.group_paths(self.sdg).values() for j in range(len(p))}
 
     def select(self, op_id: int | None):
         op_id = None if op_id is None or op_id == NONE or op_id not in self.sdg.ops else op_id

@@ -4,7 +4,7 @@ from __future__ import annotations
 from ..errors import DefinitionError
 from ..ir.sdg import SDG, Edge, Op
 from ..symbolic import TRUE, not_, or_
-from .context import Context, Node
+from .context import Context, Node, named_results
 from .tensor import RecurrentTensor
 
 
@@ -30,8 +30,9 @@ def build_sdg(ctx: Context, outputs: dict[str, RecurrentTensor], partial: bool =
         stack.extend(i.node for i in n.inputs)
     nodes = sorted(seen.values(), key=lambda n: n.id)
     renum = {n.id: k for k, n in enumerate(nodes)}
-    ops = [Op(renum[n.id], n.kind, n.domain, n.type, dict(n.attrs), n.loc, n.name, n.scope)
-           for n in nodes]
+    results = named_results(nodes)
+    ops = [Op(renum[n.id], n.kind, n.domain, n.type, dict(n.attrs), n.loc,
+              n.name or results.get(n.id), n.scope) for n in nodes]
     edges = []
     for n in nodes:
         others = [i.cond for i in n.inputs if not i.default]

@@ -16,6 +16,7 @@ from ..errors import (
     ExprError,
     Location,
     TempoLabError,
+    library_target,
     user_api,
     user_location,
 )
@@ -53,6 +54,7 @@ class Node:
     inputs: list[Input] = field(default_factory=list)
     name: str | None = None
     scope: tuple[str, ...] = ()
+    target: tuple[str, int] | None = None  # (variable, call number): see Context.add_node
 
 
 _SCOPE: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("tempo_lab_scope",
@@ -102,6 +104,7 @@ class Context:
         self._nodes: list[Node] = []
         self._sinks: list[Node] = []
         self._calls: list[TraceEntry] = []
+        self._entry, self._call_no = None, 0  # the library call being traced (add_node)
 
     @user_api
     def compile(self, bounds, outputs, config=None):
@@ -180,9 +183,31 @@ class Context:
         loc = loc or user_location()
         self.check_open(f"this op ({kind})", loc)
         node = Node(len(self._nodes), kind, attrs, self.order(domain), type_, loc, inputs,
-                    name, _SCOPE.get())
+                    name, _SCOPE.get(), None if name else self._library_target())
         self._nodes.append(node)
         return node
+
+    def _library_target(self) -> tuple[str, int] | None:
+        """The user's variable a library call's result goes to, and which call this is: the
+        last op of each call takes the name when the program is built (``named_results``)."""
+        site = library_target()
+        if site is None:
+            return None
+        var, entry = site
+        if entry is not self._entry:   # holding the frame keeps its id from being reused
+            self._entry, self._call_no = entry, self._call_no + 1
+        return var, self._call_no
+
+
+
+def named_results(nodes) -> dict[int, str]:
+    """Node id -> the variable that holds it, for the last of ``nodes`` made by each library
+    call whose result the user's line assigns (``h = tl.nn.attention(...)``)."""
+    last: dict[int, Node] = {}
+    for n in nodes:
+        if n.target is not None:
+            last[n.target[1]] = n
+    return {n.id: n.target[0] for n in last.values()}
 
 
 def current_context(*candidates) -> Context:

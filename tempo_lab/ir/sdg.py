@@ -206,7 +206,10 @@ class SDG(Stage):
                      "shape": [str(s) for s in op.type.shape], "dtype": op.type.dtype.name,
                      "attrs": {k: _attr_str(v) for k, v in sorted(op.attrs.items())
                                if k not in ("weak", "type")},
-                     "file": op.loc.file, "line": op.loc.line, "scope": list(op.scope)}
+                     "file": op.loc.file, "line": op.loc.line, "scope": list(op.scope),
+                     "stack": [{"file": f, "line": n, "function": fn}
+                               for f, n, fn in op.loc.stack],
+                     "call": op.loc.call}
                     for op in self.ops.values()],
             "edges": [{"dst": e.dst, "src": e.src, "slot": e.slot,
                        "index": [str(x) for x in e.index], "cond": str(e.cond),

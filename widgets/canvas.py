@@ -1,0 +1,41 @@
+"""The graph canvas widget (anywidget): graphviz's SVG with zoom, pan, fit, click-to-select,
+centre-on-selection, type-ahead search and keyboard shortcuts, all in ``graph_canvas.js``.
+
+Why not cytoscape.js with an ELK layout: it would have to be bundled from npm into the package
+(a build step with node, or a vendored copy), and graphviz, already the static renderer, lays
+out SDGs well. The browser side here only moves a view box and reports clicks."""
+from __future__ import annotations
+
+import pathlib
+
+import anywidget
+import traitlets
+
+_HERE = pathlib.Path(__file__).parent
+
+
+class GraphCanvas(anywidget.AnyWidget):
+    """``svg``: graphviz output; ``selected``: the op id picked (-1: none), set by a click in the
+    graph or from Python; ``index``: ``[op id, text]`` rows for the search box. A click on a
+    group calls the ``on_toggle`` callbacks with the group's key (``g3``)."""
+
+    _esm = _HERE / "graph_canvas.js"
+    _css = _HERE / "graph_canvas.css"
+    svg = traitlets.Unicode("").tag(sync=True)
+    selected = traitlets.Int(-1).tag(sync=True)
+    index = traitlets.List([]).tag(sync=True)
+    height = traitlets.Int(560).tag(sync=True)
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self._toggles = []
+        self.on_msg(self._message)
+
+    def on_toggle(self, callback):
+        self._toggles.append(callback)
+
+    def _message(self, _widget, content, _buffers):
+        key = content.get("toggle") if isinstance(content, dict) else None
+        if isinstance(key, str):
+            for callback in self._toggles:
+                callback(key)
