@@ -150,10 +150,13 @@ def search_index(sdg) -> list[tuple[int, str]]:
 
 
 def graph_spec(sdg, *, highlight: int | None = None, search: str = "", kind: str | None = None,
-               expanded=None, marks: dict[int, str] | None = None, keep=()) -> GraphSpec:
+               expanded=None, marks: dict[int, str] | None = None, keep=(),
+               weights: dict[int, float] | None = None, unit: str = "") -> GraphSpec:
     """Decide what to draw. Groups not in ``expanded`` become one node each, except for the ops
     that are highlighted, searched for, marked or in ``keep`` (those stay visible); ``kind``
-    keeps only ops of that kind. Everything left out is counted in ``hidden``."""
+    keeps only ops of that kind. Everything left out is counted in ``hidden``. ``weights``
+    (seconds or bytes per op, ``unit`` "s" or "B") colour the nodes from white to red and are
+    written under their labels; a group node shows the sum of its ops'."""
     marks = marks or {}
     expanded = default_expanded(sdg) if expanded is None else set(expanded)
     found = set(matches(sdg, search))
@@ -180,6 +183,8 @@ def graph_spec(sdg, *, highlight: int | None = None, search: str = "", kind: str
             where[op.id] = key
             continue
         label = f"{op.label} {op.kind}\n{op.type}"
+        if weights is not None:
+            label += f"\n{amount(weights.get(op.id, 0.0), unit)}"
         if op.id in outputs:
             label += f"\n→ {outputs[op.id]}"
         cluster = max((path[:j] for j in range(len(path) + 1) if path[:j] in expanded),
@@ -200,10 +205,19 @@ def graph_spec(sdg, *, highlight: int | None = None, search: str = "", kind: str
             kinds[sdg.ops[i].kind] = kinds.get(sdg.ops[i].kind, 0) + 1
         top = ", ".join(f"{k}×{n}" for k, n in sorted(kinds.items(), key=lambda kv: -kv[1])[:3])
         spec.groups[keys[path]] = path
-        spec.nodes.append(Node(keys[path], f"{path[-1]}: {len(ids)} ops\n{top}", "#f4f4f4",
+        total = "" if weights is None else \
+            f"\n{amount(sum(weights.get(i, 0.0) for i in ids), unit)} in all"
+        spec.nodes.append(Node(keys[path], f"{path[-1]}: {len(ids)} ops\n{top}{total}", "#f4f4f4",
                                path[:-1], border=_group_colour(path), width=2.0,
                                tooltip=f"{'/'.join(path)}: {len(ids)} ops (click to expand)"))
         spec.hidden.append(f"{len(ids)} ops of {'/'.join(path)} collapsed")
+    if weights is not None:
+        value = {n.key: (weights.get(n.op, 0.0) if n.op is not None else
+                         sum(weights.get(i, 0.0) for i in folded[spec.groups[n.key]]))
+                 for n in spec.nodes}
+        top = max(value.values(), default=0.0)
+        for n in spec.nodes:
+            n.fill = heat(value[n.key] / top if top > 0 else 0.0)
     for path in sorted({n.cluster[:j] for n in spec.nodes for j in range(1, len(n.cluster) + 1)}):
         spec.groups.setdefault(f"g{len(spec.groups)}", path)
     if filtered:
@@ -223,6 +237,24 @@ def graph_spec(sdg, *, highlight: int | None = None, search: str = "", kind: str
         dashed = all(sdg.ops[e.dst].kind == "merge" for e in es)
         spec.edges.append((s, d, label, dashed))
     return spec
+
+
+def amount(value: float, unit: str) -> str:
+    """Seconds as ms or µs, bytes as B, KB or MB."""
+    if unit == "s":
+        return f"{value * 1e3:.3g} ms" if value >= 1e-3 else f"{value * 1e6:.3g} µs"
+    for scale, name in ((2 ** 20, "MB"), (2 ** 10, "KB")):
+        if value >= scale:
+            return f"{value / scale:.3g} {name}"
+    return f"{value:.0f} {unit}"
+
+
+def heat(fraction: float) -> str:
+    """White for nothing to red for the largest cost drawn (square-root scale, so that small
+    costs still show)."""
+    f = min(max(fraction, 0.0), 1.0) ** 0.5
+    r, g, b = (round(255 + (c - 255) * f) for c in (0xd7, 0x30, 0x1f))
+    return f"#{r:02x}{g:02x}{b:02x}"
 
 
 def _group_colour(path: tuple[str, ...]) -> str:

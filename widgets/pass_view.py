@@ -18,13 +18,15 @@ def pass_rows(trace) -> list[dict]:
                "edges": (len(r.before.edges), len(r.after.edges))}
         for kind in ("created", "erased", "replaced", "rewritten"):
             row[kind] = r.count(kind)
+        row["notes"] = [ev.note for ev in r.events if ev.kind == "note"]
         rows.append(row)
     return rows
 
 
 def pass_table_html(trace, current: int | None = None) -> str:
     head = ("<tr><th>#</th><th>pass</th><th>time</th><th>ops</th><th>edges</th>"
-            "<th>created</th><th>erased</th><th>replaced</th><th>rewritten</th></tr>")
+            "<th>created</th><th>erased</th><th>replaced</th><th>rewritten</th>"
+            "<th>why not</th></tr>")
     body = []
     for k, row in enumerate(pass_rows(trace)):
         style = ' style="background:#fff3cd"' if k == current else ""
@@ -33,7 +35,7 @@ def pass_table_html(trace, current: int | None = None) -> str:
                     f"<td>{row['seconds'] * 1e3:.2f} ms</td><td>{o0}→{o1} ({o1 - o0:+d})</td>"
                     f"<td>{e0}→{e1} ({e1 - e0:+d})</td><td>{row['created']}</td>"
                     f"<td>{row['erased']}</td><td>{row['replaced']}</td>"
-                    f"<td>{row['rewritten']}</td></tr>")
+                    f"<td>{row['rewritten']}</td><td>{len(row['notes']) or ''}</td></tr>")
     return (f'<table class="tempo-lab-pass-table" style="font-size:90%">{head}'
             f'{"".join(body)}</table>')
 
@@ -53,6 +55,18 @@ def pass_marks(record) -> tuple[dict[int, str], dict[int, str]]:
             if ev.op in record.after.ops:
                 after[ev.op] = "rewritten"
     return before, after
+
+
+def notes_html(record, limit: int = 12) -> str:
+    """Where the pass declined, and why (its ``note`` events), as a short list."""
+    notes = [ev.note for ev in record.events if ev.kind == "note"]
+    if not notes:
+        return ""
+    items = "".join(f"<li><code>{html.escape(n)}</code></li>" for n in notes[:limit])
+    more = f"<li>… {len(notes) - limit} more</li>" if len(notes) > limit else ""
+    return (f'<details class="tempo-lab-why-not" open><summary>why not: {len(notes)} '
+            f'place{"s" if len(notes) > 1 else ""} where {html.escape(record.name)} declined'
+            f'</summary><ul style="margin:0">{items}{more}</ul></details>')
 
 
 def legend_html() -> str:
@@ -94,7 +108,7 @@ class PassStepper:
 
         doc = REGISTRY[r.name].doc if r.name in REGISTRY else ""
         self.title.value = (f"<b>{k}: {html.escape(r.name)}</b> — {html.escape(doc)}<br>"
-                            f"{legend_html()}")
+                            f"{legend_html()}{notes_html(r)}")
         mb, ma = pass_marks(r)
         self.before.show(G.graph_spec(r.before, marks=mb, highlight=self._in(r.before)))
         self.after.show(G.graph_spec(r.after, marks=ma, highlight=self._in(r.after)))

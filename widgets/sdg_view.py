@@ -33,6 +33,8 @@ class SDGExplorer:
         kinds = sorted({op.kind for op in sdg.ops.values()})
         self.kind = W.Dropdown(options=[("all kinds", "")] + [(k, k) for k in kinds],
                                description="op kind")
+        self.colour = W.Dropdown(options=self._colourings(), description="colour")
+        self.colour.add_class("tempo-lab-colour")
         self.expand_all = W.Button(description="expand all", layout=W.Layout(width="auto"))
         self.collapse_all = W.Button(description="collapse all", layout=W.Layout(width="auto"))
         self.expand_all.on_click(lambda _: self.set_expanded(self._all_groups()))
@@ -42,20 +44,45 @@ class SDGExplorer:
                                 index=G.search_index(sdg))
         self.inspector = W.HTML(self._inspector_html())
         self.inspector.add_class("tempo-lab-inspector-box")
-        for w in (self.search, self.kind):
+        for w in (self.search, self.kind, self.colour):
             w.observe(lambda _: self.refresh(), "value")
         self.picker.observe(lambda ch: self.select(ch.new), "value")
-        controls = [self.search, self.kind] + ([self.picker] if selector else []) \
-            + [self.expand_all, self.collapse_all]
-        self.widget = W.VBox([W.HBox(controls), self.graph.widget,
+        controls = [self.search, self.kind, self.colour] + ([self.picker] if selector else [])
+        self.widget = W.VBox([W.HBox(controls), W.HBox([self.expand_all, self.collapse_all]),
+                              self.graph.widget,
                               W.HTML("<b>inspector</b>"), self.inspector])
         self.widget.add_class("tempo-lab-sdg")
         self.refresh()
 
+    def _colourings(self) -> list[tuple[str, str]]:
+        """The colourings this view has data for: op category always, predicted bytes with a
+        memory plan, measured time after a run that timed its ops."""
+        out = [("op category", "")]
+        if self.plan is not None and self.bounds:
+            out.append(("store bytes (predicted)", "bytes"))
+        if self.profile is not None and self.profile.seconds:
+            out.append(("kernel time (measured)", "time"))
+        return out
+
+    def weights(self) -> tuple[dict[int, float] | None, str]:
+        """Per-op cost for the chosen colouring, and its unit."""
+        if self.colour.value == "time":
+            return dict(self.profile.seconds), "s"
+        if self.colour.value == "bytes":
+            out = {}
+            for i, st in self.plan.storages.items():
+                if i in self.sdg.ops:
+                    ext = tuple(self.bounds.get(d.bound.name, 1) for d in self.sdg.ops[i].domain)
+                    out[i] = float(st.bytes_for(ext))
+            return out, "B"
+        return None, ""
+
     def spec(self) -> G.GraphSpec:
+        weights, unit = self.weights()
         return G.graph_spec(self.sdg, search=self.search.value, kind=self.kind.value or None,
                             expanded=self.expanded,
-                            keep=() if self.selected is None else (self.selected,))
+                            keep=() if self.selected is None else (self.selected,),
+                            weights=weights, unit=unit)
 
     def refresh(self):
         self.graph.show(self.spec(), self.selected)

@@ -175,8 +175,10 @@ class Editor:
         self.erase(old, note)
 
     def note(self, i: int, text: str, other: int | None = None):
-        """Record why the pass left op ``i`` alone (shown with the pass's edits)."""
-        self.events.append(Event("note", i, other, text))
+        """Record why the pass left op ``i`` alone (shown with the pass's edits); the text
+        starts with the op's label, as ids may change when the pass renumbers."""
+        op = self._ops[i]
+        self.events.append(Event("note", i, other, f"{op.label} ({op.kind}): {text}"))
 
     def add_dim(self, role: str, of: Dim, value: int, in_place: bool = False) -> Dim:
         """A new dim of ``role`` (see ``ir.sdg.ROLES``) made from ``of``, with bound ``value``:

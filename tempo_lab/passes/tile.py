@@ -275,15 +275,27 @@ def tile(ed: Editor):
         if e.dst in taken or e.src not in ed.ops:
             continue
         tc = _entry(e, ed.ops[e.dst].domain)
-        if tc is None or tc[0].bound.name in ed.dynamic or tc[0].bound.name not in ed.bounds \
-                or vdims(ed.ops[e.src]):
+        if tc is None or tc[0].bound.name not in ed.bounds:
+            continue
+        read = f"{ed.ops[e.src].label}[{e.index_str()}]"
+        if tc[0].bound.name in ed.dynamic:
+            ed.note(e.dst, f"not tiled: {read} ends at a data-dependent bound (tl.until)")
+            continue
+        if vdims(ed.ops[e.src]):
+            ed.note(e.dst, f"not tiled: {read} reads a vectorised value")
             continue
         reg = _grow(ed, e, *tc)
-        if reg is None or reg.ops & taken or reg.terminal in taken:
+        if reg is None:
+            ed.note(e.dst, f"not tiled: {read} does not reach a sum, max, min or matmul over "
+                           "the range through ops that act pointwise along it")
+            continue
+        if reg.ops & taken or reg.terminal in taken:
             continue
         longest = ed.bounds[tc[0].bound.name] - 1 + tc[1]
         block = ed.config.tile_block or auto_block(longest)
         if longest <= block:
+            ed.note(e.dst, f"not tiled: {read} is never longer than one block ({longest} <= "
+                           f"{block} points)")
             continue
         reg.block, reg.blocks = block, (longest - 1) // block + 1
         regions.append(reg)

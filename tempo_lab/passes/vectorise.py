@@ -25,6 +25,7 @@ and the tutorials' recorded outputs are checked with it on.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -46,24 +47,47 @@ def _whole(x, d: Dim) -> bool:
 def eligible(ed: Editor, d: Dim, size: int, budget: int | None) -> bool:
     """Whether ``d`` can become a spatial axis of ``size`` (``budget`` None: whatever the
     values' size)."""
+    return obstacle(ed, d, size, budget) is None
+
+
+def obstacle(ed: Editor, d: Dim, size: int, budget: int | None) -> tuple[int, str] | None:
+    """The first op that keeps ``d`` a loop and why, in words (None: nothing does)."""
+    crossing = [e for e in ed.edges if not _own_point(ed, e, d)]
+    by_index = [e for e in crossing if not _own_point(ed, dataclasses.replace(e, cond=TRUE), d)]
+    for e in by_index or crossing:
+        read = f"{ed.ops[e.src].label}[{e.index_str()}]"
+        if e in by_index:
+            return e.dst, f"its read {read} crosses {d} (a recurrence or a range along it)"
+        return e.dst, f"its read {read} holds only where {e.cond}, a condition on {d}"
     for e in ed.edges:
-        p, c = ed.ops[e.src], ed.ops[e.dst]
-        if not _own_point(ed, e, d):
-            return False
-        if d in c.domain and c.kind == "sink" and d in p.domain:
-            return False
-    return all(_batchable(op, d, size, budget) for op in ed.ops.values() if d in op.domain)
+        if d in ed.ops[e.dst].domain and ed.ops[e.dst].kind == "sink" \
+                and d in ed.ops[e.src].domain:
+            return e.dst, f"a sink runs once per point of {d}, in order"
+    for op in ed.ops.values():
+        if d in op.domain:
+            why = _unbatchable(op, d, size, budget)
+            if why:
+                return op.id, why
+    return None
 
 
 def _batchable(op: Op, d: Dim, size: int, budget: int | None) -> bool:
-    """Whether ``op`` itself allows a batch over ``d``: no effect, no value or shape that
-    depends on ``d`` otherwise, and within the budget."""
-    if flag(op.kind, "effect") or (op.kind == "dimval" and op.attrs["expr"] != d
-                                         and _mentions(op.attrs["expr"], d)):
-        return False
+    return not _unbatchable(op, d, size, budget)
+
+
+def _unbatchable(op: Op, d: Dim, size: int, budget: int | None) -> str:
+    """Why ``op`` itself allows no batch over ``d`` (empty: it allows one): an effect, a value
+    or shape that depends on ``d`` otherwise, or more bytes than the budget."""
+    if flag(op.kind, "effect"):
+        return f"an effect ({op.kind}) runs once per point of {d}"
+    if op.kind == "dimval" and op.attrs["expr"] != d and _mentions(op.attrs["expr"], d):
+        return f"its value {op.attrs['expr']} depends on {d}"
     if any(not isinstance(s, int) and _mentions(s, d) for s in op.type.shape):
-        return False
-    return budget is None or largest_point(op) * size <= budget
+        return f"its shape {op.type} depends on {d}"
+    if budget is not None and largest_point(op) * size > budget:
+        return (f"a batch of {size} points would take {largest_point(op) * size} B, over "
+                f"vectorise_budget_bytes={budget}")
+    return ""
 
 
 def largest_point(op: Op) -> int:
@@ -316,9 +340,12 @@ def vectorise(ed: Editor):
             continue
         if not any(d in op.domain for op in ed.ops.values()):
             continue
-        if eligible(ed, d, size, budget):
+        why = obstacle(ed, d, size, budget)
+        if why is None:
             vectorise_dim(ed, d, size)
-        elif not grouped and not ed.role(d) and not eligible(ed, d, size, None):
+            continue
+        ed.note(why[0], f"{d} stays a loop: {why[1]}")
+        if not grouped and not ed.role(d) and not eligible(ed, d, size, None):
             # the innermost recurrence only: batching a group over an outer one (training
             # iterations) would hold every outer point's inputs at once, for values cheap to
             # make per point (random numbers, permutations); measured slower on PPO
