@@ -111,7 +111,7 @@ def lab(tmp_path_factory):
                     log.flush()
                     pytest.fail("JupyterLab did not start:\n" + (home / "lab.log").read_text())
                 time.sleep(0.5)
-        yield url, token
+        yield url, token, home
     finally:
         _stop(proc)
         log.close()
@@ -139,7 +139,7 @@ def page(lab):
         from playwright.sync_api import sync_playwright
     except ImportError:
         _need("the playwright package (pip install playwright)", False)
-    url, token = lab
+    url, token, _ = lab
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=CHROMIUM, headless=True,
                                      args=["--no-sandbox", "--disable-gpu",
@@ -297,3 +297,33 @@ def test_graph_canvas_at_scale(page):
     _wait(canvas.locator("svg g.node.tl-selected"))
     assert "layer11" in dash.locator(".tempo-lab-inspector").inner_text()
     _shot(page, "10_big_sdg_found", 1)
+
+
+def test_export_svg_and_standalone_html(page, lab):
+    """The graph downloads as SVG; the dashboard exports to one HTML file that shows its
+    sections and plots with no kernel and no network."""
+    dash = _dash(page, 1)
+    _tab(page, "SDG", 1)
+    canvas = _wait(dash.locator(".tl-graph"))
+    with page.expect_download() as download:
+        canvas.locator(".tl-svg").first.click()
+    svg = Path(download.value.path()).read_text()
+    assert svg.startswith("<svg") and "layer11" in svg
+
+    dash.locator(".tempo-lab-export").first.click()
+    link = _wait(dash.locator(".tempo-lab-export-link"))
+    saved = Path(lab[2]) / link.first.get_attribute("href")
+    assert saved.exists() and saved.stat().st_size > 100_000
+    offline = page.context.browser.new_page()
+    try:
+        offline.route("**/*", lambda route: route.abort()
+                      if not route.request.url.startswith("file:") else route.continue_())
+        offline.goto(saved.as_uri())
+        titles = offline.locator("details.tl-section > summary").all_inner_texts()
+        assert titles[:5] == ["Program", "SDG", "Passes", "Schedule", "Memory"]
+        assert offline.locator("svg g.node").count() >= 20
+        _wait(offline.locator(".js-plotly-plot .barlayer .point"))
+        SHOTS.mkdir(exist_ok=True)
+        offline.screenshot(path=str(SHOTS / "11_exported_html.png"))
+    finally:
+        offline.close()

@@ -40,7 +40,14 @@ class Dashboard:
         self.tabs.observe(lambda ch: self.open(TABS[ch.new]) if ch.new else None,
                           "selected_index")
         self.picker.observe(lambda ch: self.select(ch.new), "value")
-        self.widget = W.VBox([self.picker, self.tabs])
+        self.export_path = W.Text(value="dashboard.html", description="file",
+                                  layout=W.Layout(width="260px"))
+        self.export_button = W.Button(description="export HTML", icon="download")
+        self.export_button.add_class("tempo-lab-export")
+        self.export_link = W.HTML()
+        self.export_button.on_click(lambda _: self.export())
+        self.widget = W.VBox([W.HBox([self.picker, self.export_path, self.export_button,
+                                      self.export_link]), self.tabs])
 
     def _overview_html(self) -> str:
         return self.prog._repr_html_() + ("" if self.run is None else self.run._repr_html_())
@@ -93,6 +100,18 @@ class Dashboard:
             if name in self.views:
                 del self.views[name]
                 self.open(name)
+
+    def export(self, path=None):
+        """Save the dashboard as a standalone HTML file (no kernel needed to read it): the SDG
+        as drawn in its tab, every other view as it opens, the run if there is one."""
+        from .export import save_html
+
+        spec = self.views["SDG"].spec() if "SDG" in self.views else None
+        out = save_html(self.prog, path or self.export_path.value, self.run, spec)
+        self.export_link.value = (f'<a href="{html.escape(out.name)}" download '
+                                  f'class="tempo-lab-export-link">{html.escape(str(out))}</a> '
+                                  f'({out.stat().st_size // 1024} KB)')
+        return out
 
     def select(self, op_id: int | None):
         """Highlight ``op_id`` (or nothing, for None / -1) in every view."""

@@ -37,6 +37,7 @@ function render({ model, el }) {
   button("+", "zoom in (+)", () => zoomAt(1 / 1.25), "tl-zoom-in");
   button("−", "zoom out (-)", () => zoomAt(1.25), "tl-zoom-out");
   button("centre", "centre on the selected op (c)", () => centre(true), "tl-centre");
+  button("SVG", "download the graph as an SVG file", () => download(), "tl-svg");
   bar.appendChild(search);
   el.append(bar, results, view, status);
 
@@ -100,6 +101,16 @@ function render({ model, el }) {
     mark();
     centre(pending);
     pending = false;
+  }
+  function download() {
+    const blob = new Blob([model.get("svg")], { type: "image/svg+xml" });
+    const a = document.createElement("a");
+    a.href = URL.createObjectURL(blob);
+    a.download = "sdg.svg";
+    document.body.appendChild(a);
+    a.click();
+    a.remove();
+    setTimeout(() => URL.revokeObjectURL(a.href), 1000);
   }
   function select(id) {
     model.set("selected", id);
