@@ -226,7 +226,8 @@ def test_schedule_payloads(prog):
 
 # -- memory -------------------------------------------------------------------------------------
 def test_memory_figure_marks_peaks(prog, run):
-    fig = F.memory_figure(prog.memory, run.profile)
+    measured = prog.on("interpreter").run().profile     # bytes after every statement
+    fig = F.memory_figure(prog.memory, measured)
     names = [t.name for t in fig.data]
     assert "predicted bytes" in names and "measured bytes" in names
     peak = next(t for t in fig.data if t.name == "predicted peak")
@@ -235,6 +236,23 @@ def test_memory_figure_marks_peaks(prog, run):
     assert bars == len(prog.memory.storages)
     both = F.compare_memory({"a": prog.memory, "b": prog.memory})
     assert sum(1 for t in both.data if t.name == "predicted bytes") == 2
+
+
+def test_memory_view_is_honest_about_xla():
+    """XLA allocates its stores for the whole run: one level, not a curve over the steps; the
+    view says so, shows XLA's own memory analysis and measures per step on request."""
+    prog = _prog("xla")
+    dash = prog.explore().dashboard
+    dash.open("Profile").button.click()
+    view = dash.open("Memory")
+    names = [t.name for t in view.plot.figure.data]
+    assert "xla static stores" in names and "measured peak" not in names
+    assert "whole run" in view.summary.value and "temp" in view.summary.value
+    assert dash.run.profile.xla_memory and "XLA temp" in dash.run.profile.pretty()
+    view.measure.click()
+    names = [t.name for t in view.plot.figure.data]
+    assert "measured bytes" in names and "interpreter run" in view.summary.value
+    assert max(view.profile.timeline) == prog.memory.peak_bytes
 
 
 # -- profile ------------------------------------------------------------------------------------

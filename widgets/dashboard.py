@@ -81,7 +81,7 @@ class Dashboard:
         if name == "Schedule":
             return None if prog.schedule is None else ScheduleView(prog.schedule, prog.bounds)
         if name == "Memory":
-            return None if prog.memory is None else MemoryView(prog.memory, profile)
+            return None if prog.memory is None else MemoryView(prog.memory, profile, prog)
         return ProfileView(prog, self.run, self.kernels) if self.run is not None \
             else RunPanel(self)
 

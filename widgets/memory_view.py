@@ -56,7 +56,16 @@ def _add_plan(fig, plan, profile, row: int, col: int, highlight, legend: bool, n
                                                                    symbol="star"),
                              name="predicted peak", legendgroup="pred", showlegend=False),
                   row=row + 1, col=col)
-    if profile is not None and profile.timeline:
+    if profile is not None and len(profile.timeline) == 1:
+        # one entry: what the executor allocates for the whole run (XLA's static stores), a
+        # level to compare the per-step prediction with, not a curve over the steps
+        b = profile.timeline[0]
+        fig.add_trace(go.Scatter(x=[0, max(len(steps) - 1, 1)], y=[b, b], mode="lines",
+                                 name=f"{profile.executor} static stores", legendgroup="meas",
+                                 line=dict(color="#d62728", dash="dash"),
+                                 hovertext=f"allocated for the whole run: {b} B",
+                                 hoverinfo="text", showlegend=legend), row=row + 1, col=col)
+    elif profile is not None and profile.timeline:
         fig.add_trace(go.Scatter(x=list(range(len(profile.timeline))), y=profile.timeline,
                                  mode="lines", name="measured bytes", legendgroup="meas",
                                  line=dict(color="#d62728", dash="dot", shape="hv"),
@@ -112,24 +121,57 @@ def compare_memory(plans: dict, profiles: dict | None = None):
 
 
 class MemoryView:
-    """Memory figure in a FigureWidget; ``select(op_id)`` highlights that op's buffer."""
+    """Memory figure in a FigureWidget; ``select(op_id)`` highlights that op's buffer. With
+    ``prog`` and no per-step measurement, a button measures one: a run on the interpreter,
+    which records the store bytes after every statement."""
 
-    def __init__(self, plan, profile=None):
+    def __init__(self, plan, profile=None, prog=None):
         import ipywidgets as W
 
-        self.plan, self.profile = plan, profile
+        self.plan, self.profile, self.prog = plan, profile, prog
+        self.highlight = None
         self.plot = FigureSlot(memory_figure(plan, profile), "tempo-lab-memory-plot")
-        s, b = peak(plan.timeline)
-        line = f"predicted peak {b} B at step {s} of {len(plan.timeline)}"
-        if profile is not None:
-            ms, mb = peak(profile.timeline)
-            line += f"; measured peak {mb} B at step {ms}"
-        self.widget = W.VBox([W.HTML(f"<code>{plan!r}</code><br>{line}"), self.plot.widget])
+        self.summary = W.HTML(self._summary())
+        parts = [self.summary, self.plot.widget]
+        self.measure = None
+        if prog is not None and prog.lowered is not None and (
+                profile is None or len(profile.timeline) <= 1):
+            self.measure = W.Button(description="measure per step (interpreter run)",
+                                    layout=W.Layout(width="auto"))
+            self.measure.add_class("tempo-lab-measure-memory")
+            self.measure.on_click(lambda _: self.measure_steps())
+            parts.insert(1, self.measure)
+        self.widget = W.VBox(parts)
         self.widget.add_class("tempo-lab-memory")
 
+    def _summary(self) -> str:
+        plan, profile = self.plan, self.profile
+        s, b = peak(plan.timeline)
+        lines = [f"<code>{plan!r}</code>",
+                 f"predicted peak {b} B at step {s} of {len(plan.timeline)} (the memory plan)"]
+        if profile is not None and len(profile.timeline) == 1:
+            lines.append(f"measured: {profile.executor} allocates {profile.timeline[0]} B of "
+                         "static stores for the whole run (no per-step measurement)")
+        elif profile is not None and profile.timeline:
+            ms, mb = peak(profile.timeline)
+            lines.append(f"measured peak {mb} B at step {ms} ({profile.executor} run)")
+        if profile is not None and profile.xla_memory:
+            lines.append("XLA's memory analysis of the compiled program: " + ", ".join(
+                f"{k} {v} B" for k, v in profile.xla_memory.items()))
+        return "<br>".join(lines)
+
+    def measure_steps(self):
+        """Run the program on the interpreter, whose profile has the store bytes after every
+        statement, and show that measured curve."""
+        self.profile = self.prog.on("interpreter").run().profile
+        if self.measure is not None:
+            self.measure.disabled = True
+        self.summary.value = self._summary()
+        self.plot.show(memory_figure(self.plan, self.profile, self.highlight))
+
     def select(self, op_id: int | None):
-        op_id = None if op_id is None or op_id < 0 else op_id
-        self.plot.show(memory_figure(self.plan, self.profile, op_id))
+        self.highlight = None if op_id is None or op_id < 0 else op_id
+        self.plot.show(memory_figure(self.plan, self.profile, self.highlight))
 
 
 def explore_memory(plan, profile=None):

@@ -34,18 +34,20 @@ def recorded_run(prog):
     run = prog.run(record=True)
     events = run.profile.events[:MAX_KERNELS]
     if not events:
-        _device_times(prog, run)
+        _xla_measurements(prog, run)
         return run, None
     return run, [Kernel(e.op, e.point, e.start, e.end) for e in events]
 
 
-def _device_times(prog, run):
+def _xla_measurements(prog, run):
     """The XLA program runs every statement inside one call: its per-op seconds come from
     JAX's profiler (``executable.op_seconds``), when the program has no host callbacks that
-    profiling runs would repeat."""
+    profiling runs would repeat, and what it allocates from XLA's ``memory_analysis``."""
     ex = prog.executable
-    lowered = ex.lowered
-    if not hasattr(ex.prepared, "op_seconds") or lowered.sources or lowered.sinks:
+    if not hasattr(ex.prepared, "memory_analysis"):
+        return
+    run.profile.xla_memory = ex.memory_analysis()
+    if ex.lowered.sources or ex.lowered.sinks:
         return
     seconds = ex.op_seconds(runs=3)
     run.profile.seconds = {i: s for i, s in seconds.items() if isinstance(i, int)}

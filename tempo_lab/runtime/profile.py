@@ -40,6 +40,7 @@ class Profile(Stage):
     executor: str = ""
     events: list[KernelEvent] = field(default_factory=list)
     offloaded_bytes: int = 0  # the most store bytes copied to the host at once (offload)
+    xla_memory: dict[str, int] = field(default_factory=dict)  # XLA's memory_analysis, if asked
 
     @property
     def peak_bytes(self) -> int:
@@ -63,7 +64,8 @@ class Profile(Stage):
         return [("kernel calls", calls),
                 ("store bytes", [f"peak {self.peak_bytes} over {len(self.timeline)} steps"]
                  + ([f"offloaded: up to {self.offloaded_bytes} bytes on the host at once"]
-                    if self.offloaded_bytes else [])),
+                    if self.offloaded_bytes else [])
+                 + [f"XLA {k}: {v} B" for k, v in self.xla_memory.items()]),
                 ("what is measured", [self.measured])]
 
     def to_dict(self) -> dict:
@@ -71,7 +73,7 @@ class Profile(Stage):
                 "calls": {str(k): v for k, v in self.calls.items()},
                 "seconds": {str(k): v for k, v in self.seconds.items()},
                 "peak_bytes": self.peak_bytes, "timeline": list(self.timeline),
-                "offloaded_bytes": self.offloaded_bytes,
+                "offloaded_bytes": self.offloaded_bytes, "xla_memory": dict(self.xla_memory),
                 "wall_s": self.wall_s, "synced": self.synced, "measured": self.measured,
                 "events": [[e.op, list(e.point), e.start, e.end, e.bytes]
                            for e in self.events]}

@@ -289,6 +289,16 @@ class _Xla:
         are one device's)."""
         return self._compiled().lower(*self._args()).compile().as_text()
 
+    def memory_analysis(self) -> dict[str, int]:
+        """XLA's own account of the compiled program's buffers, in bytes by kind (arguments,
+        outputs, temporaries, aliased, generated code); empty where the backend gives none.
+        It compiles the program again, so it is asked for, not part of every run."""
+        stats = self._compiled().lower(*self._args()).compile().memory_analysis()
+        kinds = ("argument", "output", "temp", "alias", "generated_code")
+        return {} if stats is None else {
+            k: int(getattr(stats, f"{k}_size_in_bytes")) for k in kinds
+            if hasattr(stats, f"{k}_size_in_bytes")}
+
     def op_seconds(self, runs: int = 3) -> dict:
         """Measured seconds per run of each op's statements inside the compiled program (JAX's
         profiler, see ``xla_profile``), keyed by op id; ``"unattributed"``: the rest of the
