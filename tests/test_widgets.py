@@ -102,6 +102,25 @@ def test_search_filter_and_inspector(prog, run):
     assert "calls" in facts["time"]
 
 
+def test_iteration_space_aggregates_by_group_at_scale():
+    import numpy as np
+
+    from tempo_lab.demo import make_weights
+    from tempo_lab.examples import unrolled_decoder
+
+    ctx = tl.Context(dims=("t",))
+    tokens = np.random.default_rng(1).standard_normal((4, 16)).astype(np.float32)
+    h = unrolled_decoder(ctx, make_weights(4, 16, 32), tokens, heads=2)
+    sch = ctx.compile(bounds={ctx.bounds[0]: 4}, outputs={"y": h}).schedule
+    assert len(sch.sdg.ops) > 40
+    pts, _, _ = F.iteration_space(sch, {"T": 3})
+    groups = {p["group"] for p in pts}
+    assert {f"layer{k}" for k in range(4)} <= groups and len(groups) <= 6
+    assert sum(len(p["ops"]) for p in pts) == len(F.iteration_space(sch, {"T": 3},
+                                                                    aggregate=False)[0])
+    assert "one marker per group" in F.iteration_figure(sch, {"T": 3}).layout.title.text
+
+
 def test_large_graph_collapses_and_says_what_is_hidden():
     big = big_program(500)
     sdg = big.sdg
@@ -210,7 +229,7 @@ def test_schedule_payloads(prog):
     assert tree.count("<details") >= 2 and "band" in tree and "x" in tree
     x = next(op.id for op in prog.sdg.ops.values() if op.name == "x")
     assert F.code_html(sch, x).count("<mark") >= 1
-    pts, arrows, _ = F.iteration_space(sch, {"B": 2, "T": 3})
+    pts, arrows, (_, yname) = F.iteration_space(sch, {"B": 2, "T": 3})
     from tempo_lab.schedule import Exec, walk
 
     n = sum(1 for node, _ in walk(sch.ast, {"B": 2, "T": 3}) if isinstance(node, Exec))
@@ -218,6 +237,14 @@ def test_schedule_payloads(prog):
     assert [p["order"] for p in pts] == sorted(p["order"] for p in pts)
     fig = F.iteration_figure(sch, {"B": 2, "T": 3}, highlight=x)
     assert len(fig.data[1].x) == n and fig.layout.annotations
+    # b is vectorised: an axis of values (bars), not a row of the plot; constants run once,
+    # in a column outside the loops, not at t = 0
+    assert yname == "" and "vectorised over b" in fig.layout.title.text
+    bars = [p for p in pts if p["lanes"] == ("b", 2)]
+    assert bars and all(sch.sdg.ops[p["op"]].domain for p in bars)
+    once = [p for p in pts if not sch.sdg.ops[p["op"]].domain]
+    assert once and all(p["xy"][0] < -1 for p in once) and "once" in fig.layout.xaxis.ticktext
+    assert "tempo-lab-tree-mark" in F.tree_html(sch, x)
     view = sch.explore(bounds=prog.bounds).schedule_view
     view.sliders["T"].value = 2
     assert view.plot.figure.layout.title.text.startswith("iteration space")

@@ -7,6 +7,7 @@ import html
 import math
 import re
 
+from tempo_lab.ir.vmap import vdims
 from tempo_lab.schedule import Exec, walk
 from tempo_lab.symbolic import Slice
 
@@ -15,6 +16,8 @@ from .palette import HIGHLIGHT, TEMPLATE
 
 MAX_INSTANCES = 4000
 MAX_ARROWS = 600
+AGGREGATE_ABOVE = 40   # more statements than this: one marker per group and point
+ONCE = -1.5            # the x of the column of ops that run once, outside every loop
 _STMT = re.compile(r"\bop(\d+)\[")
 _BAND = re.compile(r"\bop(\d+)\[[^\]]*\] -> \[\((.*?)\)\]")
 
@@ -25,14 +28,17 @@ def _labels(sdg, text: str) -> list[str]:
     return [sdg.ops[i].label if i in sdg.ops else f"op{i}" for i in ids]
 
 
-def tree_node_html(sdg, node, depth: int = 0) -> str:
+def tree_node_html(sdg, node, depth: int = 0, highlight: int | None = None) -> str:
     """One isl schedule-tree node (and its children) as ``<details>``; statements are named by
-    their op labels, band members grouped by the expression they schedule with."""
+    their op labels, band members grouped by the expression they schedule with. Nodes whose
+    statements include ``highlight`` are marked and open."""
     import islpy as isl
 
     kind = node.get_type()
     T = isl.schedule_node_type
     name = str(kind).split(".")[-1]
+    involved = highlight is not None and f"op{highlight}[" in str(
+        node.get_domain() if kind != T.filter else node.filter_get_filter())
     if kind == T.domain:
         head = f"domain: {len(_labels(sdg, str(node.domain_get_domain())))} statements"
     elif kind == T.band:
@@ -62,17 +68,21 @@ def tree_node_html(sdg, node, depth: int = 0) -> str:
         child = node.child(i)
         if child.get_type() == T.leaf:
             continue
-        body.append(tree_node_html(sdg, child, depth + 1))
-    opened = " open" if depth < 4 else ""
+        body.append(tree_node_html(sdg, child, depth + 1, highlight))
+    opened = " open" if depth < 4 or involved else ""
+    summary = f"<code>{html.escape(head)}</code>"
+    if involved:
+        summary = f'<mark class="tempo-lab-tree-mark" style="background:#ffd8d8">{summary}</mark>'
     return (f'<details{opened} class="tempo-lab-tree-node" style="margin-left:{min(depth, 1)}em">'
-            f"<summary><code>{html.escape(head)}</code></summary>{''.join(body)}</details>")
+            f"<summary>{summary}</summary>{''.join(body)}</details>")
 
 
-def tree_html(schedule) -> str:
+def tree_html(schedule, highlight: int | None = None) -> str:
     tree = schedule.tree
     if not hasattr(tree, "get_root"):
         return f"<pre>{html.escape(str(tree))}</pre>"
-    return f'<div class="tempo-lab-tree">{tree_node_html(schedule.sdg, tree.get_root())}</div>'
+    root = tree_node_html(schedule.sdg, tree.get_root(), 0, highlight)
+    return f'<div class="tempo-lab-tree">{root}</div>'
 
 
 def code_html(schedule, highlight: int | None = None) -> str:
@@ -119,30 +129,69 @@ def _read_points(e, env) -> list[tuple]:
     return pts
 
 
-def iteration_space(schedule, bounds: dict[str, int], highlight: int | None = None):
+def loop_dims(sdg) -> list:
+    """The dims some op still loops over (a vectorised dim is an axis of values, not a loop)."""
+    return [d for d in sdg.dims if any(d in op.domain for op in sdg.ops.values())]
+
+
+def _lanes(op) -> tuple[str, int]:
+    """The vectorised dims an op's values carry and how many points they hold at once."""
+    names = vdims(op)
+    n = 1
+    for s in op.type.shape[:len(names)]:
+        n *= s if isinstance(s, int) else 1
+    return ", ".join(names), n
+
+
+def iteration_space(schedule, bounds: dict[str, int], highlight: int | None = None,
+                    aggregate: bool | None = None):
     """Positions, orders and dependence segments of the plot, as plain data: x is the
-    innermost dim, y the other dims flattened; each statement has a fixed offset in a cell."""
+    innermost loop dim, y the other loop dims flattened; each statement (or, with
+    ``aggregate``, each top-level group of ``widgets.graph.group_paths``: the default above
+    ``AGGREGATE_ABOVE`` statements) has a fixed offset in a cell. Ops outside every loop
+    (run once) sit in a column of their own at x = ``ONCE``."""
     sdg = schedule.sdg
-    dims = [d for d in sdg.dims]
+    dims = loop_dims(sdg)
     inner, outer = (dims[-1], dims[:-1]) if dims else (None, [])
-    stmts = sorted({op for _, op, _ in instances(schedule, bounds)})
-    per_row = max(1, math.ceil(math.sqrt(len(stmts) or 1)))
-    slot = {op: k for k, op in enumerate(stmts)}
+    runs = instances(schedule, bounds)
+    stmts = sorted({op for _, op, _ in runs})
+    if aggregate is None:
+        aggregate = len(stmts) > AGGREGATE_ABOVE
+    if aggregate:
+        from .graph import group_paths
+
+        paths = group_paths(sdg)
+        key = {op: paths[op][0] for op in stmts}
+    else:
+        key = {op: op for op in stmts}
+    keys = sorted(set(key.values()), key=str)
+    per_row = max(1, math.ceil(math.sqrt(len(keys) or 1)))
+    slot = {k: j for j, k in enumerate(keys)}
 
     def place(op_id, point):
         vals = {d.name: v for d, v in zip(sdg.ops[op_id].domain, point)}
+        k = slot[key[op_id]]
+        dx = ((k % per_row) + 0.5) / per_row * 0.8 - 0.4
+        dy = ((k // per_row) + 0.5) / per_row * 0.8 - 0.4
+        if not vals:
+            return ONCE + dx, dy
         x = vals.get(inner.name, 0) if inner is not None else 0
         y = 0
         for d in outer:
             y = y * max(1, bounds.get(d.bound.name, 1)) + vals.get(d.name, 0)
-        k = slot.get(op_id, 0)
-        dx = ((k % per_row) + 0.5) / per_row * 0.8 - 0.4
-        dy = ((k // per_row) + 0.5) / per_row * 0.8 - 0.4
         return x + dx, y + dy
 
-    runs = instances(schedule, bounds)
     where = {(op, pt): place(op, pt) for _, op, pt in runs}
-    pts = [{"order": k, "op": op, "point": pt, "xy": where[(op, pt)]} for k, op, pt in runs]
+    cells: dict[tuple, dict] = {}
+    for k, op, pt in runs:
+        xy = where[(op, pt)]
+        cell = cells.get(xy) if aggregate else None
+        if cell is None:
+            cell = cells.setdefault(xy if aggregate else (k,), {
+                "order": k, "op": op, "ops": [], "point": pt, "xy": xy, "group": key[op],
+                "lanes": _lanes(sdg.ops[op])})
+        cell["ops"].append(op)
+    pts = list(cells.values())
     arrows = []
     for _, op, pt in runs:
         env = dict(bounds)
@@ -158,7 +207,7 @@ def iteration_space(schedule, bounds: dict[str, int], highlight: int | None = No
                 continue
             for rp in reads:
                 src = where.get((e.src, rp))
-                if src is None:
+                if src is None or (aggregate and highlight is None and src[0] < ONCE + 1):
                     continue
                 dst = where[(op, pt)]
                 loop_carried = round(src[0]) != round(dst[0]) or round(src[1]) != round(dst[1])
@@ -172,11 +221,14 @@ def iteration_space(schedule, bounds: dict[str, int], highlight: int | None = No
 
 def iteration_figure(schedule, bounds: dict[str, int], highlight: int | None = None):
     """Statement instances coloured by execution order with dependence arrows (loop-carried
-    ones, or every read of the highlighted op); a ``go.Figure``."""
+    ones, or every read of the highlighted op); a ``go.Figure``. A statement over vectorised
+    dims is a vertical bar (its lanes run at once); above ``AGGREGATE_ABOVE`` statements one
+    marker stands for a group's statements at a point, sized by their number."""
     import plotly.graph_objects as go
 
     sdg = schedule.sdg
     pts, arrows, (xname, yname) = iteration_space(schedule, bounds, highlight)
+    grouped = any(len(p["ops"]) > 1 or p["group"] != p["op"] for p in pts)
     fig = go.Figure()
     ax, ay = [], []
     for (x0, y0), (x1, y1) in arrows:
@@ -192,22 +244,39 @@ def iteration_figure(schedule, bounds: dict[str, int], highlight: int | None = N
 
     def text(p):
         op = sdg.ops[p["op"]]
-        at = ", ".join(f"{d}={v}" for d, v in zip(op.domain, p["point"]))
-        return f"{op.label} ({op.kind}) [{at}]<br>order {p['order']}"
+        at = ", ".join(f"{d}={v}" for d, v in zip(op.domain, p["point"])) or "once"
+        head = (f"{p['group']}: {len(p['ops'])} statements" if grouped else
+                f"{op.label} ({op.kind})")
+        lanes, n = p["lanes"]
+        vec = f"<br>vector over {lanes} ({n} lanes at once)" if lanes else ""
+        return f"{head} [{at}]{vec}<br>order {p['order']}"
+
+    def size(p):
+        base = 11 if highlight in p["ops"] else 7
+        return base + (min(12, 2 * math.log2(len(p["ops"]))) if grouped else 0) \
+            + (min(10, 2 * math.log2(p["lanes"][1])) if p["lanes"][0] else 0)
 
     fig.add_trace(go.Scatter(
         x=[p["xy"][0] for p in pts], y=[p["xy"][1] for p in pts], mode="markers",
         name="instances", hovertext=[text(p) for p in pts], hoverinfo="text",
         customdata=[p["op"] for p in pts],
-        marker=dict(size=[11 if p["op"] == highlight else 7 for p in pts],
+        marker=dict(size=[size(p) for p in pts],
+                    symbol=["line-ns-open" if p["lanes"][0] else "circle" for p in pts],
                     color=[p["order"] for p in pts], colorscale="Viridis",
                     colorbar=dict(title="execution order"),
-                    line=dict(color=[HIGHLIGHT if p["op"] == highlight else "rgba(0,0,0,0)"
-                                     for p in pts], width=2))))
+                    line=dict(color=[HIGHLIGHT if highlight in p["ops"] else
+                                     "rgba(0,0,0,0)" for p in pts], width=2))))
     b = ", ".join(f"{k}={v}" for k, v in bounds.items())
+    xs = sorted({round(p["xy"][0]) for p in pts if p["xy"][0] > ONCE + 1})
+    once = any(p["xy"][0] < ONCE + 1 for p in pts)
+    vec = sorted({p["lanes"][0] for p in pts if p["lanes"][0]})
+    notes = ([f"vectorised over {', '.join(vec)}: bars"] if vec else []) + (
+        ["one marker per group and point"] if grouped else [])
     fig.update_layout(template=TEMPLATE, height=460, showlegend=False,
-                      title=f"iteration space ({len(pts)} statement instances, {b})",
-                      xaxis=dict(title=xname, dtick=1),
+                      title=f"iteration space ({len(pts)} markers, {b})"
+                            + (f" · {'; '.join(notes)}" if notes else ""),
+                      xaxis=dict(title=xname, tickvals=([ONCE] if once else []) + xs,
+                                 ticktext=(["once"] if once else []) + [str(x) for x in xs]),
                       yaxis=dict(title=yname, dtick=1, autorange="reversed"),
                       margin=dict(l=50, r=10, t=50, b=40))
     return fig
@@ -249,6 +318,7 @@ class ScheduleView:
     def select(self, op_id: int | None):
         self.selected = None if op_id is None or op_id < 0 else op_id
         self.code.value = code_html(self.schedule, self.selected)
+        self.tree.value = tree_html(self.schedule, self.selected)
         self.plot.show(iteration_figure(self.schedule, self.bounds, self.selected))
 
 
