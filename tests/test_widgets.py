@@ -12,7 +12,7 @@ from widgets import figures as F  # noqa: E402
 from widgets import graph as G  # noqa: E402
 
 
-def _prog(executor="auto"):
+def _prog(executor="auto", steps=4):
     ctx = tl.Context(dims=("b", "t"))
     (b, t), (B, T) = ctx.dims, ctx.bounds
     with ctx:
@@ -22,7 +22,7 @@ def _prog(executor="auto"):
         y = x[b, 0:t + 1].sum(axis=0)
         w = x[b, tl.max(0, t - 1):t + 1].mean(axis=0)
     cfg = tl.CompileConfig() if executor == "auto" else tl.CompileConfig(executor=executor)
-    return ctx.compile(bounds={B: 2, T: 4}, outputs={"y": y, "w": w}, config=cfg)
+    return ctx.compile(bounds={B: 2, T: steps}, outputs={"y": y, "w": w}, config=cfg)
 
 
 def big_program(n_ops=500):
@@ -263,6 +263,23 @@ def test_memory_figure_marks_peaks(prog, run):
     assert bars == len(prog.memory.storages)
     both = F.compare_memory({"a": prog.memory, "b": prog.memory})
     assert sum(1 for t in both.data if t.name == "predicted bytes") == 2
+
+
+def test_what_if_bounds_replan_without_compiling(prog):
+    """The memory view's bound sliders re-simulate the compiled plan at other bounds: equal to
+    the plan at its own bounds and to a compile at others (same passes' decisions here)."""
+    from tempo_lab.memory.plan import replan
+
+    same = replan(prog.memory, prog.schedule, dict(prog.bounds))
+    assert same.peak_bytes == prog.memory.peak_bytes and same.timeline == prog.memory.timeline
+    compiled = _prog(steps=8).memory
+    est = replan(prog.memory, prog.schedule, {**prog.bounds, "T": 8})
+    assert (est.peak_bytes, est.n_steps) == (compiled.peak_bytes, compiled.n_steps)
+    mem = prog.explore().dashboard.open("Memory")
+    assert list(mem.sliders) == ["T"]          # b is vectorised: its size is in the shapes
+    mem.sliders["T"].value = 10 ** 6
+    assert "estimate at B=2, T=1000000" in mem.what_if.value
+    assert "not compiled" in mem.plot.figure.layout.title.text
 
 
 def test_memory_view_is_honest_about_xla():

@@ -3,6 +3,8 @@ measured bytes over the same steps with the peaks marked. ``compare_memory`` put
 plans (say window vs causal attention) side by side in one figure."""
 from __future__ import annotations
 
+import math
+
 from .base import FigureSlot, stage_view
 from .palette import HIGHLIGHT, STORE_COLOURS, TEMPLATE
 
@@ -132,7 +134,24 @@ class MemoryView:
         self.highlight = None
         self.plot = FigureSlot(memory_figure(plan, profile), "tempo-lab-memory-plot")
         self.summary = W.HTML(self._summary())
+        self.what_if = W.HTML()
+        self.sliders = {}
         parts = [self.summary, self.plot.widget]
+        if prog is not None and prog.schedule is not None:
+            from .schedule_view import loop_dims
+
+            looped = {d.bound.name for d in loop_dims(prog.sdg)}  # vectorised: fixed shapes
+            for name, value in prog.bounds.items():
+                if isinstance(value, int) and name in looped:
+                    self.sliders[name] = W.FloatLogSlider(
+                        value=value, base=10, min=0, max=max(6, math.log10(value) + 1),
+                        step=0.01, readout_format=".0f", description=name,
+                        continuous_update=False)
+                    self.sliders[name].observe(lambda _: self.at_bounds(), "value")
+            if self.sliders:
+                parts[1:1] = [W.HTML("<b>what if</b>: other bound values, predicted from this "
+                                     "plan without compiling again"),
+                              W.HBox(list(self.sliders.values())), self.what_if]
         self.measure = None
         if prog is not None and prog.lowered is not None and (
                 profile is None or len(profile.timeline) <= 1):
@@ -159,6 +178,26 @@ class MemoryView:
             lines.append("XLA's memory analysis of the compiled program: " + ", ".join(
                 f"{k} {v} B" for k, v in profile.xla_memory.items()))
         return "<br>".join(lines)
+
+    def at_bounds(self):
+        """The plan re-simulated at the sliders' bounds (``memory.plan.replan``): an estimate,
+        labelled so, as a compile there may tile, vectorise or size rings differently."""
+        from tempo_lab.memory.plan import replan
+
+        bounds = dict(self.prog.bounds)
+        bounds.update({k: max(1, round(s.value)) for k, s in self.sliders.items()})
+        plan = self.plan if bounds == dict(self.prog.bounds) else \
+            replan(self.plan, self.prog.schedule, bounds)
+        at = ", ".join(f"{k}={v}" for k, v in bounds.items())
+        self.what_if.value = "" if plan is self.plan else (
+            f"<i>estimate at {at}</i>: peak {plan.peak_bytes} B over {plan.n_steps} steps "
+            f"(compiled at {', '.join(f'{k}={v}' for k, v in self.prog.bounds.items())}: "
+            f"{self.plan.peak_bytes} B); same program and store decisions, not compiled there")
+        fig = memory_figure(plan, self.profile if plan is self.plan else None, self.highlight)
+        if plan is not self.plan:
+            fig.update_layout(title=f"estimate at {at} (re-simulated plan, not compiled)")
+        self.plot.show(fig)
+        return plan
 
     def measure_steps(self):
         """Run the program on the interpreter, whose profile has the store bytes after every

@@ -86,6 +86,7 @@ class MemoryPlan(Stage):
         self._peak = max(timeline, default=0) if peak is None else peak
         self.offloaded_bytes = offloaded_bytes  # the most held on the host at once (offload)
         self.budget: int | None = None  # CompileConfig.device_memory_budget, when given
+        self.block = 64  # the points a growing store grows by (CompileConfig.block_size)
 
     @property
     def peak_bytes(self) -> int:
@@ -268,19 +269,42 @@ def plan_memory(sdg: SDG, schedule, bounds: dict[str, int], block: int = 64) -> 
                                                        for e in readers)
                    for k, (w, s) in enumerate(zip(wanted, slots))):
                 grown.append(i)
-        spatial = tuple(x if isinstance(x, int) else pad(x, I.max_over(x, domains[i], op.domain, bounds))
-                        for x in op.type.shape)
-        # The innermost growing dim grows in blocks of ``block`` points whatever its bound
-        # beyond one block, so buffer shapes (and so compiled kernels) do not depend on that
-        # bound; a bound that fits in one block takes one block of its store extent (two
-        # layers' weights are not stored as 64). Outer growing dims take their store extent,
-        # so a (b, t) store is not block x block.
-        growing = [k for k, w in enumerate(slots) if w is None]
-        blocks = tuple(min(block, store_extent(bounds[d.bound.name]))
-                       if growing and k == growing[-1] else
-                       store_extent(bounds[d.bound.name]) for k, d in enumerate(op.domain))
-        storages[i] = Storage(i, tuple(d.name for d in op.domain), slots, spatial,
-                              op.type.dtype, blocks)
+        storages[i] = _storage(op, slots, domains[i], bounds, block)
+    return _simulated(sdg, storages, schedule, bounds, tuple(grown), block)
+
+
+def _storage(op: Op, slots: tuple, domain, bounds: dict[str, int], block: int) -> Storage:
+    """``op``'s store for ``slots`` (per dim: a ring of that many points, or None: it grows)
+    at ``bounds``: spatial extents padded to their size class, growth in blocks."""
+    spatial = tuple(x if isinstance(x, int) else pad(x, I.max_over(x, domain, op.domain, bounds))
+                    for x in op.type.shape)
+    # The innermost growing dim grows in blocks of ``block`` points whatever its bound
+    # beyond one block, so buffer shapes (and so compiled kernels) do not depend on that
+    # bound; a bound that fits in one block takes one block of its store extent (two
+    # layers' weights are not stored as 64). Outer growing dims take their store extent,
+    # so a (b, t) store is not block x block.
+    growing = [k for k, w in enumerate(slots) if w is None]
+    blocks = tuple(min(block, store_extent(bounds[d.bound.name]))
+                   if growing and k == growing[-1] else
+                   store_extent(bounds[d.bound.name]) for k, d in enumerate(op.domain))
+    return Storage(op.id, tuple(d.name for d in op.domain), slots, spatial, op.type.dtype,
+                   blocks)
+
+
+def _simulated(sdg, storages, schedule, bounds, grown, block) -> MemoryPlan:
     steps, timeline, lifetimes, n_steps, peak, host = simulate(schedule.ast, storages, bounds)
-    return MemoryPlan(sdg, storages, timeline, lifetimes, tuple(grown), steps, n_steps, peak,
-                      host)
+    plan = MemoryPlan(sdg, storages, timeline, lifetimes, grown, steps, n_steps, peak, host)
+    plan.block = block
+    return plan
+
+
+def replan(plan: MemoryPlan, schedule, bounds: dict[str, int]) -> MemoryPlan:
+    """``plan`` at other bound values without compiling again: the same store kinds and ring
+    sizes, extents and growth taken at ``bounds``, the schedule simulated there. An estimate:
+    a compile at those bounds checks ring sizes against them and may choose others."""
+    domains = {i: I.fix(d, bounds) for i, d in schedule.domains.items()}
+    storages = {i: _storage(plan.sdg.ops[i], st.slots, domains[i], bounds, plan.block)
+                for i, st in plan.storages.items()}
+    out = _simulated(plan.sdg, storages, schedule, bounds, plan.grown, plan.block)
+    out.budget = plan.budget
+    return out
