@@ -379,9 +379,13 @@ class Program(Stage):
                                               self.memory) if x is not None])]
 
     def to_dict(self) -> dict:
-        return {"schema": "tempo_lab.program/1", "bounds": self.bounds,
+        return {"schema": "tempo_lab.program/1", "repr": repr(self), "bounds": self.bounds,
                 "executor": self.executor, "outputs": list(self._outputs),
-                "trace": self.trace.to_dict(), "sdg": self.sdg.to_dict()}
+                "trace": self.trace.to_dict(), "sdg": self.sdg.to_dict(),
+                **{name: stage.to_dict() for name, stage in (
+                    ("passes", self.passes), ("schedule", self.schedule),
+                    ("memory", self.memory)) if stage is not None},
+                "compile_times": dict(self.compile_times)}
 
     @user_api
     def on(self, executor: str) -> Program:

@@ -82,8 +82,11 @@ class Dashboard:
             return None if prog.schedule is None else ScheduleView(prog.schedule, prog.bounds)
         if name == "Memory":
             return None if prog.memory is None else MemoryView(prog.memory, profile, prog)
-        return ProfileView(prog, self.run, self.kernels) if self.run is not None \
-            else RunPanel(self)
+        if self.run is not None:
+            return ProfileView(prog, self.run, self.kernels)
+        from tempo_lab.saved import SavedProgram
+
+        return Saved(prog) if isinstance(prog, SavedProgram) else RunPanel(self)
 
     def _absent(self, name: str):
         import ipywidgets as W
@@ -122,6 +125,26 @@ class Dashboard:
         self.selected = op_id
         for view in self.views.values():
             view.select(op_id)
+
+
+class Saved:
+    """The profile tab of a program read back by ``tl.load``: nothing to run, its compile
+    times as they were measured."""
+
+    def __init__(self, prog):
+        import ipywidgets as W
+
+        from .base import FigureSlot
+        from .profile_view import compile_figure
+
+        note = W.HTML("<i>loaded from a file with tl.load: it cannot run here (its arrays and "
+                      "functions are not saved); the compile times were measured when it was "
+                      "compiled.</i>")
+        self.widget = W.VBox([note, FigureSlot(compile_figure(prog), "tempo-lab-compile").widget])
+        self.widget.add_class("tempo-lab-profile")
+
+    def select(self, op_id):
+        pass
 
 
 class RunPanel:

@@ -137,7 +137,7 @@ class MemoryView:
         self.what_if = W.HTML()
         self.sliders = {}
         parts = [self.summary, self.plot.widget]
-        if prog is not None and prog.schedule is not None:
+        if prog is not None and hasattr(prog.schedule, "ast"):
             from .schedule_view import loop_dims
 
             looped = {d.bound.name for d in loop_dims(prog.sdg)}  # vectorised: fixed shapes

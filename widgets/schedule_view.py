@@ -302,10 +302,15 @@ class ScheduleView:
             s.observe(lambda _: self._bounds_changed(), "value")
         self.code = W.HTML(code_html(schedule))
         self.tree = W.HTML(tree_html(schedule))
-        self.plot = FigureSlot(iteration_figure(schedule, self.bounds), "tempo-lab-iteration")
-        inner = W.Tab(children=[W.VBox([self.code]), W.VBox([self.tree]),
-                                W.VBox([W.HBox(list(self.sliders.values())),
-                                        self.plot.widget])])
+        self.plot = None
+        if hasattr(schedule, "ast"):
+            self.plot = FigureSlot(iteration_figure(schedule, self.bounds),
+                                   "tempo-lab-iteration")
+            space = W.VBox([W.HBox(list(self.sliders.values())), self.plot.widget])
+        else:   # a schedule read back by tl.load keeps its code and tree, not its loop AST
+            space = W.HTML("<i>a loaded schedule has no loop AST: compile the program to see "
+                           "its iteration space</i>")
+        inner = W.Tab(children=[W.VBox([self.code]), W.VBox([self.tree]), space])
         for k, t in enumerate(("loop code", "isl schedule tree", "iteration space")):
             inner.set_title(k, t)
         self.widget = W.VBox([W.HTML(f"<code>{html.escape(repr(schedule))}</code>"), inner])
@@ -313,13 +318,15 @@ class ScheduleView:
 
     def _bounds_changed(self):
         self.bounds = {k: s.value for k, s in self.sliders.items()}
-        self.plot.show(iteration_figure(self.schedule, self.bounds, self.selected))
+        if self.plot is not None:
+            self.plot.show(iteration_figure(self.schedule, self.bounds, self.selected))
 
     def select(self, op_id: int | None):
         self.selected = None if op_id is None or op_id < 0 else op_id
         self.code.value = code_html(self.schedule, self.selected)
         self.tree.value = tree_html(self.schedule, self.selected)
-        self.plot.show(iteration_figure(self.schedule, self.bounds, self.selected))
+        if self.plot is not None:
+            self.plot.show(iteration_figure(self.schedule, self.bounds, self.selected))
 
 
 def explore_schedule(schedule, bounds=None):

@@ -13,17 +13,18 @@ def explore(stage, **options):
     from tempo_lab.passes.manager import PassTrace
     from tempo_lab.program import Program, Run
     from tempo_lab.runtime.profile import Profile
+    from tempo_lab.saved import SavedProgram, SavedSchedule
     from tempo_lab.schedule import Schedule
 
     from . import dashboard, memory_view, pass_view, profile_view, schedule_view, sdg_view
 
-    if isinstance(stage, Program):
+    if isinstance(stage, (Program, SavedProgram)):
         return dashboard.explore_program(stage, **options)
     if isinstance(stage, SDG):
         return sdg_view.explore_sdg(stage, **options)
     if isinstance(stage, PassTrace):
         return pass_view.explore_passes(stage)
-    if isinstance(stage, Schedule):
+    if isinstance(stage, (Schedule, SavedSchedule)):
         return schedule_view.explore_schedule(stage, **options)
     if isinstance(stage, MemoryPlan):
         return memory_view.explore_memory(stage, **options)

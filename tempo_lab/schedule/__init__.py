@@ -96,7 +96,8 @@ class Schedule(Stage):
                  sorted(str(m) for m in I.maps_of(self.tree)))]
 
     def to_dict(self) -> dict:
-        return {"schema": SCHEMA, "code": self.code().splitlines(), "method": self.method,
+        return {"schema": SCHEMA, "repr": repr(self), "code": self.code().splitlines(),
+                "method": self.method,
                 "domains": {str(i): str(self.domains[i]) for i in self.statements},
                 "validity": sorted(str(m) for m in I.maps_of(self.validity)),
                 "tree": str(self.tree)}
