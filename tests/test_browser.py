@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import signal
@@ -66,8 +67,20 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+# PPO as one program over (i, e, m, s, b, t): 352 traced ops, grouped by tl.rl.ppo's scopes.
+PPO = """\
+ppo_config = tl.rl.PPOConfig(hidden=16, update_epochs=2, num_minibatches=2)
+ppo_ctx = tl.Context(dims=ppo_config.DIMS)
+trained = tl.rl.ppo(ppo_ctx, tl.rl.CartPole(), ppo_config)
+ppo = ppo_ctx.compile(bounds=ppo_config.bounds(ppo_ctx, 2, 4, 16),
+                      outputs={"return": trained.episode_return, "loss": trained.loss})
+print("compiled", ppo, len(ppo.passes.initial.ops))
+"""
+
+
 def _notebook(path: Path):
-    cells = [SETUP, "view = prog.explore()\nview", BIG, "big_view = big.explore()\nbig_view"]
+    cells = [SETUP, "view = prog.explore()\nview", BIG, "big_view = big.explore()\nbig_view",
+             PPO, "ppo_view = ppo.explore()\nppo_view"]
     nb = {"nbformat": 4, "nbformat_minor": 5,
           "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
                                       "language": "python"}},
@@ -161,8 +174,8 @@ def page(lab):
             # not awaited: the command's promise settles only when every cell has run
             pg.evaluate("() => { window.jupyterapp.commands.execute("
                         "'notebook:run-all-cells'); }")
-            pg.wait_for_function("document.querySelectorAll('.tempo-lab-tabs').length >= 2",
-                                 timeout=180_000)
+            pg.wait_for_function("document.querySelectorAll('.tempo-lab-tabs').length >= 3",
+                                 timeout=240_000)
             yield pg
         finally:
             browser.close()
@@ -297,6 +310,39 @@ def test_graph_canvas_at_scale(page):
     _wait(canvas.locator("svg g.node.tl-selected"))
     assert "layer11" in dash.locator(".tempo-lab-inspector").inner_text()
     _shot(page, "10_big_sdg_found", 1)
+
+
+def test_ppo_graph_by_phase(page):
+    """PPO's SDG opens as its phases (rollout, gae, minibatch, loss, gradient, update,
+    metrics); a click opens one, and the profiling run fills in measured time."""
+    dash = _dash(page, 2)
+    _tab(page, "SDG", 2)
+    canvas = _wait(dash.locator(".tl-graph"))
+    _wait(canvas.locator(".tl-graph-view svg g.node"))
+    text = canvas.locator("svg").first.text_content()
+    assert all(phase in text for phase in ("rollout", "gae", "loss", "update"))
+    el = canvas.first.element_handle()
+    before = canvas.locator("svg g.node").count()
+    canvas.locator("svg g.node[id^='g']").first.click()
+    page.wait_for_function("([el, n]) => el.querySelectorAll('svg g.node').length != n",
+                           arg=[el, before])
+    _shot(page, "12_ppo_sdg", 2)
+    _tab(page, "Profile", 2)
+    _wait(dash.locator(".tempo-lab-run-button")).first.click()
+    _wait(dash.locator(".tempo-lab-profile .js-plotly-plot"), 180_000)
+    _tab(page, "SDG", 2)
+    options = [o.replace("\xa0", " ") for o in
+               dash.locator(".tempo-lab-colour select option").all_inner_texts()]
+    assert "kernel time (measured)" in options
+    dash.locator(".tempo-lab-colour select").first.select_option(
+        index=options.index("kernel time (measured)"))
+    svg = dash.locator(".tl-graph svg").first   # the view was rebuilt with the run's data
+    for _ in range(60):
+        if re.search("µs|ms", svg.text_content() or ""):
+            break
+        page.wait_for_timeout(500)
+    assert re.search("µs|ms", svg.text_content())
+    _shot(page, "13_ppo_measured_time", 2)
 
 
 def test_export_svg_and_standalone_html(page, lab):

@@ -60,6 +60,7 @@ def no_dot(monkeypatch):
         raise graphviz.ExecutableNotFound(("dot",))
 
     monkeypatch.setattr(graphviz.Source, "pipe", missing)
+    monkeypatch.setattr(G, "dot_installed", lambda: False)
 
 
 def _has_dot():
@@ -197,6 +198,18 @@ def test_graph_views_without_dot_fall_back_to_plotly(prog, no_dot):
     dash = prog.explore().dashboard
     dash.select(next(iter(prog.sdg.ops)))
     assert dash.sdg.graph.figure is not None
+
+
+def test_a_graph_dot_fails_on_is_drawn_with_plotly(prog, monkeypatch):
+    import graphviz
+
+    def fails(*a, **k):
+        raise graphviz.CalledProcessError(1, ["dot"], stderr="trouble in init_rank")
+
+    monkeypatch.setattr(graphviz.Source, "pipe", fails)
+    panel = prog.sdg.explore().explorer.graph
+    assert panel.svg is None and panel.figure is not None
+    assert "failed on this graph" in panel.note.value
 
 
 def test_layered_layout_handles_recurrences(prog):

@@ -106,8 +106,9 @@ class GraphPanel:
             self._slot.widget.data[-1].on_click(self._clicked)
         why = (f"{len(spec.nodes)} nodes are more than graphviz lays out quickly "
                f"({G.DOT_LIMIT}); collapse groups for the SVG picture" if too_big else
-               "graphviz's <code>dot</code> program is not installed (Debian: apt-get install "
-               "graphviz)")
+               "graphviz's <code>dot</code> program failed on this graph" if G.dot_installed()
+               else "graphviz's <code>dot</code> program is not installed (Debian: apt-get "
+               "install graphviz)")
         self.note.value = head + f"<i>{why}: plotly layout instead.</i> " + G.hidden_html(spec)
         self.box.children = (self._slot.widget,)
 

@@ -270,7 +270,7 @@ def _q(s: str) -> str:
 def to_dot(spec: GraphSpec) -> str:
     """DOT for a spec: one dashed cluster per expanded group, nested as the groups are (the
     cluster's SVG id is its group key), op and group nodes with their keys as SVG ids."""
-    lines = ["digraph SDG {", '  rankdir=TB; node [shape=box, style="rounded,filled", '
+    lines = ["digraph SDG {", '  rankdir=TB; newrank=true; node [shape=box, style="rounded,filled", '
              'fontname="Helvetica", fontsize=10]; edge [fontname="Helvetica", fontsize=9];']
     key_of = {path: key for key, path in spec.groups.items()}
     inside: dict[tuple[str, ...], list] = {}
@@ -302,14 +302,21 @@ def to_dot(spec: GraphSpec) -> str:
 
 
 def svg_of(dot_source: str) -> str | None:
-    """Render DOT to an SVG string, or None when the ``dot`` program is not installed."""
+    """Render DOT to an SVG string, or None when the ``dot`` program is not installed or fails
+    on this graph (the views then draw it with plotly and say which)."""
     import graphviz
 
     try:
         svg = graphviz.Source(dot_source).pipe(format="svg", encoding="utf-8")
-    except graphviz.ExecutableNotFound:
+    except (graphviz.ExecutableNotFound, graphviz.CalledProcessError):
         return None
     return svg[svg.find("<svg"):]
+
+
+def dot_installed() -> bool:
+    import shutil
+
+    return shutil.which("dot") is not None
 
 
 def svg_html(svg: str, max_height: int = 640) -> str:
