@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import json
+import os
 import pathlib
 
 import numpy as np
@@ -44,8 +45,13 @@ def save(stage, path) -> pathlib.Path:
     if not hasattr(stage, "to_dict"):
         raise ArgumentError(f"tl.save needs a stage object (a Program, SDG, ...), got "
                             f"{type(stage).__name__}", user_location())
+    if not isinstance(path, (str, os.PathLike)):
+        raise ArgumentError(f"tl.save(..., path={path!r}): give a file path", user_location())
     path = pathlib.Path(path)
-    path.write_text(json.dumps(stage.to_dict()), encoding="utf-8")
+    try:
+        path.write_text(json.dumps(stage.to_dict()), encoding="utf-8")
+    except OSError as err:
+        raise ArgumentError(f"tl.save: cannot write {path} ({err})", user_location()) from None
     return path
 
 
@@ -54,6 +60,9 @@ def load(source):
     ``to_dict()`` returned)."""
     loc = user_location()
     data = source
+    if not isinstance(source, (dict, str, os.PathLike)):
+        raise ArgumentError(f"tl.load({source!r}): give the path of a file tl.save wrote, or "
+                            "the dict a stage's to_dict() returned", loc)
     if not isinstance(source, dict):
         try:
             data = json.loads(pathlib.Path(source).read_text(encoding="utf-8"))
