@@ -212,6 +212,15 @@ def test_a_graph_dot_fails_on_is_drawn_with_plotly(prog, monkeypatch):
     assert "failed on this graph" in panel.note.value
 
 
+def test_plotly_layout_opens_groups_on_click(no_dot):
+    ex = big_program(200).sdg.explore().explorer
+    ops_trace = ex.graph.figure.data[-1]
+    k = next(j for j, c in enumerate(ops_trace.customdata) if G.group_of(c))
+    before = len(ex.spec().ops)
+    ex.graph._clicked(ops_trace, type("Points", (), {"point_inds": [k]})(), None)
+    assert len(ex.spec().ops) > before
+
+
 def test_layered_layout_handles_recurrences(prog):
     spec = G.graph_spec(prog.passes.initial)
     pos = G.layered_positions(spec)

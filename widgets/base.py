@@ -102,7 +102,7 @@ class GraphPanel:
             self._slot = FigureSlot(self.figure)
         else:
             self._slot.show(self.figure)
-        if self.on_pick is not None:
+        if self.on_pick is not None or self.on_toggle is not None:
             self._slot.widget.data[-1].on_click(self._clicked)
         why = (f"{len(spec.nodes)} nodes are more than graphviz lays out quickly "
                f"({G.DOT_LIMIT}); collapse groups for the SVG picture" if too_big else
@@ -127,6 +127,11 @@ class GraphPanel:
 
     def _clicked(self, trace, points, state):
         for i in points.point_inds:
-            op = trace.customdata[i]
-            if op is not None and op >= 0:
-                self.on_pick(int(op))
+            custom = trace.customdata[i]
+            if custom is None:
+                continue
+            group = G.group_of(int(custom))
+            if group is not None and self.on_toggle is not None:
+                self.on_toggle(group)
+            elif custom >= 0 and self.on_pick is not None:
+                self.on_pick(int(custom))

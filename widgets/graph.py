@@ -380,9 +380,15 @@ def layered_positions(spec: GraphSpec) -> dict[str, tuple[float, float]]:
     return pos
 
 
+def group_of(custom: int) -> str | None:
+    """The group key a plotly node's ``customdata`` stands for (None: an op)."""
+    return f"g{-2 - custom}" if custom <= -2 else None
+
+
 def graph_figure(spec: GraphSpec, title: str = ""):
     """The spec as a plotly figure (a ``go.Figure``): nodes coloured like the SVG, edges as
-    lines with their dependence expressions at the midpoints; ``customdata`` holds op ids."""
+    lines with their dependence expressions at the midpoints; ``customdata`` holds op ids, and
+    ``-2 - k`` for group ``g<k>`` (see ``group_of``)."""
     import plotly.graph_objects as go
 
     pos = layered_positions(spec)
@@ -405,7 +411,8 @@ def graph_figure(spec: GraphSpec, title: str = ""):
         mode="markers+text", text=[n.label.split("\n")[0] for n in spec.nodes],
         textposition="middle center", textfont=dict(size=9),
         hovertext=[html.escape(n.label).replace("\n", "<br>") for n in spec.nodes],
-        hoverinfo="text", customdata=[-1 if n.op is None else n.op for n in spec.nodes],
+        hoverinfo="text", customdata=[n.op if n.op is not None else -2 - int(n.key[1:])
+                                      for n in spec.nodes],
         marker=dict(symbol="square", size=[34 if n.op is not None else 44 for n in spec.nodes],
                     color=[n.fill for n in spec.nodes],
                     line=dict(color=[n.border for n in spec.nodes],
