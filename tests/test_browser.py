@@ -368,6 +368,14 @@ def test_export_svg_and_standalone_html(page, lab):
         titles = offline.locator("details.tl-section > summary").all_inner_texts()
         assert titles[:5] == ["Program", "SDG", "Passes", "Schedule", "Memory"]
         assert offline.locator("svg g.node").count() >= 20
+        canvas = _wait(offline.locator(".tl-graph"))       # the notebook's canvas, offline
+        zoom = int(canvas.first.get_attribute("data-zoom"))
+        canvas.locator(".tl-zoom-in").first.click()
+        assert int(canvas.first.get_attribute("data-zoom")) > zoom
+        canvas.locator(".tl-fit").first.click()
+        canvas.locator("svg g.node[id^='op']").first.click()
+        assert canvas.first.get_attribute("data-selected") != "-1"
+        assert canvas.locator("svg g.node.tl-selected").count() == 1
         _wait(offline.locator(".js-plotly-plot .barlayer .point"))
         SHOTS.mkdir(exist_ok=True)
         offline.screenshot(path=str(SHOTS / "11_exported_html.png"))

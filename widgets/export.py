@@ -1,8 +1,10 @@
 """The dashboard as one standalone HTML file: every stage's view as it was on screen, readable
-without a kernel, a server or a network (plotly.js is inlined from the installed package)."""
+without a kernel, a server or a network (plotly.js is inlined from the installed package, the
+SDG sits on the notebook's graph canvas)."""
 from __future__ import annotations
 
 import html
+import json
 import pathlib
 
 from . import graph as G
@@ -25,6 +27,22 @@ def _figure(fig) -> str:
     return fig.to_html(full_html=False, include_plotlyjs=False)
 
 
+def _canvas(svg: str, index) -> str:
+    """The graph on the same canvas as in the notebook (zoom, pan, fit, search, select), its
+    script given a stand-in for the widget model: the groups stay as exported."""
+    here = pathlib.Path(__file__).parent
+    data = json.dumps({"svg": svg, "selected": -1, "index": [list(r) for r in index],
+                       "height": 640}).replace("</", "<\\/")
+    model = ("const data = " + data + "; const handlers = {};"
+             "const model = {get: (k) => data[k], set: (k, v) => { data[k] = v; "
+             "(handlers['change:' + k] || []).forEach((f) => f()); }, save_changes() {}, "
+             "send() {}, on: (e, f) => { (handlers[e] = handlers[e] || []).push(f); }};")
+    return (f"<style>{(here / 'graph_canvas.css').read_text()}</style>"
+            f"<div id='tl-sdg-canvas'></div><script type='module'>"
+            f"{(here / 'graph_canvas.js').read_text()}\n{model}"
+            f"render({{model, el: document.getElementById('tl-sdg-canvas')}});</script>")
+
+
 def dashboard_html(prog, run=None, sdg_spec=None) -> str:
     """The whole dashboard as an HTML document. ``sdg_spec``: the SDG as drawn on screen (the
     groups expanded there); the default opening view otherwise."""
@@ -33,7 +51,8 @@ def dashboard_html(prog, run=None, sdg_spec=None) -> str:
     profile = None if run is None else run.profile
     parts = [("Program", prog._repr_html_() + ("" if run is None else run._repr_html_()))]
     svg = G.svg_of(G.to_dot(sdg_spec or G.graph_spec(prog.sdg)))
-    parts.append(("SDG", (G.svg_html(svg) if svg else "") + prog.sdg._repr_html_()))
+    parts.append(("SDG", (_canvas(svg, G.search_index(prog.sdg)) if svg else "")
+                  + prog.sdg._repr_html_()))
     if prog.passes is not None:
         notes = "".join(notes_html(r) for r in prog.passes.records)
         parts.append(("Passes", pass_table_html(prog.passes) + notes))
