@@ -53,7 +53,7 @@ def _is_user(frame) -> bool:
 
 _LIBRARY_DIRS = tuple({sysconfig.get_paths()[k] + os.sep
                        for k in ("stdlib", "platstdlib", "purelib", "platlib")})
-STACK_DEPTH = 16    # user frames kept per op, innermost first
+STACK_DEPTH = 16    # user frames kept per op (the innermost ones)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -71,20 +71,27 @@ def _file_kind(filename: str) -> str:
 def user_location() -> Location:
     """The user's line, with the user frames that called it and the library function it
     called (see ``Location``)."""
-    frame, entry = sys._getframe(1), None
-    while frame is not None and not _is_user(frame):
-        if _file_kind(frame.f_code.co_filename) == "package":
-            entry = frame
-        frame = frame.f_back
+    frame, entry = _call_site()
     if frame is None:
         return UNKNOWN
-    here = Location(frame.f_code.co_filename, frame.f_lineno)
     stack, f = [], frame
     while f is not None and len(stack) < STACK_DEPTH:
         if _file_kind(f.f_code.co_filename) == "user":
             stack.append((f.f_code.co_filename, f.f_lineno, f.f_code.co_qualname))
         f = f.f_back
-    return Location(here.file, here.line, tuple(reversed(stack)), _library_call(entry))
+    return Location(frame.f_code.co_filename, frame.f_lineno, tuple(reversed(stack)),
+                    _library_call(entry))
+
+
+def _call_site():
+    """(the innermost user frame, the outermost tempo_lab frame it called) of the call being
+    made; either may be None."""
+    frame, entry = sys._getframe(1), None
+    while frame is not None and not _is_user(frame):
+        if _file_kind(frame.f_code.co_filename) == "package":
+            entry = frame
+        frame = frame.f_back
+    return frame, entry
 
 
 def _library_call(entry) -> str:
@@ -130,11 +137,7 @@ def library_target():
     ``tl.nn.attention``) whose result the user's line assigns to ``variable``; None otherwise.
     The call frame tells one call from the next: the last op made in a call is its result and
     takes the name (``Context`` keeps the frame alive while it compares, so ids do not repeat)."""
-    frame, entry = sys._getframe(1), None
-    while frame is not None and not _is_user(frame):
-        if _file_kind(frame.f_code.co_filename) == "package":
-            entry = frame
-        frame = frame.f_back
+    frame, entry = _call_site()
     if frame is None or entry is None or not _library_call(entry):
         return None
     target = _stored_after_call(frame)

@@ -160,9 +160,10 @@ class RunPanel:
         self.button.add_class("tempo-lab-run-button")
         self.out = W.Output()
         self.button.on_click(lambda _: self.click())
-        note = W.HTML("<i>Nothing has run yet. The button runs the program once on the "
-                      f"{html.escape(dash.prog.config.executor)} executor and records what "
-                      "each op costs; the memory and SDG tabs then show measured data too.</i>")
+        note = W.HTML("<i>Nothing has run yet. The button runs the program on the "
+                      f"{html.escape(dash.prog.config.executor)} executor twice, a warm-up and "
+                      "a run that records what each op costs; the memory and SDG tabs then "
+                      "show measured data too.</i>")
         self.widget = W.VBox([note, self.button, self.out])
         self.widget.add_class("tempo-lab-profile")
 
@@ -177,7 +178,6 @@ class RunPanel:
 
 def explore_program(prog, run=None):
     dash = Dashboard(prog, run)
-    static = prog._repr_html_() + ("" if run is None else run._repr_html_())
-    view = stage_view([dash.widget], static, "tempo-lab-dashboard")
+    view = stage_view([dash.widget], dash._overview_html(), "tempo-lab-dashboard")
     view.dashboard = dash
     return view
