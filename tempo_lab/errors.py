@@ -41,10 +41,7 @@ UNKNOWN = Location("<unknown>", 0)
 
 def user_frame():
     """The innermost stack frame outside the tempo_lab package (the user's code), or None."""
-    frame = sys._getframe(1)
-    while frame is not None and not _is_user(frame):
-        frame = frame.f_back
-    return frame
+    return _call_site()[0]
 
 
 def _is_user(frame) -> bool:

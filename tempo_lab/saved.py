@@ -12,6 +12,7 @@ import ast
 import json
 import os
 import pathlib
+import types
 
 import numpy as np
 
@@ -274,7 +275,7 @@ class SavedProgram(Stage):
         self.memory = memory_from_dict(data["memory"], self.sdg) if data.get("memory") else None
         self.compile_times = dict(data.get("compile_times", {}))
         self.lowered = self.executable = None
-        self.config = type("SavedConfig", (), {"executor": self.executor})()
+        self.config = types.SimpleNamespace(executor=self.executor)
 
     def run(self, *args, **kwargs):
         raise ArgumentError("a program loaded with tl.load has its graph, schedule and plan but "

@@ -11,7 +11,8 @@ import pathlib
 import anywidget
 import traitlets
 
-_HERE = pathlib.Path(__file__).parent
+ESM = pathlib.Path(__file__).with_name("graph_canvas.js")
+CSS = pathlib.Path(__file__).with_name("graph_canvas.css")
 
 
 class GraphCanvas(anywidget.AnyWidget):
@@ -19,8 +20,8 @@ class GraphCanvas(anywidget.AnyWidget):
     graph or from Python; ``index``: ``[op id, text]`` rows for the search box. A click on a
     group calls the ``on_toggle`` callbacks with the group's key (``g3``)."""
 
-    _esm = _HERE / "graph_canvas.js"
-    _css = _HERE / "graph_canvas.css"
+    _esm = ESM
+    _css = CSS
     svg = traitlets.Unicode("").tag(sync=True)
     selected = traitlets.Int(-1).tag(sync=True)
     index = traitlets.List([]).tag(sync=True)

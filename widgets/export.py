@@ -30,16 +30,17 @@ def _figure(fig) -> str:
 def _canvas(svg: str, index) -> str:
     """The graph on the same canvas as in the notebook (zoom, pan, fit, search, select), its
     script given a stand-in for the widget model: the groups stay as exported."""
-    here = pathlib.Path(__file__).parent
+    from .canvas import CSS, ESM
+
     data = json.dumps({"svg": svg, "selected": -1, "index": [list(r) for r in index],
                        "height": 640}).replace("</", "<\\/")
     model = ("const data = " + data + "; const handlers = {};"
              "const model = {get: (k) => data[k], set: (k, v) => { data[k] = v; "
              "(handlers['change:' + k] || []).forEach((f) => f()); }, save_changes() {}, "
              "send() {}, on: (e, f) => { (handlers[e] = handlers[e] || []).push(f); }};")
-    return (f"<style>{(here / 'graph_canvas.css').read_text()}</style>"
+    return (f"<style>{CSS.read_text()}</style>"
             f"<div id='tl-sdg-canvas'></div><script type='module'>"
-            f"{(here / 'graph_canvas.js').read_text()}\n{model}"
+            f"{ESM.read_text()}\n{model}"
             f"render({{model, el: document.getElementById('tl-sdg-canvas')}});</script>")
 
 

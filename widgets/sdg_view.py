@@ -85,11 +85,12 @@ class SDGExplorer:
                             weights=weights, unit=unit)
 
     def refresh(self):
-        self.graph.show(self.spec(), self.selected)
+        self.drawn = self.spec()
+        self.graph.show(self.drawn, self.selected)
 
     def toggle(self, key: str):
         """Expand a collapsed group, or collapse an expanded one (and what is inside it)."""
-        path = self.spec().groups.get(key)
+        path = self.drawn.groups.get(key)
         if path is None:
             return
         if path in self.expanded:
