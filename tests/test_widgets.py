@@ -337,11 +337,13 @@ def test_profile_payloads(prog, run):
     assert len(F.compile_figure(prog).data) == len(rows)
 
 
-def test_recorded_run_on_the_interpreter():
-    prog = _prog("interpreter")
+@pytest.mark.parametrize("executor", ["interpreter", "codegen"])
+def test_recorded_run_times_every_op(executor):
+    prog = _prog(executor)
     run, kernels = F.recorded_run(prog)
     assert kernels is not None and len(kernels) == sum(run.profile.calls.values())
     assert all(k.end >= k.start for k in kernels)
+    assert set(run.profile.seconds) == set(run.profile.calls)   # the graph can colour by time
     assert not hasattr(prog.executable.__dict__, "_exec")
 
 

@@ -83,16 +83,17 @@ class _Codegen:
             w(1, f"b{i}{caps}, z{i} = R.alloc({i})")
             w(1, f"L{i} = 0")
         ops = sorted({st.op.id for st in low.stmts})
+        timed = self.sync or self.record  # seconds per op: synced, or dispatch times as recorded
         for i in ops:
             w(1, f"c{i} = 0")
-            if self.sync:
+            if timed:
                 w(1, f"S{i} = 0.0")
         for i in set(self.sdg.untils.values()):
             w(1, f"W{i} = -1")
         self._node(w, low.ast, 1)
         bufs = ", ".join(f"{i}: b{i}" for i in self.sdg.outputs.values() if i in low.stores)
         calls = ", ".join(f"{i}: c{i}" for i in ops)
-        secs = ", ".join(f"{i}: S{i}" for i in ops) if self.sync else ""
+        secs = ", ".join(f"{i}: S{i}" for i in ops) if timed else ""
         bounds = ", ".join(f"{p!r}: {ic.bound(p)}" for p in self.sdg.untils)
         w(1, f"return {{{bufs}}}, {{{calls}}}, {{{secs}}}, timeline, {{{bounds}}}")
         return "\n".join(w.lines) + "\n"
@@ -198,9 +199,9 @@ class _Codegen:
             w(d + 1, f"L{i} = z{i}")
         if i in self.sdg.untils.values():
             w(d, f"W{i} = max(W{i}, {ic.expr_src(node.args[0]) if node.args else 0})")
-        if self.sync:
-            if i in low.stores:
-                w(d, f"b{i}.block_until_ready()")
+        if self.sync and i in low.stores:
+            w(d, f"b{i}.block_until_ready()")
+        if self.sync or self.record:
             w(d, f"S{i} += R.clock() - _t0")
         w(d, f"c{i} += 1")
         w(d, "tl(total)")
