@@ -60,7 +60,7 @@ from .frontend.context import Context, scope
 from .frontend.tensor import RecurrentTensor
 from .frontend.trace import Trace
 from .ir.sdg import SDG
-from .program import CompileConfig, Program, Run, until
+from .program import CompileConfig, Program, Run, lengths, until
 from .saved import load, save
 from .symbolic import Bound, Dim, Slice
 
@@ -70,7 +70,7 @@ __all__ = [
     "ArgumentError", "BoundsError", "Bound", "CallbackError", "InternalError", "OutputError", "CompileConfig", "Context", "DTypeError", "DefinitionError", "Dim",
     "ExprError", "GradientError", "Program", "RecurrentTensor", "Run", "SDG", "ScheduleError", "ShapeError", "ShardingError",
     "Slice", "TempoLabError", "Trace", "abs", "arange", "concatenate", "config", "constant",
-    "cos", "eq", "exp", "expand_dims", "from_array", "full", "grad", "lift", "load", "log", "matmul", "max", "maximum",
+    "cos", "eq", "exp", "expand_dims", "from_array", "full", "grad", "lengths", "lift", "load", "log", "matmul", "max", "maximum",
     "mean", "min", "minimum", "ne", "nn", "ones", "optim", "placeholder", "random", "relu", "reshape", "rl", "save", "scope", "sigmoid", "sin",
     "sink", "softmax", "source", "sqrt", "squeeze", "stack", "sum", "take", "tanh", "transpose", "until",
     "where", "zeros",

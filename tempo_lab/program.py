@@ -23,7 +23,7 @@ from .errors import (
 from .frontend.build import build_sdg
 from .frontend.tensor import RecurrentTensor
 from .frontend.validate import validate
-from .ir.sdg import SDG
+from .ir.sdg import SDG, Ragged
 from .memory import offload, plan_memory
 from .passes import run_passes
 from .runtime.executable import BACKENDS
@@ -123,15 +123,16 @@ class CompileConfig:
                 raise ArgumentError(f"{f.name}={getattr(self, f.name)!r}: give True or False")
         from .passes import REGISTRY
 
+        optional = [n for n, p in REGISTRY.items() if p.switch is not None]
         passes = self.passes
         if isinstance(passes, str) or not isinstance(passes, (tuple, list)):
             raise ArgumentError(f"passes={passes!r}: give a tuple of pass names, from "
-                                f"{', '.join(REGISTRY)}")
-        unknown = [p for p in passes if p not in REGISTRY]
+                                f"{', '.join(optional)}")
+        unknown = [p for p in passes if p not in optional]
         if unknown or len(set(passes)) != len(passes):
             what = f"unknown pass {unknown[0]!r}" if unknown else "a pass named twice"
             raise ArgumentError(f"passes={tuple(passes)!r}: {what}; passes run in the order "
-                                f"given, each at most once, from {', '.join(REGISTRY)}")
+                                f"given, each at most once, from {', '.join(optional)}")
         object.__setattr__(self, "passes", tuple(passes))
         object.__setattr__(self, "shard", check_config(self.mesh, self.shard) or None)
 
@@ -175,17 +176,49 @@ def until(done: RecurrentTensor, max: int) -> Until:  # noqa: A002 - the documen
 MAX_BOUND = 2**31 - 1  # kernels index with int32
 
 
-def _normalise_bounds(ctx, bounds) -> tuple[dict[str, int], dict[str, RecurrentTensor]]:
+@dataclass(frozen=True, eq=False)
+class Lengths:
+    """A ragged bound: one length per point of an outer dim (see ``lengths``)."""
+
+    array: np.ndarray
+    over: Dim
+    loc: Location
+
+
+def lengths(array, over: Dim) -> Lengths:
+    """``bounds={T: tl.lengths(array, over=b)}``: at each point ``b``, dim ``t`` has
+    ``array[b]`` points, so ``x`` over ``(b, t)`` lives on ``{(b, t) : t < T_b}``; ``T - 1`` is
+    each instance's own last point and ``x[b, 0:T]`` its own whole range. Outputs come back
+    padded with zeros; ``run.mask(name)`` says which entries are real."""
+    loc = user_location()
+    if not isinstance(over, Dim):
+        raise BoundsError(f"tl.lengths(array, over=...): over must be a dim (e.g. b), got "
+                          f"{over!r}", loc)
+    a = np.asarray(array)
+    if a.ndim != 1 or a.size == 0 or a.dtype.kind not in "iu":
+        raise BoundsError(f"tl.lengths: give a non-empty 1-D integer array with one length per "
+                          f"point of {over}, got {a.dtype.name} of shape {a.shape}", loc)
+    if a.min() < 1 or a.max() > MAX_BOUND:
+        raise BoundsError(f"tl.lengths: every length must be between 1 and {MAX_BOUND}, got "
+                          f"{a.min()}..{a.max()}; drop the empty instances", loc)
+    return Lengths(a.astype(np.int64), over, loc)
+
+
+def _normalise_bounds(ctx, bounds) -> tuple[dict[str, int], dict[str, RecurrentTensor],
+                                            dict[str, Ragged]]:
     if bounds is None:
         bounds = {}
     if not isinstance(bounds, Mapping):
         raise BoundsError(f"bounds={bounds!r}: give a dict from bounds to values, e.g. "
                           f"bounds={{{', '.join(f'{b.name}: 8' for b in ctx.bounds)}}}")
-    out, dynamic = {}, {}
+    out, dynamic, ragged = {}, {}, {}
     for k, v in bounds.items():
         name = _bound_name(k, ctx)
         if name in out:
             raise BoundsError(f"the bound {name} is given twice in bounds=; give it once")
+        if isinstance(v, Lengths):
+            ragged[name] = v
+            v = int(v.array.max())
         if isinstance(v, Until):
             d = next(d for d in ctx.dims if d.bound.name == name)
             if v.done.domain != (d,) or v.done.dtype != np.bool_ or v.done.shape != ():
@@ -203,7 +236,28 @@ def _normalise_bounds(ctx, bounds) -> tuple[dict[str, int], dict[str, RecurrentT
             raise BoundsError(f"the bound {name} = {v} exceeds {MAX_BOUND}, the largest index "
                               "the kernels can address (int32); split the dim in two")
         out[name] = int(v)
-    return out, dynamic
+    return out, dynamic, _check_ragged(ctx, out, ragged, dynamic)
+
+
+def _check_ragged(ctx, bounds: dict[str, int], given: dict[str, Lengths],
+                  dynamic) -> dict[str, Ragged]:
+    """Each ragged bound's outer dim is another, plainly bounded dim, with one length per
+    point."""
+    out = {}
+    for name, v in given.items():
+        b = v.over
+        if b not in ctx.dims or b.bound.name == name:
+            raise BoundsError(f"tl.lengths for {name}: over={b} must be another dim of this "
+                              f"context ({', '.join(map(str, ctx.dims))})", v.loc)
+        if b.bound.name in given or b.bound.name in dynamic:
+            raise BoundsError(f"tl.lengths for {name}: {b}'s bound is ragged or data-"
+                              "dependent itself; give over= a dim with an int bound", v.loc)
+        want = bounds.get(b.bound.name)
+        if want is not None and want != len(v.array):
+            raise BoundsError(f"tl.lengths for {name}: {len(v.array)} lengths, but {b.bound} = "
+                              f"{want}; give one length per point of {b}", v.loc)
+        out[name] = Ragged(b.name, v.array)
+    return out
 
 
 def _normalise_outputs(outputs, ctx) -> dict[str, RecurrentTensor]:
@@ -272,12 +326,12 @@ def compile_context(ctx, bounds, outputs, config: CompileConfig | None = None) -
     st = _Stages()
     try:
         with st.stage("build"):
-            bounds, dynamic = _normalise_bounds(ctx, bounds)
+            bounds, dynamic, ragged = _normalise_bounds(ctx, bounds)
             outs = _normalise_outputs(outputs, ctx)
             for rt in outs.values():
                 if rt.ctx is not ctx:
                     raise TempoLabError("an output belongs to another tl.Context", loc)
-            sdg = build_sdg(ctx, outs, untils=dynamic)
+            sdg = build_sdg(ctx, outs, untils=dynamic, ragged=ragged)
             missing = sorted(_used_bounds(sdg) - set(bounds))
             if missing:
                 raise BoundsError(f"no value for the bound(s) {', '.join(missing)}; pass them "
@@ -357,6 +411,7 @@ class Program(Stage):
             executable.program = self
         self._outputs = dict(outputs)
         self.compile_times: dict[str, float] = dict(times)
+        self.ragged = dict((passes.initial if passes is not None else sdg).ragged)
 
     def __repr__(self) -> str:
         b = ", ".join(f"{k}={v}" for k, v in self.bounds.items())
@@ -416,11 +471,30 @@ class Program(Stage):
         if not isinstance(record, (bool, np.bool_)):
             raise ArgumentError(f"record={record!r}: give True or False")
         if self.executable is not None:
-            return self.executable.run(self.bounds, record)
+            run = self.executable.run(self.bounds, record)
+            if self.ragged:  # the box's points past each instance's end hold no values
+                for k, v in run._values.items():
+                    m = run.mask(k)
+                    run._values[k] = np.where(m.reshape(m.shape + (1,) * (v.ndim - m.ndim)),
+                                              v, np.zeros((), v.dtype))
+            return run
         t0 = time.perf_counter()  # the SDG as built: no pass stands between it and NumPy
         sdg = self.passes.initial if self.passes is not None else self.sdg
         bounds = reference_bounds(sdg, self.bounds)
         return Run(self, run_reference(sdg, bounds), time.perf_counter() - t0, None, bounds)
+
+
+def ragged_mask(dims: list[str], shape: tuple, ragged) -> np.ndarray:
+    """Over domain axes ``dims`` of sizes ``shape``: false at points past an instance's own
+    length under a ragged bound (``ragged``: bound name -> ``Ragged``)."""
+    mask = np.ones(shape, bool)
+    for bound, r in ragged.items():
+        if bound.lower() not in dims or r.over not in dims:
+            continue
+        t, b = dims.index(bound.lower()), dims.index(r.over)
+        pos = np.arange(shape[t]).reshape([-1 if k == t else 1 for k in range(len(dims))])
+        mask &= pos < r.lengths.reshape([-1 if k == b else 1 for k in range(len(dims))])
+    return mask
 
 
 class Run(Stage):
@@ -447,6 +521,30 @@ class Run(Stage):
             raise OutputError(f"{key!r} is not an output of this run (outputs: {have}); "
                               "index the run by an output name or tensor")
         return self._values[name]
+
+    def mask(self, key) -> np.ndarray:
+        """Which entries of ``run[key]``'s domain axes are real: false past each instance's own
+        length under a ragged bound (``tl.lengths``), true everywhere else."""
+        value, dims = self[key], self._dims(key)
+        return ragged_mask(dims, value.shape[:len(dims)], self.program.ragged)
+
+    def instances(self, key) -> list[np.ndarray]:
+        """``run[key]`` as one array per instance of a ragged bound's outer dim (first axis
+        dropped), each cut to that instance's own length."""
+        value, dims = self[key], self._dims(key)
+        for bound, r in self.program.ragged.items():
+            if bound.lower() in dims and r.over in dims:
+                b, t = dims.index(r.over), dims.index(bound.lower())
+                per = np.moveaxis(value, b, 0)
+                t -= t > b
+                return [np.take(per[k], np.arange(n), axis=t) for k, n in enumerate(r.lengths)]
+        raise OutputError(f"{key!r} has no ragged dims (no tl.lengths bound over its domain); "
+                          "read it as run[name]")
+
+    def _dims(self, key) -> list[str]:
+        self[key]  # an OutputError for a key that is not an output
+        name = self.program.name_of(key) if isinstance(key, RecurrentTensor) else key
+        return [d.name for d in self.program._outputs[name].domain]
 
     def keys(self):
         return self._values.keys()

@@ -196,7 +196,9 @@ def sdg_from_dict(data: dict) -> SDG:
              for e in data["edges"]]
     return SDG(tuple(Dim(d) for d in data["dims"]), ops, edges, data["outputs"],
                data.get("sinks", ()), data.get("untils", {}),
-               {k: tuple(v) for k, v in data.get("made_dims", {}).items()})
+               {k: tuple(v) for k, v in data.get("made_dims", {}).items()},
+               {k: Ragged(v["over"], np.asarray(v["lengths"], np.int64))
+                for k, v in data.get("ragged", {}).items()})
 
 
 def passes_from_dict(data: dict):

@@ -9,11 +9,12 @@ from .tensor import RecurrentTensor
 
 
 def build_sdg(ctx: Context, outputs: dict[str, RecurrentTensor], partial: bool = False,
-              untils: dict[str, RecurrentTensor] | None = None) -> SDG:
+              untils: dict[str, RecurrentTensor] | None = None, ragged=None) -> SDG:
     """Ops are numbered in trace order (producers before consumers, except recurrences through
     placeholders); an output that is a view (``x[T - 1]``) gets an identity op of its own.
     ``partial``: the program as written so far (placeholders may still lack branches).
-    ``untils``: the ``done`` tensor of each data-dependent bound."""
+    ``untils``: the ``done`` tensor of each data-dependent bound; ``ragged``: the ragged
+    bounds (``ir.sdg.Ragged``)."""
     untils = dict(untils or {})
     roots: list[Node] = ([rt.node for rt in outputs.values()] + list(ctx._sinks)
                          + [rt.node for rt in untils.values()])
@@ -52,4 +53,4 @@ def build_sdg(ctx: Context, outputs: dict[str, RecurrentTensor], partial: bool =
 
     out_ids = {name: op_of(rt) for name, rt in outputs.items()}
     return SDG(ctx.dims, ops, edges, out_ids, [renum[n.id] for n in ctx._sinks],
-               {b: op_of(rt) for b, rt in untils.items()})
+               {b: op_of(rt) for b, rt in untils.items()}, ragged=ragged)

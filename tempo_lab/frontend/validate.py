@@ -25,15 +25,28 @@ def _point_str(p: dict) -> str:
 
 
 class _Checker:
+    """A ragged bound (``tl.lengths``) stays a parameter, between its shortest and longest
+    length: every instance is the program at its own length, so a check that holds for every
+    value in that range holds for every instance."""
+
     def __init__(self, sdg: SDG, bounds: Mapping[str, int]):
         self.sdg, self.bounds = sdg, dict(bounds)
-        self.boxes = {i: I.fix(sdg.isl_domain(i), self.bounds) for i in sdg.ops}
-        self.maps = {e: I.fix(sdg.isl_map(e), self.bounds) for e in sdg.edges}
+        self.boxes = {i: self._fix(sdg.isl_domain(i)) for i in sdg.ops}
+        self.maps = {e: self._fix(sdg.isl_map(e)) for e in sdg.edges}
+
+    def _fix(self, obj):
+        fixed = I.fix(obj, {k: v for k, v in self.bounds.items() if k not in self.sdg.ragged})
+        names = fixed.get_space().get_var_names(isl.dim_type.param)
+        for name, r in self.sdg.ragged.items():
+            if name in names:
+                fixed = fixed.intersect_params(isl.Set(
+                    f"[{', '.join(names)}] -> {{ : {r.lengths.min()} <= {name} <= {r.longest} }}"))
+        return fixed
 
     def describe(self, s: isl.Set, within: isl.Set) -> str:
         """A readable condition for a subset of ``within`` (bounds and the constraints of
         ``within`` left implicit)."""
-        params = I.fix(isl.Set.universe(s.get_space().params()), self.bounds)
+        params = self._fix(isl.Set.universe(s.get_space().params()))
         cond = I.cond_from_set(s.gist(within).gist_params(params).reset_tuple_id())
         return str(cond)
 

@@ -96,13 +96,28 @@ class Edge:
         return tuple(self.index) == tuple(producer.domain) and self.cond == TRUE
 
 
+@dataclass(frozen=True, eq=False)
+class Ragged:
+    """A bound that depends on an outer dim's point (``tl.lengths(lengths, over=b)``): dim
+    ``t`` of bound ``T`` has ``lengths[b]`` points at each point ``b`` of dim ``over``. Where
+    ``b`` is in an op's domain, ``T`` means that instance's length; elsewhere the longest."""
+
+    over: str
+    lengths: np.ndarray
+
+    @property
+    def longest(self) -> int:
+        return int(self.lengths.max())
+
+
 class SDG(Stage):
     """``untils`` maps the name of each data-dependent bound (``tl.until``) to the op that
     ends its dim: a bool over that dim alone; the dim stops after its first true point."""
 
     def __init__(self, dims, ops, edges, outputs: Mapping[str, int], sinks=(),
                  untils: Mapping[str, int] | None = None,
-                 made: Mapping[str, tuple[str, str]] | None = None):
+                 made: Mapping[str, tuple[str, str]] | None = None,
+                 ragged: Mapping[str, Ragged] | None = None):
         self.dims: tuple[Dim, ...] = tuple(dims)
         self.ops: Mapping[int, Op] = MappingProxyType({op.id: op for op in ops})
         self.edges: tuple[Edge, ...] = tuple(sorted(edges, key=lambda e: (e.dst, e.slot)))
@@ -111,6 +126,7 @@ class SDG(Stage):
         self.untils: Mapping[str, int] = MappingProxyType(dict(untils or {}))
         # dims a pass made: name -> (role, the dim it is made from); see ROLES
         self.made: Mapping[str, tuple[str, str]] = MappingProxyType(dict(made or {}))
+        self.ragged: Mapping[str, Ragged] = MappingProxyType(dict(ragged or {}))
         self._isl: dict = {}  # isl maps and boxes, made on first use
         self._in: dict[int, list[Edge]] = {i: [] for i in self.ops}
         self._out: dict[int, list[Edge]] = {i: [] for i in self.ops}
@@ -189,6 +205,8 @@ class SDG(Stage):
         outs += [f"sink {self.ops[i].label}" for i in self.sinks]
         outs += [f"{b} = 1 + the first {self.until_dim(b)} where {self.ops[i].label}"
                  for b, i in self.untils.items()]
+        outs += [f"{b} = lengths[{r.over}] (ragged: {len(r.lengths)} instances, "
+                 f"{r.lengths.min()}..{r.longest} points)" for b, r in self.ragged.items()]
         by_dom: dict[str, int] = {}
         for op in self.ops.values():
             key = "(" + ", ".join(map(str, op.domain)) + ")"
@@ -217,6 +235,8 @@ class SDG(Stage):
             "outputs": dict(self.outputs),
             "sinks": list(self.sinks),
             "untils": dict(self.untils),
+            "ragged": {b: {"over": r.over, "lengths": r.lengths.tolist()}
+                       for b, r in self.ragged.items()},
             "made_dims": {k: list(v) for k, v in self.made.items()},
         }
 

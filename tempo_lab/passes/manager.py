@@ -71,6 +71,7 @@ class Editor:
         self.outputs = dict(sdg.outputs)
         self.sinks = list(sdg.sinks)
         self.untils = dict(sdg.untils)
+        self.ragged = dict(sdg.ragged)  # the ragged pass turns them into guarded boxes
         self.made = dict(sdg.made)
         self.events: list[Event] = []
         self.new_bounds: dict[str, int] = {}  # bounds of dims a pass added (with their values)
@@ -244,7 +245,7 @@ class Editor:
 
     def result(self) -> SDG:
         return SDG(self._dims, self._ops.values(), self.edges, self.outputs, self.sinks,
-                   self.untils, self.made)
+                   self.untils, self.made, self.ragged)
 
 
 # -- invariants -------------------------------------------------------------------------------
@@ -382,9 +383,10 @@ def run_passes(sdg: SDG, config, check: bool = False, bounds=None,
     """Run every enabled pass in ``config.passes`` order, recording a PassTrace. ``bounds`` are
     the compiled bound values; ``dynamic`` names the data-dependent ones."""
     records, bounds = [], dict(bounds or {})
-    for name in config.passes:
+    first = ["ragged"] if sdg.ragged else []  # not optional: executors run boxes only
+    for name in first + list(config.passes):
         p = REGISTRY[name]
-        if not getattr(config, p.switch):
+        if p.switch is not None and not getattr(config, p.switch):
             continue
         ed = Editor(sdg, name, config, bounds, dynamic)
         t0 = time.perf_counter()
@@ -396,8 +398,9 @@ def run_passes(sdg: SDG, config, check: bool = False, bounds=None,
         except Exception as e:
             before = ", ".join(r.name for r in records) or "none"
             raise InternalError(f"internal error in pass {name!r} (the passes before it: "
-                                f"{before}): {type(e).__name__}: {e}; turn the pass off with "
-                                f"CompileConfig({p.switch}=False) and please report it") from e
+                                f"{before}): {type(e).__name__}: {e}; "
+                                + (f"turn the pass off with CompileConfig({p.switch}=False) "
+                                   "and " if p.switch else "") + "please report it") from e
         dt = time.perf_counter() - t0
         if check:
             check_invariants(after, name)

@@ -185,17 +185,47 @@ def _vectorised(sdg: SDG, op: Op, edges, ins, types, env) -> np.ndarray:
     return at(0, ins)
 
 
+def _padded(x: np.ndarray, like: np.ndarray) -> np.ndarray:
+    """``x`` (an instance's value) with zeros up to the longest instance's shape."""
+    if x.shape == like.shape:
+        return x
+    return np.pad(x, [(0, n - m) for n, m in zip(like.shape, x.shape)])
+
+
 class Reference:
-    """Demand-driven, memoised evaluation of one SDG for fixed bound values."""
+    """Demand-driven, memoised evaluation of one SDG for fixed bound values.
+
+    A ragged bound ``T`` over ``b`` (``sdg.ragged``) is ``lengths[b]`` wherever ``b`` is in the
+    evaluating op's domain, and the longest length elsewhere; an op over both dims has no
+    points at ``t >= lengths[b]``, and a read of such a point gives zeros."""
 
     def __init__(self, sdg: SDG, bounds: Mapping[str, int]):
         self.sdg = sdg
         self.bounds = dict(bounds)
         self.memo: dict[int, dict[tuple, np.ndarray]] = {i: {} for i in sdg.ops}
+        self._ragged: dict[int, list[tuple[int, int, np.ndarray]]] = {}  # (t, b) positions
+
+    def _guards(self, op_id: int) -> list[tuple[int, int, np.ndarray]]:
+        """For each ragged bound whose dim and outer dim are both in op ``op_id``'s domain:
+        their positions in it and the lengths."""
+        if op_id not in self._ragged:
+            names = [d.name for d in self.sdg.ops[op_id].domain]
+            self._ragged[op_id] = [
+                (names.index(self.sdg.until_dim(T).name), names.index(r.over), r.lengths)
+                for T, r in self.sdg.ragged.items()
+                if self.sdg.until_dim(T).name in names and r.over in names]
+        return self._ragged[op_id]
+
+    def valid(self, op_id: int, point: tuple) -> bool:
+        """Whether ``point`` is in op ``op_id``'s (ragged) domain."""
+        return all(point[t] < n[point[b]] for t, b, n in self._guards(op_id))
 
     def _env(self, op: Op, point: tuple) -> dict[str, int]:
         env = dict(self.bounds)
         env.update((d.name, v) for d, v in zip(op.domain, point))
+        for name, r in self.sdg.ragged.items():
+            if r.over in env:
+                env[name] = int(r.lengths[env[r.over]])
         return env
 
     def _reads(self, e: Edge, env) -> tuple[list[tuple], tuple[int, ...]]:
@@ -238,7 +268,7 @@ class Reference:
             edges = self._active(op, env)
             reads = [self._reads(e, env) for e in edges]
             missing = [(e.src, q) for e, (qs, _) in zip(edges, reads) for q in qs
-                       if q not in memo[e.src]]
+                       if q not in memo[e.src] and self.valid(e.src, q)]
             if missing:
                 if (oid, pt) in expanded:  # inputs still missing after expansion: not possible
                     raise AssertionError("reference interpreter lost an input")
@@ -262,14 +292,17 @@ class Reference:
     def _gather(self, e: Edge, points: list[tuple], shape: tuple[int, ...]) -> np.ndarray:
         src = self.memo[e.src]
         if not shape:
-            return src[points[0]]
+            return src[points[0]] if points[0] in src else self._zeros(e.src)
         if not points:
-            p = self.sdg.ops[e.src]
-            spatial = tuple(s if isinstance(s, int) else s.evaluate(self.bounds)
-                            for s in p.type.shape)
-            return np.zeros(shape + spatial, p.type.dtype)
-        vals = np.stack([src[q] for q in points])
+            return np.zeros(shape + self._zeros(e.src).shape, self.sdg.ops[e.src].type.dtype)
+        vals = np.stack([src[q] if q in src else self._zeros(e.src) for q in points])
         return vals.reshape(shape + vals.shape[1:])
+
+    def _zeros(self, op_id: int) -> np.ndarray:
+        """What a read of a point outside a ragged domain gives (and an output holds there)."""
+        p = self.sdg.ops[op_id]
+        return np.zeros(tuple(s if isinstance(s, int) else s.evaluate(self.bounds)
+                              for s in p.type.shape), p.type.dtype)
 
     def _cycle(self, parent, last, item):
         """Raise for the dependence cycle ``item -> ... -> last -> item``: expanded values form
@@ -291,12 +324,21 @@ class Reference:
     # -- whole-domain helpers -----------------------------------------------------------------
     def points(self, op_id: int):
         op = self.sdg.ops[op_id]
-        return itertools.product(*(range(self.bounds[d.bound.name]) for d in op.domain))
+        box = itertools.product(*(range(self.bounds[d.bound.name]) for d in op.domain))
+        return (p for p in box if self.valid(op_id, p)) if self._guards(op_id) else box
 
     def evaluate(self, op_id: int) -> np.ndarray:
-        """An op's value over its whole domain: domain axes (universe order), then spatial."""
+        """An op's value over its whole domain: domain axes (universe order), then spatial;
+        zeros outside a ragged domain and beyond an instance's own length along a spatial
+        axis."""
         op = self.sdg.ops[op_id]
         dom = tuple(self.bounds[d.bound.name] for d in op.domain)
+        if self.sdg.ragged:
+            pad = self._zeros(op_id)
+            vals = [_padded(self.value(op_id, pt), pad) if self.valid(op_id, pt) else pad
+                    for pt in itertools.product(*(range(n) for n in dom))]
+            return np.stack(vals).reshape(dom + pad.shape) if vals else np.zeros(
+                dom + pad.shape, pad.dtype)
         vals = [self.value(op_id, pt) for pt in self.points(op_id)]
         if not vals:
             return np.zeros(dom + tuple(int(s.evaluate(self.bounds)) if not isinstance(s, int)
