@@ -18,7 +18,7 @@ import numpy as np
 
 from .errors import ArgumentError, Location, user_location
 from .ir.ops import CATALOG, TensorType
-from .ir.sdg import SDG, Edge, Op
+from .ir.sdg import SDG, Edge, Op, Ragged
 from .stage import Stage
 from .symbolic import (
     FALSE,

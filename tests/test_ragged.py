@@ -1,0 +1,246 @@
+"""Ragged bounds (tl.lengths): every executor against the reference, and the reference against
+the oracle that defines them: each instance is the same program at its own length."""
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import tempo_lab as tl
+
+EXECUTORS = ("reference", "interpreter", "codegen", "xla")
+FEATURES = ("forward", "backward", "last", "sum", "mean", "max", "attention", "suffix",
+            "batch")
+D = 3
+
+
+def program(data: np.ndarray, features, ragged_lengths=None):
+    """A program over (b, t) using ``features``; returns the context, bounds and outputs.
+    With ``ragged_lengths`` T is ragged; else T is data's second axis."""
+    ctx = tl.Context(dims=("b", "t"))
+    b, t = ctx.dims
+    B, T = ctx.bounds
+    outs = {}
+    with ctx:
+        x = tl.from_array(data, domain=(b, t))
+        h = tl.placeholder((D,), "float32", domain=(b, t))
+        h[b, 0] = tl.tanh(x[b, 0])
+        h[b, t] = tl.tanh(x[b, t] + h[b, t - 1] * 0.5)
+        g = tl.placeholder((D,), "float32", domain=(b, t))
+        g[b, T - 1] = tl.sin(x[b, T - 1])
+        g[b, t] = tl.tanh(x[b, t] - g[b, t + 1] * 0.7)
+        if "forward" in features:
+            outs["h"] = h
+        if "backward" in features:
+            outs["g"] = g
+        if "last" in features:
+            outs["last"] = h[b, T - 1] + g[b, 0]
+        if "sum" in features:
+            outs["sum"] = (h[b, 0:T] * 2.0 + 1.0).sum(axis=0)
+        if "mean" in features:
+            outs["mean"] = tl.exp(x[b, 0:T]).mean(axis=(0, 1))
+        if "max" in features:
+            outs["max"] = (g[b, 0:T] - 3.0).max(axis=0)
+        if "attention" in features:
+            s = tl.softmax(h[b, 0:T] @ h[b, T - 1], axis=0)
+            outs["attention"] = s @ g[b, 0:T]
+        if "suffix" in features:
+            outs["suffix"] = x[b, t:T].sum(axis=0)       # a reverse running sum, per instance
+        if "batch" in features:
+            outs["batch"] = h[0:B, 0:T].sum(axis=(0, 1))  # all instances' own points
+    bounds = {B: data.shape[0],
+              T: tl.lengths(ragged_lengths, over=b) if ragged_lengths is not None
+              else data.shape[1]}
+    return ctx, bounds, outs
+
+
+def per_instance(data, lengths, features) -> dict[str, list[np.ndarray]]:
+    """Each instance alone at its own length, on the reference: the definition."""
+    out: dict[str, list] = {}
+    for k, n in enumerate(lengths):
+        ctx, bounds, outs = program(data[k:k + 1, :n], features)
+        run = ctx.compile(bounds=bounds, outputs=outs,
+                          config=tl.CompileConfig(executor="reference")).run()
+        for name in outs:
+            out.setdefault(name, []).append(run[name] if name == "batch" else run[name][0])
+    return out
+
+
+def check(run, want, lengths, features):
+    for name, values in want.items():
+        got = run[name]
+        if name == "batch":
+            np.testing.assert_allclose(got, np.sum(values, axis=0), rtol=1e-4, atol=1e-4)
+            continue
+        for k, (v, n) in enumerate(zip(values, lengths)):
+            have = got[k][:n] if name in ("h", "g", "suffix") else got[k]
+            np.testing.assert_allclose(have, v, rtol=1e-4, atol=1e-4, err_msg=f"{name}[{k}]")
+        if name in ("h", "g", "suffix"):
+            mask = run.mask(name)
+            assert mask.shape == got.shape[:2]
+            assert (got[~mask] == 0).all()
+            assert [m.sum() for m in mask] == list(lengths)
+
+
+@settings(max_examples=12, deadline=None, derandomize=True, database=None)
+@given(lengths=st.lists(st.integers(1, 7), min_size=1, max_size=4),
+       features=st.sets(st.sampled_from(FEATURES), min_size=1, max_size=4),
+       executor=st.sampled_from(EXECUTORS))
+def test_random_ragged_programs_match_each_instance_alone(lengths, features, executor):
+    data = np.random.RandomState(len(lengths)).randn(len(lengths), max(lengths), D) \
+        .astype(np.float32)
+    ctx, bounds, outs = program(data, features, np.array(lengths))
+    run = ctx.compile(bounds=bounds, outputs=outs,
+                      config=tl.CompileConfig(executor=executor)).run()
+    check(run, per_instance(data, lengths, features), lengths, features)
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_every_feature_on_every_executor(executor):
+    lengths = np.array([3, 6, 1, 4, 6])
+    data = np.random.RandomState(1).randn(5, 6, D).astype(np.float32)
+    ctx, bounds, outs = program(data, FEATURES, lengths)
+    run = ctx.compile(bounds=bounds, outputs=outs,
+                      config=tl.CompileConfig(executor=executor)).run()
+    check(run, per_instance(data, lengths, FEATURES), lengths, FEATURES)
+    h = run.instances("h")
+    assert [len(v) for v in h] == list(lengths) and h[2].shape == (1, D)
+
+
+def test_the_bound_as_a_value_is_the_instances_where_b_is_in_its_domain():
+    ctx = tl.Context(dims=("b", "t"))
+    b, t = ctx.dims
+    B, T = ctx.bounds
+    with ctx:
+        own = tl.zeros(()) + (T + b)          # over (b,): instance b's length, plus b
+        longest = tl.zeros(()) + T            # over no dims: the longest instance's length
+    for executor in EXECUTORS:
+        run = ctx.compile(bounds={B: 3, T: tl.lengths(np.array([2, 5, 3]), over=b)},
+                          outputs={"own": own, "longest": longest},
+                          config=tl.CompileConfig(executor=executor)).run()
+        assert run["own"].tolist() == [2, 6, 5] and run["longest"] == 5, executor
+
+
+def birnn_loss(ctx, data, W0):
+    b, t = ctx.dims
+    B, T = ctx.bounds
+    with ctx:
+        x = tl.from_array(data, domain=(b, t))
+        W = tl.constant(W0)
+        h = tl.placeholder((D,), "float32", domain=(b, t))
+        h[b, 0] = tl.tanh(x[b, 0] @ W)
+        h[b, t] = tl.tanh(x[b, t] @ W + h[b, t - 1])
+        g = tl.placeholder((D,), "float32", domain=(b, t))
+        g[b, T - 1] = tl.tanh(x[b, T - 1] @ W)
+        g[b, t] = tl.tanh(x[b, t] @ W + g[b, t + 1])
+        s = tl.softmax(h[b, 0:T] @ h[b, T - 1], axis=0)
+        c = s @ g[b, 0:T]
+        loss = (c * c).sum() + (h * h).sum(axis=0).mean() * 0.1   # over (b, t)
+    return W, loss
+
+
+def birnn_loss_jax(W, data, lengths):
+    total = 0.0
+    for k, n in enumerate(lengths):
+        xs = data[k, :n]
+        hs, hh = [], 0.0
+        for i in range(n):
+            hh = jnp.tanh(xs[i] @ W + hh)
+            hs.append(hh)
+        gs, gg = [None] * n, 0.0
+        for i in reversed(range(n)):
+            gg = jnp.tanh(xs[i] @ W + gg)
+            gs[i] = gg
+        H, G = jnp.stack(hs), jnp.stack(gs)
+        c = jax.nn.softmax(H @ H[-1]) @ G
+        total += n * (c * c).sum() + 0.1 * (H * H).sum(axis=1).mean() * n
+    return total
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_gradient_through_a_ragged_birnn_matches_jax_grad(executor):
+    lengths = np.array([3, 5, 2, 4])
+    rs = np.random.RandomState(0)
+    data = rs.randn(4, 5, D).astype(np.float32)
+    W0 = (rs.randn(D, D) * 0.5).astype(np.float32)
+    ctx = tl.Context(dims=("b", "t"))
+    B, T = ctx.bounds
+    W, loss = birnn_loss(ctx, data, W0)
+    with ctx:
+        gW = tl.grad(loss, W)
+    run = ctx.compile(bounds={B: 4, T: tl.lengths(lengths, over=ctx.dims[0])},
+                      outputs={"loss": loss, "gW": gW},
+                      config=tl.CompileConfig(executor=executor)).run()
+    want = jax.grad(birnn_loss_jax)(jnp.asarray(W0), data, lengths)
+    np.testing.assert_allclose(run["loss"].sum(), birnn_loss_jax(W0, data, lengths),
+                               rtol=1e-4)
+    np.testing.assert_allclose(run["gW"], want, rtol=1e-4, atol=1e-5)
+
+
+def test_long_ragged_instances_compile_in_time_independent_of_length():
+    """Lengths up to 10^6: the compile does not grow with the bound, the run is right."""
+    lengths = np.array([1_000_000, 250_000, 7])
+    ctx = tl.Context(dims=("b", "t"))
+    b, t = ctx.dims
+    B, T = ctx.bounds
+    with ctx:
+        c = tl.placeholder((), "float32", domain=(b, t))
+        c[b, 0] = tl.zeros(()) + 1.0
+        c[b, t] = c[b, t - 1] * 0.5 + 1.0
+        last = c[b, T - 1] + (tl.zeros(()) + (T + b))
+    prog = ctx.compile(bounds={B: 3, T: tl.lengths(lengths, over=b)}, outputs={"last": last},
+                       config=tl.CompileConfig(executor="xla"))
+    assert sum(prog.compile_times.values()) < 30
+    got = prog.run()["last"]
+    want = [2.0 - 0.5 ** (n - 1) + n + k for k, n in enumerate(lengths)]
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+# -- errors ----------------------------------------------------------------------------------
+def test_bad_lengths_are_clear_errors():
+    ctx = tl.Context(dims=("b", "t"))
+    b, t = ctx.dims
+    B, T = ctx.bounds
+    with ctx:
+        x = tl.zeros(()) + t
+    for bad, words in [([0, 2], "between 1"), ([[1, 2]], "1-D"), ([1.5, 2.0], "integer")]:
+        with pytest.raises(tl.BoundsError, match=words) as e:
+            tl.lengths(np.array(bad), over=b)
+        assert "test_ragged.py" in str(e.value)
+    with pytest.raises(tl.BoundsError, match="another dim"):
+        ctx.compile(bounds={B: 2, T: tl.lengths(np.array([1, 2]), over=t)}, outputs={"x": x})
+    with pytest.raises(tl.BoundsError, match="one length per point"):
+        ctx.compile(bounds={B: 3, T: tl.lengths(np.array([1, 2]), over=b)}, outputs={"x": x})
+
+
+def test_a_read_past_an_instance_is_a_bounds_error():
+    ctx = tl.Context(dims=("b", "t"))
+    b, t = ctx.dims
+    B, T = ctx.bounds
+    with ctx:
+        x = tl.from_array(np.zeros((2, 6), np.float32), domain=(b, t))
+        y = x[b, 3]          # fine for the longest instance, not for the shortest
+    with pytest.raises(tl.BoundsError, match="leaves its domain") as e:
+        ctx.compile(bounds={B: 2, T: tl.lengths(np.array([2, 6]), over=b)}, outputs={"y": y})
+    assert "test_ragged.py" in str(e.value)
+
+
+def test_unsupported_ragged_constructs_say_what_to_do():
+    ctx = tl.Context(dims=("b", "t"))
+    b, t = ctx.dims
+    B, T = ctx.bounds
+    with ctx:
+        x = tl.from_array(np.zeros((2, 4, 2), np.float32), domain=(b, t))
+        other = x[tl.max(b - 1, 0), t]
+        starts = x[b, T - 2:T].sum(axis=0)
+        flat = tl.concatenate([x[b, 0:T], x[b, 0:T]], axis=0).sum(axis=0)
+    lengths = tl.lengths(np.array([3, 4]), over=b)
+    for y, words in [(other, "another instance"), (starts, "must start without"),
+                     (flat, "reduce along the range first")]:
+        with pytest.raises(tl.BoundsError, match=words) as e:
+            ctx.compile(bounds={B: 2, T: lengths}, outputs={"y": y},
+                        config=tl.CompileConfig(executor="interpreter"))
+        assert "test_ragged.py" in str(e.value)
