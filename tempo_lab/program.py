@@ -26,6 +26,7 @@ from .frontend.validate import validate
 from .ir.sdg import SDG, Ragged
 from .memory import offload, plan_memory
 from .passes import run_passes
+from .passes.ragged import lengths_output
 from .runtime.executable import BACKENDS
 from .runtime.lowered import Lowered
 from .runtime.reference import reference_bounds, run_reference
@@ -178,11 +179,14 @@ MAX_BOUND = 2**31 - 1  # kernels index with int32
 
 @dataclass(frozen=True, eq=False)
 class Lengths:
-    """A ragged bound: one length per point of an outer dim (see ``lengths``)."""
+    """A ragged bound: one length per point of an outer dim, given (``lengths``) or where
+    ``done`` over ``(over, t)`` first holds (``until``)."""
 
-    array: np.ndarray
+    array: np.ndarray | None
     over: Dim
     loc: Location
+    done: RecurrentTensor | None = None
+    max: int = 0
 
 
 def lengths(array, over: Dim) -> Lengths:
@@ -216,18 +220,24 @@ def _normalise_bounds(ctx, bounds) -> tuple[dict[str, int], dict[str, RecurrentT
         name = _bound_name(k, ctx)
         if name in out:
             raise BoundsError(f"the bound {name} is given twice in bounds=; give it once")
-        if isinstance(v, Lengths):
+        if isinstance(v, Lengths) and v.array is not None:
             ragged[name] = v
             v = int(v.array.max())
         if isinstance(v, Until):
             d = next(d for d in ctx.dims if d.bound.name == name)
-            if v.done.domain != (d,) or v.done.dtype != np.bool_ or v.done.shape != ():
+            per_instance = len(v.done.domain) == 2 and d in v.done.domain
+            if (v.done.domain != (d,) and not per_instance) or v.done.dtype != np.bool_ \
+                    or v.done.shape != ():
                 raise BoundsError(f"tl.until for {name}: done ({v.done.name}, made at "
-                                  f"{v.done.loc}) must be a bool scalar over ({d},) only, got "
-                                  f"{v.done.type} over ({', '.join(map(str, v.done.domain))});"
-                                  f" write it at the point {d}, e.g. done = x[{d}] > 0.5",
-                                  v.loc)
-            dynamic[name] = v.done
+                                  f"{v.done.loc}) must be a bool scalar over ({d},), or over "
+                                  f"(b, {d}) to end {d} per instance of b; got {v.done.type} "
+                                  f"over ({', '.join(map(str, v.done.domain))}); write it at "
+                                  f"the point {d}, e.g. done = x[{d}] > 0.5", v.loc)
+            if per_instance:
+                over = next(x for x in v.done.domain if x != d)
+                ragged[name] = Lengths(None, over, v.loc, v.done, v.max)
+            else:
+                dynamic[name] = v.done
             v = v.max
         if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
             raise BoundsError(f"the bound {name} must be a positive int or tl.until(done, max=N),"
@@ -253,6 +263,9 @@ def _check_ragged(ctx, bounds: dict[str, int], given: dict[str, Lengths],
             raise BoundsError(f"tl.lengths for {name}: {b}'s bound is ragged or data-"
                               "dependent itself; give over= a dim with an int bound", v.loc)
         want = bounds.get(b.bound.name)
+        if v.array is None:  # tl.until per instance: the done tensor, an op once built
+            out[name] = Ragged(b.name, None, v.done, v.max)
+            continue
         if want is not None and want != len(v.array):
             raise BoundsError(f"tl.lengths for {name}: {len(v.array)} lengths, but {b.bound} = "
                               f"{want}; give one length per point of {b}", v.loc)
@@ -340,7 +353,8 @@ def compile_context(ctx, bounds, outputs, config: CompileConfig | None = None) -
             with st.stage("validate"):
                 validate(sdg, bounds)
         with st.stage("passes"):
-            sdg, passes = run_passes(sdg, config, config.check_invariants, bounds, dynamic)
+            ends = {**dynamic, **{n: r for n, r in ragged.items() if r.lengths is None}}
+            sdg, passes = run_passes(sdg, config, config.check_invariants, bounds, ends)
             bounds = {**bounds, **passes.new_bounds}  # the dims a pass added (tiling's blocks)
         schedule = plan = lowered = executable = None
         if config.executor != "reference":
@@ -473,6 +487,10 @@ class Program(Stage):
         if self.executable is not None:
             run = self.executable.run(self.bounds, record)
             if self.ragged:  # the box's points past each instance's end hold no values
+                for name, r in self.ragged.items():
+                    found = run._values.pop(lengths_output(name), None)
+                    run.lengths[name] = (r.over, r.lengths if found is None else
+                                         found.astype(np.int64))
                 for k, v in run._values.items():
                     m = run.mask(k)
                     run._values[k] = np.where(m.reshape(m.shape + (1,) * (v.ndim - m.ndim)),
@@ -480,20 +498,22 @@ class Program(Stage):
             return run
         t0 = time.perf_counter()  # the SDG as built: no pass stands between it and NumPy
         sdg = self.passes.initial if self.passes is not None else self.sdg
-        bounds = reference_bounds(sdg, self.bounds)
-        return Run(self, run_reference(sdg, bounds), time.perf_counter() - t0, None, bounds)
+        bounds, sdg = reference_bounds(sdg, self.bounds)
+        run = Run(self, run_reference(sdg, bounds), time.perf_counter() - t0, None, bounds)
+        run.lengths = {name: (r.over, r.lengths) for name, r in sdg.ragged.items()}
+        return run
 
 
-def ragged_mask(dims: list[str], shape: tuple, ragged) -> np.ndarray:
+def ragged_mask(dims: list[str], shape: tuple, lengths) -> np.ndarray:
     """Over domain axes ``dims`` of sizes ``shape``: false at points past an instance's own
-    length under a ragged bound (``ragged``: bound name -> ``Ragged``)."""
+    length under a ragged bound (``lengths``: bound name -> (outer dim, lengths))."""
     mask = np.ones(shape, bool)
-    for bound, r in ragged.items():
-        if bound.lower() not in dims or r.over not in dims:
+    for bound, (over, n) in lengths.items():
+        if bound.lower() not in dims or over not in dims:
             continue
-        t, b = dims.index(bound.lower()), dims.index(r.over)
+        t, b = dims.index(bound.lower()), dims.index(over)
         pos = np.arange(shape[t]).reshape([-1 if k == t else 1 for k in range(len(dims))])
-        mask &= pos < r.lengths.reshape([-1 if k == b else 1 for k in range(len(dims))])
+        mask &= pos < n.reshape([-1 if k == b else 1 for k in range(len(dims))])
     return mask
 
 
@@ -506,6 +526,8 @@ class Run(Stage):
         self.program, self._values, self.seconds = program, values, seconds
         self.profile = profile
         self.bounds: dict[str, int] = dict(bounds or program.bounds)
+        # each ragged bound's outer dim and lengths (a per-instance tl.until's, as reached)
+        self.lengths: dict[str, tuple[str, np.ndarray]] = {}
 
     @property
     def executor(self) -> str:
@@ -526,18 +548,18 @@ class Run(Stage):
         """Which entries of ``run[key]``'s domain axes are real: false past each instance's own
         length under a ragged bound (``tl.lengths``), true everywhere else."""
         value, dims = self[key], self._dims(key)
-        return ragged_mask(dims, value.shape[:len(dims)], self.program.ragged)
+        return ragged_mask(dims, value.shape[:len(dims)], self.lengths)
 
     def instances(self, key) -> list[np.ndarray]:
         """``run[key]`` as one array per instance of a ragged bound's outer dim (first axis
         dropped), each cut to that instance's own length."""
         value, dims = self[key], self._dims(key)
-        for bound, r in self.program.ragged.items():
-            if bound.lower() in dims and r.over in dims:
-                b, t = dims.index(r.over), dims.index(bound.lower())
+        for bound, (over, lengths) in self.lengths.items():
+            if bound.lower() in dims and over in dims:
+                b, t = dims.index(over), dims.index(bound.lower())
                 per = np.moveaxis(value, b, 0)
                 t -= t > b
-                return [np.take(per[k], np.arange(n), axis=t) for k, n in enumerate(r.lengths)]
+                return [np.take(per[k], np.arange(n), axis=t) for k, n in enumerate(lengths)]
         raise OutputError(f"{key!r} has no ragged dims (no tl.lengths bound over its domain); "
                           "read it as run[name]")
 

@@ -197,7 +197,8 @@ def sdg_from_dict(data: dict) -> SDG:
     return SDG(tuple(Dim(d) for d in data["dims"]), ops, edges, data["outputs"],
                data.get("sinks", ()), data.get("untils", {}),
                {k: tuple(v) for k, v in data.get("made_dims", {}).items()},
-               {k: Ragged(v["over"], np.asarray(v["lengths"], np.int64))
+               {k: Ragged(v["over"], None if v["lengths"] is None else
+                          np.asarray(v["lengths"], np.int64), v.get("done"), v.get("max", 0))
                 for k, v in data.get("ragged", {}).items()})
 
 

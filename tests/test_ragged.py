@@ -244,3 +244,70 @@ def test_unsupported_ragged_constructs_say_what_to_do():
             ctx.compile(bounds={B: 2, T: lengths}, outputs={"y": y},
                         config=tl.CompileConfig(executor="interpreter"))
         assert "test_ragged.py" in str(e.value)
+
+
+# -- tl.until per instance ----------------------------------------------------------------------
+def early_exit(data, W0, threshold, max_steps):
+    """Each instance runs its recurrence until its own state is confident (Berxit-style)."""
+    ctx = tl.Context(dims=("b", "t"))
+    b, t = ctx.dims
+    B, T = ctx.bounds
+    with ctx:
+        x = tl.from_array(data, domain=(b, t))
+        W = tl.constant(W0)
+        h = tl.placeholder((D,), "float32", domain=(b, t))
+        h[b, 0] = tl.tanh(x[b, 0] @ W)
+        h[b, t] = tl.tanh(x[b, t] @ W + h[b, t - 1])
+        done = h[b, t].sum() > threshold
+        exit_h = h[b, T - 1]
+        avg = h[b, 0:T].mean(axis=0)
+        loss = (exit_h * exit_h).sum() + avg.sum()
+        gW = tl.grad(loss, W)
+    return ctx, {B: data.shape[0], T: tl.until(done, max=max_steps)}, \
+        {"h": h, "exit_h": exit_h, "avg": avg, "loss": loss, "gW": gW}
+
+
+def early_exit_jax(W, data, threshold, max_steps):
+    """Per instance in plain JAX: the exit step found eagerly, then the loss at it."""
+    total, steps = 0.0, []
+    for k in range(data.shape[0]):
+        hh, hs = 0.0, []
+        for i in range(max_steps):
+            hh = jnp.tanh(data[k, i] @ W + hh)
+            hs.append(hh)
+            if float(jax.lax.stop_gradient(hh).sum()) > threshold:
+                break
+        steps.append(len(hs))
+        total = total + (hs[-1] * hs[-1]).sum() + jnp.stack(hs).mean(axis=0).sum()
+    return total, steps
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+@pytest.mark.parametrize("threshold", [0.8, 5.0])  # some instances exit early / none do
+def test_until_per_instance_matches_plain_jax(executor, threshold):
+    rs = np.random.RandomState(3)
+    data = rs.randn(6, 7, D).astype(np.float32)
+    W0 = (rs.randn(D, D) * 0.7).astype(np.float32)
+    ctx, bounds, outs = early_exit(data, W0, threshold, 7)
+    run = ctx.compile(bounds=bounds, outputs=outs,
+                      config=tl.CompileConfig(executor=executor)).run()
+    (want_loss, steps), want_g = (early_exit_jax(W0, data, threshold, 7),
+                                  jax.grad(lambda w: early_exit_jax(w, data, threshold, 7)[0])(
+                                      jnp.asarray(W0)))
+    assert run.lengths["T"][1].tolist() == steps
+    assert run["h"].shape[1] == max(steps)
+    assert run.mask("h").sum(axis=1).tolist() == steps
+    np.testing.assert_allclose(run["loss"].sum(), want_loss, rtol=1e-4)
+    np.testing.assert_allclose(run["gW"], want_g, rtol=1e-4, atol=1e-5)
+
+
+def test_until_per_instance_needs_a_bool_over_its_dims():
+    ctx = tl.Context(dims=("b", "t", "i"))
+    b, t, i = ctx.dims
+    B, T, I_ = ctx.bounds
+    with ctx:
+        x = tl.zeros(()) + t + b + i
+        done = x > 3
+    with pytest.raises(tl.BoundsError, match="over \\(b, t\\) to end t per instance") as e:
+        ctx.compile(bounds={B: 2, I_: 2, T: tl.until(done, max=5)}, outputs={"x": x})
+    assert "test_ragged.py" in str(e.value)

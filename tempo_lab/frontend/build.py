@@ -1,6 +1,8 @@
 """Freeze the traced graph that the outputs and sinks reach into an immutable SDG."""
 from __future__ import annotations
 
+import dataclasses
+
 from ..errors import DefinitionError
 from ..ir.sdg import SDG, Edge, Op
 from ..symbolic import TRUE, not_, or_
@@ -16,8 +18,11 @@ def build_sdg(ctx: Context, outputs: dict[str, RecurrentTensor], partial: bool =
     ``untils``: the ``done`` tensor of each data-dependent bound; ``ragged``: the ragged
     bounds (``ir.sdg.Ragged``)."""
     untils = dict(untils or {})
+    ragged = dict(ragged or {})
+    ends = {b: r.done for b, r in ragged.items() if r.done is not None}  # per-instance untils
     roots: list[Node] = ([rt.node for rt in outputs.values()] + list(ctx._sinks)
-                         + [rt.node for rt in untils.values()])
+                         + [rt.node for rt in untils.values()]
+                         + [rt.node for rt in ends.values()])
     seen: dict[int, Node] = {}
     stack = list(roots)
     while stack:
@@ -53,4 +58,6 @@ def build_sdg(ctx: Context, outputs: dict[str, RecurrentTensor], partial: bool =
 
     out_ids = {name: op_of(rt) for name, rt in outputs.items()}
     return SDG(ctx.dims, ops, edges, out_ids, [renum[n.id] for n in ctx._sinks],
-               {b: op_of(rt) for b, rt in untils.items()}, ragged=ragged)
+               {b: op_of(rt) for b, rt in untils.items()},
+               ragged={b: dataclasses.replace(r, done=op_of(ends[b])) if b in ends else r
+                       for b, r in ragged.items()})

@@ -334,8 +334,10 @@ def _spatial_index(entries) -> tuple:
 
 
 # -- building ops ---------------------------------------------------------------------------------
-def as_tensor(x, ctx: Context) -> RecurrentTensor:
-    """Lift Python scalars, arrays and index expressions into recurrent tensors of ``ctx``."""
+def as_tensor(x, ctx: Context, over=()) -> RecurrentTensor:
+    """Lift Python scalars, arrays and index expressions into recurrent tensors of ``ctx``;
+    an expression's value is over its dims and the dims ``over`` (where a ragged bound in it
+    means each instance's own)."""
     if isinstance(x, RecurrentTensor):
         if x.ctx is not ctx:
             raise ExprError("this tensor comes from another tl.Context; build a program inside "
@@ -346,7 +348,8 @@ def as_tensor(x, ctx: Context) -> RecurrentTensor:
             return constant(x.value, ctx)
         ctx.check_expr(x, f"the expression {x}")
         loc = user_location()
-        node = ctx.add_node("dimval", [], {"expr": x}, x.dims(),
+        dims = x.dims() | set(over)
+        node = ctx.add_node("dimval", [], {"expr": x}, tuple(d for d in ctx.dims if d in dims),
                             infer("dimval", [], {"expr": x}), loc=loc)
         ctx.record("dimval", f"%{node.id} = dimval({x})", node, loc)
         return RecurrentTensor(ctx, node)

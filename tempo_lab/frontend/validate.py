@@ -40,7 +40,7 @@ class _Checker:
         for name, r in self.sdg.ragged.items():
             if name in names:
                 fixed = fixed.intersect_params(isl.Set(
-                    f"[{', '.join(names)}] -> {{ : {r.lengths.min()} <= {name} <= {r.longest} }}"))
+                    f"[{', '.join(names)}] -> {{ : {r.shortest} <= {name} <= {r.longest} }}"))
         return fixed
 
     def describe(self, s: isl.Set, within: isl.Set) -> str:

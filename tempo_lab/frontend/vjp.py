@@ -57,8 +57,8 @@ def _count(x, axes):
         else:
             sym.append(s)
     out = as_tensor(np.asarray(n, np.float32), x.ctx)
-    for s in sym:
-        out = out * as_tensor(s, x.ctx)
+    for s in sym:  # a size with a ragged bound is each instance's: evaluated where x lives
+        out = out * as_tensor(s, x.ctx, over=x.domain)
     return out
 
 

@@ -98,16 +98,31 @@ class Edge:
 
 @dataclass(frozen=True, eq=False)
 class Ragged:
-    """A bound that depends on an outer dim's point (``tl.lengths(lengths, over=b)``): dim
-    ``t`` of bound ``T`` has ``lengths[b]`` points at each point ``b`` of dim ``over``. Where
-    ``b`` is in an op's domain, ``T`` means that instance's length; elsewhere the longest."""
+    """A bound that depends on an outer dim's point: dim ``t`` of bound ``T`` has ``T_b``
+    points at each point ``b`` of dim ``over``; ``T_b`` is ``lengths[b]``
+    (``tl.lengths(lengths, over=b)``), or 1 + the first ``t`` where op ``done`` (a bool over
+    ``(b, t)``) holds, at most ``max`` (``tl.until(done, max=N)``; ``lengths`` is then known
+    after a run). Where ``b`` is in an op's domain, ``T`` means that instance's ``T_b``;
+    elsewhere the longest."""
 
     over: str
-    lengths: np.ndarray
+    lengths: np.ndarray | None
+    done: int | None = None
+    max: int = 0
 
     @property
     def longest(self) -> int:
-        return int(self.lengths.max())
+        return int(self.lengths.max()) if self.lengths is not None else self.max
+
+    @property
+    def shortest(self) -> int:
+        return int(self.lengths.min()) if self.lengths is not None else 1
+
+    def describe(self) -> str:
+        if self.lengths is None:
+            return f"1 + the first t where %{self.done} holds per {self.over}, at most {self.max}"
+        return f"lengths[{self.over}] ({len(self.lengths)} instances, {self.shortest}.." \
+               f"{self.longest} points)"
 
 
 class SDG(Stage):
@@ -145,7 +160,13 @@ class SDG(Stage):
     def roots(self) -> tuple[int, ...]:
         """What the program is for: its outputs, its sinks, and what ends its data-dependent
         dims."""
-        return tuple(self.outputs.values()) + self.sinks + tuple(self.untils.values())
+        return (tuple(self.outputs.values()) + self.sinks + tuple(self.untils.values())
+                + tuple(r.done for r in self.ragged.values() if r.done is not None))
+
+    def with_ragged(self, ragged: Mapping[str, Ragged]) -> SDG:
+        """The same graph with other ragged bounds (e.g. lengths found by a run)."""
+        return SDG(self.dims, self.ops.values(), self.edges, self.outputs, self.sinks,
+                   self.untils, self.made, ragged)
 
     def until_dim(self, bound: str) -> Dim:
         return next(d for d in self.dims if d.bound.name == bound)
@@ -205,8 +226,7 @@ class SDG(Stage):
         outs += [f"sink {self.ops[i].label}" for i in self.sinks]
         outs += [f"{b} = 1 + the first {self.until_dim(b)} where {self.ops[i].label}"
                  for b, i in self.untils.items()]
-        outs += [f"{b} = lengths[{r.over}] (ragged: {len(r.lengths)} instances, "
-                 f"{r.lengths.min()}..{r.longest} points)" for b, r in self.ragged.items()]
+        outs += [f"{b} = {r.describe()} (ragged)" for b, r in self.ragged.items()]
         by_dom: dict[str, int] = {}
         for op in self.ops.values():
             key = "(" + ", ".join(map(str, op.domain)) + ")"
@@ -235,7 +255,8 @@ class SDG(Stage):
             "outputs": dict(self.outputs),
             "sinks": list(self.sinks),
             "untils": dict(self.untils),
-            "ragged": {b: {"over": r.over, "lengths": r.lengths.tolist()}
+            "ragged": {b: {"over": r.over, "done": r.done, "max": r.max,
+                           "lengths": None if r.lengths is None else r.lengths.tolist()}
                        for b, r in self.ragged.items()},
             "made_dims": {k: list(v) for k, v in self.made.items()},
         }

@@ -32,6 +32,8 @@ from ..ir.sdg import Edge, Op, Ragged, read_type
 from ..symbolic import TRUE, Bound, Const, Dim, Expr, Slice
 from ..symbolic import isl as I
 from ..symbolic.cond import BoolConst, Cmp, Cond, Junction, Not
+from ..symbolic.cond import eq as eq_
+from ..symbolic.cond import ne as ne_
 from .manager import Editor, register
 
 ELEMENTWISE = set(UNARY) | set(BINARY) | {"not", "cast", "where", "pow", "div", "identity"}
@@ -53,6 +55,8 @@ class _Lower:
         self._consts: dict[tuple, int] = {}
         self._masks: dict[tuple, int] = {}
         self._forwarded: set[int] = set()
+        self._before = set(ed.ops)
+        self._internal: set[int] = set()  # ops this pass made that read T as it means
         self._carried: set[tuple[int, int]] = set()
 
     # -- building ops ---------------------------------------------------------------------------
@@ -76,6 +80,43 @@ class _Lower:
 
     def dom(self, *dims: Dim) -> tuple[Dim, ...]:
         return tuple(d for d in self.ed.dims if d in dims)
+
+    def ends(self):
+        """``tl.until(done, max=N)`` per instance: ``finished[b, t]`` (done at or before
+        ``t``) makes the valid points (``t == 0`` or not finished before ``t``), the loop over
+        ``t`` ends once every instance has finished (an until over ``t`` alone), and ``len[b]``
+        counts each instance's valid points (an output of the run, for its masks)."""
+        ed, b, t = self.ed, self.b, self.t
+        dom = self.dom(b, t)
+        done = ed.ops[self.r.done]
+        loc, src = done.loc, done.id
+        flag = TensorType((), np.dtype(np.bool_))
+
+        def merge(first: int, first_index, rest) -> int:
+            m = ed.add(Op(-1, "merge", dom, flag, {"type": flag}, loc), [], src,
+                       f"ragged {self.name}: per-instance end")
+            later = rest(m)
+            ed.rewrite(m, ed.ops[m], [Edge(m, first, 0, first_index, eq_(t, 0), loc),
+                                      Edge(m, later, 1, dom, ne_(t, 0), loc)])
+            return m
+
+        prev = tuple(t - 1 if d == t else d for d in dom)
+        fin = merge(src, dom, lambda m: self.add("or", [(m, prev), (src, dom)], dom, loc, src))
+        yes = self.const(True, np.bool_, loc, src)
+        self._valid = merge(yes, (), lambda m: self.add("not", [(fin, prev)], dom, loc, src))
+        every = tuple(Slice(Const(0), d.bound) if d == b else d for d in dom)
+        ints = self.add("cast", [(fin, every)], (t,), loc, src, {"dtype": np.dtype(np.int32)})
+        least = self.add("min", [(ints, (t,))], (t,), loc, src, {"axis": 0, "keepdims": False})
+        ed.untils[self.name] = self.add("ge", [(least, (t,)), (self.const(
+            1, np.int32, loc, src), ())], (t,), loc, src, note=f"ragged {self.name}: every "
+            "instance has finished")
+        counted = self.add("cast", [(self._valid, self.index_bt(Const(0)))], (b,), loc, src,
+                           {"dtype": np.dtype(np.int32)})
+        self._len = self.add("sum", [(counted, (b,))], (b,), loc, src,
+                             {"axis": 0, "keepdims": False},
+                             f"ragged {self.name}: each instance's length")
+        ed.outputs[lengths_output(self.name)] = self._len
+        self._internal = set(ed.ops) - self._before
 
     @property
     def lengths(self) -> int:
@@ -148,6 +189,8 @@ class _Lower:
     # -- the rewrite ----------------------------------------------------------------------------
     def run(self):
         ed = self.ed
+        if self.r.lengths is None:
+            self.ends()
         for op in list(ed.ops.values()):
             if self.b in op.domain and self.t in op.domain and op.kind in ("sink", "source"):
                 what = "tl.sink" if op.kind == "sink" else "tl.source"
@@ -159,7 +202,7 @@ class _Lower:
                     self.T in e.cond.symbols() for e in ed.in_edges(op.id)):
                 self.branches(op)
         for e in list(ed.edges):
-            if e.dst in ed.ops and e.src in ed.ops:
+            if e.dst in ed.ops and e.src in ed.ops and e.dst not in self._internal:
                 self.read(e)
         for op in list(ed.ops.values()):
             if op.kind == "dimval" and self.b in op.domain and self.T in op.attrs[
@@ -182,7 +225,7 @@ class _Lower:
         if self.t in m.domain:
             alive = alive & I.cond_set(self.t < inst, sp)
         alive = I.fix(alive, fixed) \
-            .intersect_params(isl.Set(f"[{', '.join(params)}] -> {{ : {self.r.lengths.min()} "
+            .intersect_params(isl.Set(f"[{', '.join(params)}] -> {{ : {self.r.shortest} "
                                       f"<= {inst.name} <= {self.r.longest} }}"))
         new_inputs = []
         for j, ej in enumerate(edges):
@@ -462,6 +505,11 @@ class _Lower:
                    [Edge(op.id, total, 0, dom, TRUE, op.loc),
                     Edge(op.id, count, 1, dom, TRUE, op.loc)],
                    f"ragged {self.name}: the mean of each instance's own points")
+
+
+def lengths_output(bound: str) -> str:
+    """The output that brings each instance's length of a per-instance ``tl.until`` back."""
+    return f"__lengths_{bound}"
 
 
 def _axes(axis, rank: int) -> list[int]:

@@ -8,6 +8,7 @@ promoted dtype before a NumPy op and results to the op's inferred dtype.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Mapping
 
@@ -213,7 +214,8 @@ class Reference:
             self._ragged[op_id] = [
                 (names.index(self.sdg.until_dim(T).name), names.index(r.over), r.lengths)
                 for T, r in self.sdg.ragged.items()
-                if self.sdg.until_dim(T).name in names and r.over in names]
+                if self.sdg.until_dim(T).name in names and r.over in names
+                and r.lengths is not None]
         return self._ragged[op_id]
 
     def valid(self, op_id: int, point: tuple) -> bool:
@@ -224,7 +226,7 @@ class Reference:
         env = dict(self.bounds)
         env.update((d.name, v) for d, v in zip(op.domain, point))
         for name, r in self.sdg.ragged.items():
-            if r.over in env:
+            if r.over in env and r.lengths is not None:
                 env[name] = int(r.lengths[env[r.over]])
         return env
 
@@ -359,15 +361,29 @@ class Reference:
                 deliver(op, {d.name: v for d, v in zip(op.domain, pt)}, val)
 
 
-def reference_bounds(sdg: SDG, bounds: Mapping[str, int]) -> dict[str, int]:
+def reference_bounds(sdg: SDG, bounds: Mapping[str, int]) -> tuple[dict[str, int], SDG]:
     """The bound values with each data-dependent bound (``tl.until``) cut after the first
-    point of its dim where ``done`` holds (``max`` if none does)."""
+    point of its dim where ``done`` holds (``max`` if none does), and ``sdg`` with the lengths
+    of each per-instance ``tl.until`` found the same way (the bound: the longest)."""
     bounds = dict(bounds)
     for name, done in sdg.untils.items():
         ref = Reference(sdg, bounds)
         bounds[name] = next((v + 1 for v in range(bounds[name])
                              if bool(ref.value(done, (v,)))), bounds[name])
-    return bounds
+    found = {}
+    for name, r in sdg.ragged.items():
+        if r.lengths is not None:
+            continue
+        ref = Reference(sdg, bounds)
+        dims = [d.name for d in sdg.ops[r.done].domain]
+
+        def at(b, v):
+            return tuple(b if d == r.over else v for d in dims)
+        n = [next((v + 1 for v in range(r.max) if bool(ref.value(r.done, at(b, v)))), r.max)
+             for b in range(bounds[r.over.upper()])]
+        found[name] = dataclasses.replace(r, lengths=np.array(n, np.int64))
+        bounds[name] = max(n)
+    return bounds, (sdg.with_ragged({**sdg.ragged, **found}) if found else sdg)
 
 
 def run_reference(sdg: SDG, bounds: Mapping[str, int]) -> dict[str, np.ndarray]:
