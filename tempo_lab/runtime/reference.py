@@ -377,10 +377,10 @@ def reference_bounds(sdg: SDG, bounds: Mapping[str, int]) -> tuple[dict[str, int
         ref = Reference(sdg, bounds)
         dims = [d.name for d in sdg.ops[r.done].domain]
 
-        def at(b, v):
-            return tuple(b if d == r.over else v for d in dims)
-        n = [next((v + 1 for v in range(r.max) if bool(ref.value(r.done, at(b, v)))), r.max)
-             for b in range(bounds[r.over.upper()])]
+        def first(b: int, r=r, dims=dims) -> int:
+            return next((v + 1 for v in range(r.max) if bool(ref.value(
+                r.done, tuple(b if d == r.over else v for d in dims)))), r.max)
+        n = [first(b) for b in range(bounds[r.over.upper()])]
         found[name] = dataclasses.replace(r, lengths=np.array(n, np.int64))
         bounds[name] = max(n)
     return bounds, (sdg.with_ragged({**sdg.ragged, **found}) if found else sdg)
