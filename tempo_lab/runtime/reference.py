@@ -377,7 +377,7 @@ def reference_bounds(sdg: SDG, bounds: Mapping[str, int]) -> tuple[dict[str, int
         ref = Reference(sdg, bounds)
         dims = [d.name for d in sdg.ops[r.done].domain]
 
-        def first(b: int, r=r, dims=dims) -> int:
+        def first(b: int, r=r, dims=dims, ref=ref) -> int:
             return next((v + 1 for v in range(r.max) if bool(ref.value(
                 r.done, tuple(b if d == r.over else v for d in dims)))), r.max)
         n = [first(b) for b in range(bounds[r.over.upper()])]
