@@ -90,6 +90,8 @@ class CompileConfig:
     incrementalise: bool = True
     fuse: bool = True
     tile_block: int | None = None
+    ragged_buckets: int = 4  # a tl.lengths bound's instances, sorted by length, run in this
+    # many groups, each up to its own longest (where no op reads across instances; 1: one box)
     vectorise_budget_bytes: int = 256 * 2**20  # largest value a vectorised op may make (else
     # incrementalisation vectorises the dim in blocks that fit)
     check_invariants: bool = False  # check the SDG after every pass (tests turn this on)
@@ -486,6 +488,13 @@ class Program(Stage):
             raise ArgumentError(f"record={record!r}: give True or False")
         if self.executable is not None:
             run = self.executable.run(self.bounds, record)
+            for dim, order in self.passes.orders.items():  # instances back in their order
+                back = np.argsort(order)
+                for k, v in run._values.items():
+                    dims = [d.name for d in self._outputs[k].domain] if k in self._outputs \
+                        else []
+                    if dim in dims:
+                        run._values[k] = np.take(v, back, axis=dims.index(dim))
             if self.ragged:  # the box's points past each instance's end hold no values
                 for name, r in self.ragged.items():
                     found = run._values.pop(lengths_output(name), None)

@@ -86,7 +86,7 @@ def check(run, want, lengths, features):
 
 
 @settings(max_examples=12, deadline=None, derandomize=True, database=None)
-@given(lengths=st.lists(st.integers(1, 7), min_size=1, max_size=4),
+@given(lengths=st.lists(st.integers(1, 7), min_size=1, max_size=10),
        features=st.sets(st.sampled_from(FEATURES), min_size=1, max_size=4),
        executor=st.sampled_from(EXECUTORS))
 def test_random_ragged_programs_match_each_instance_alone(lengths, features, executor):
@@ -311,3 +311,34 @@ def test_until_per_instance_needs_a_bool_over_its_dims():
     with pytest.raises(tl.BoundsError, match="over \\(b, t\\) to end t per instance") as e:
         ctx.compile(bounds={B: 2, I_: 2, T: tl.until(done, max=5)}, outputs={"x": x})
     assert "test_ragged.py" in str(e.value)
+
+
+# -- groups of instances by length ------------------------------------------------------------
+SEPARABLE = ("last", "sum", "mean", "max", "attention")
+
+
+@pytest.mark.parametrize("executor", EXECUTORS[1:])
+def test_instances_grouped_by_length_match_each_instance_alone(executor):
+    lengths = np.random.RandomState(5).randint(1, 9, size=13)
+    data = np.random.RandomState(2).randn(13, lengths.max(), D).astype(np.float32)
+    ctx, bounds, outs = program(data, SEPARABLE, lengths)
+    prog = ctx.compile(bounds=bounds, outputs=outs, config=tl.CompileConfig(executor=executor))
+    order = prog.passes.orders["b"]
+    assert sorted(order) == list(range(13)) and (np.diff(lengths[order]) <= 0).all()
+    groups = [r for r in prog.passes[0].events if r.kind == "dim" and "by length" in r.note]
+    assert len(groups) == 4
+    check(prog.run(), per_instance(data, lengths, SEPARABLE), lengths, SEPARABLE)
+    one_box = ctx.compile(bounds=bounds, outputs=outs,
+                          config=tl.CompileConfig(executor=executor, ragged_buckets=1))
+    assert not one_box.passes.orders
+    check(one_box.run(), per_instance(data, lengths, SEPARABLE), lengths, SEPARABLE)
+
+
+def test_instances_stay_one_box_when_one_op_reads_across_them():
+    lengths = np.arange(1, 11)
+    data = np.random.RandomState(2).randn(10, 10, D).astype(np.float32)
+    for features in (("last", "batch"), ("last", "forward")):  # across b; an output over (b, t)
+        ctx, bounds, outs = program(data, features, lengths)
+        prog = ctx.compile(bounds=bounds, outputs=outs)
+        assert not prog.passes.orders
+        check(prog.run(), per_instance(data, lengths, features), lengths, features)

@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+import numpy as np
+
 from ..errors import InternalError, TempoLabError
 from ..ir.ops import TensorType, flag, infer, norm_dim
 from ..ir.sdg import SDG, Edge, Op, read_type
@@ -75,6 +77,8 @@ class Editor:
         self.made = dict(sdg.made)
         self.events: list[Event] = []
         self.new_bounds: dict[str, int] = {}  # bounds of dims a pass added (with their values)
+        # dim name -> the instances in the order the compiled program holds them (see ragged)
+        self.orders: dict[str, np.ndarray] = {}
         self._next = max(self._ops, default=-1) + 1
 
     # -- queries ------------------------------------------------------------------------------
@@ -186,17 +190,25 @@ class Editor:
         right after ``of`` in universe order, or ``in_place`` of it. Its name is ``of``'s with
         a suffix, numbered if a dim or bound of that name exists already."""
         suffix = {"blocks": "_tile", "parts": "_blk"}[role]
+        d = self.new_dim(of.name + suffix, of, value, in_place, f"{role} of {of}")
+        self.made[d.name] = (role, of.name)
+        return d
+
+    def new_dim(self, name: str, after: Dim, value: int, in_place: bool = False,
+                why: str = "") -> Dim:
+        """A dim named ``name`` (numbered if a dim or bound of that name exists) with bound
+        ``value``, right after ``after`` in universe order (or in its place); without a role it
+        is scheduled and vectorised like the user's dims."""
         taken = {d.name for d in self._dims} | {b.lower() for b in self._bounds}
-        name, k = of.name + suffix, 1
+        base, k = name, 1
         while name in taken:
             k += 1
-            name = f"{of.name}{suffix}{k}"
+            name = f"{base}{k}"
         d = Dim(name)
-        at = self._dims.index(of)
+        at = self._dims.index(after)
         self._dims = self._dims[:at + (not in_place)] + (d,) + self._dims[at + 1:]
-        self.made[name] = (role, of.name)
         self.new_bounds[d.bound.name] = self._bounds[d.bound.name] = value
-        self.events.append(Event("dim", -1, None, f"{role} of {of}: {name} < {value}"))
+        self.events.append(Event("dim", -1, None, f"{why}: {name} < {value}"))
         return d
 
     def set_bound(self, d: Dim, value: int):
@@ -325,6 +337,7 @@ class PassRecord:
     events: list[Event] = field(default_factory=list)
     seconds: float = 0.0
     new_bounds: dict[str, int] = field(default_factory=dict)
+    orders: dict = field(default_factory=dict)
 
     def count(self, kind: str) -> int:
         return sum(1 for e in self.events if e.kind == kind)
@@ -341,6 +354,11 @@ class PassTrace(Stage):
     def new_bounds(self) -> dict[str, int]:
         """Bounds of the dims the passes added, with their values for this compilation."""
         return {k: v for r in self.records for k, v in r.new_bounds.items()}
+
+    @property
+    def orders(self) -> dict:
+        """Dim name -> the order a pass put its instances in (outputs come back in it)."""
+        return {k: v for r in self.records for k, v in r.orders.items()}
 
     @property
     def final(self) -> SDG:
@@ -404,7 +422,7 @@ def run_passes(sdg: SDG, config, check: bool = False, bounds=None,
         dt = time.perf_counter() - t0
         if check:
             check_invariants(after, name)
-        records.append(PassRecord(name, sdg, after, ed.events, dt, ed.new_bounds))
+        records.append(PassRecord(name, sdg, after, ed.events, dt, ed.new_bounds, ed.orders))
         bounds.update(ed.new_bounds)
         sdg = after
     return sdg, PassTrace(records[0].before if records else sdg, records)

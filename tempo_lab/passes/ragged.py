@@ -215,10 +215,19 @@ class _Lower:
     def branches(self, m: Op):
         """Each branch of the box (its condition with ``T`` the longest length) takes the value
         of the branch that holds by data (``T`` the instance's length), by ``where``."""
-        ed, sdg = self.ed, self.ed.sdg0
+        ed = self.ed
         edges = ed.in_edges(m.id)
         inst = Bound(self.name + "_inst")
-        params = list(sdg.params) + [inst.name]
+        plain = [d.bound.name for d in ed.dims]
+        params = plain + [inst.name]
+
+        def domain(i: int):
+            return I.box(ed.ops[i].domain, plain).set_tuple_name(f"op{i}")
+
+        def reads(e: Edge):
+            c, p = ed.ops[e.dst], ed.ops[e.src]
+            return I.edge_map((f"op{c.id}", c.domain), (f"op{p.id}", p.domain), e.index,
+                              e.cond, plain)
         sp = I.space(m.domain, params)
         fixed = {**dict(ed.bounds), self.name: self.r.longest}
         alive = I.box(m.domain, params)
@@ -238,11 +247,11 @@ class _Lower:
                 held = box_j & I.fix(I.cond_set(ek.cond.substitute({self.T: inst}), sp), fixed)
                 if held.is_empty():
                     continue
-                reads = I.fix(sdg.isl_map(ek), fixed).intersect_domain(
+                read = I.fix(reads(ek), fixed).intersect_domain(
                     I.fix(I.cond_set(ej.cond, sp), fixed).set_tuple_name(f"op{m.id}")
                     .project_out(isl.dim_type.param, len(params) - 1, 1)
-                    & I.fix(sdg.isl_domain(m.id), fixed))
-                if not reads.range().is_subset(I.fix(sdg.isl_domain(ek.src), fixed)):
+                    & I.fix(domain(m.id), fixed))
+                if not read.range().is_subset(I.fix(domain(ek.src), fixed)):
                     raise RaggedError(
                         f"{m.label}: the branch where {ek.cond} (at {ek.loc}) can hold, per "
                         f"instance, where the branch where {ej.cond} holds for the longest "
@@ -526,10 +535,116 @@ def _highest(dt):
     return np.finfo(dt).max if np.dtype(dt).kind == "f" else np.iinfo(dt).max
 
 
+# -- buckets ------------------------------------------------------------------------------------
+def _separable(ed: Editor, b: Dim) -> bool:
+    """Whether every instance of ``b`` is computed on its own: a value of ``b``'s instance is
+    read only by the same instance, and nothing depends on which instance it is."""
+    for e in ed.edges:
+        p, c = ed.ops[e.src], ed.ops[e.dst]
+        if b in e.cond.symbols():
+            return False
+        for d, x in zip(p.domain, e.index):
+            if (d == b) != (x == b) or (d != b and b in x.symbols()):
+                return False
+        if b in p.domain and b not in c.domain:
+            return False
+    for op in ed.ops.values():
+        if b in op.domain and op.kind in ("random", "sink", "source"):
+            return False
+        if op.kind == "dimval" and b in op.attrs["expr"].symbols():
+            return False
+    return True
+
+
+def _subst(v, sub: dict):
+    """An attribute with the dims and bounds of ``sub`` replaced."""
+    if isinstance(v, (Expr, Cond)):
+        return v.substitute(sub)
+    if isinstance(v, Slice):
+        return Slice(v.start.substitute(sub), v.stop.substitute(sub))
+    if isinstance(v, TensorType):
+        return TensorType(tuple(_subst(x, sub) for x in v.shape), v.dtype, v.weak)
+    if isinstance(v, tuple):
+        return tuple(_subst(x, sub) for x in v)
+    return v
+
+
+def bucket(ed: Editor, name: str, r: Ragged) -> bool:
+    """Sorted by length and cut into ``CompileConfig.ragged_buckets`` groups, each group of
+    instances becomes a copy of the program over its own dims, as long as its own longest
+    instance: the padded work shrinks from ``B x max`` to the sum of each group's size times
+    its longest. Only where every instance is computed on its own (``_separable``); outputs
+    over ``b`` but not ``t`` are put together from the groups in sorted order (``ed.orders``,
+    undone by the run); an output over ``(b, t)`` keeps the program one box."""
+    groups_wanted = getattr(ed.config, "ragged_buckets", 1) if ed.config else 1
+    t = next(d for d in ed.dims if d.bound.name == name)
+    b = next(d for d in ed.dims if d.name == r.over)
+    T = t.bound
+    if (r.lengths is None or groups_wanted < 2 or len(r.lengths) < 2 * groups_wanted
+            or len(set(r.lengths.tolist())) < 2 or ed.untils or len(ed.ragged) > 1
+            or not _separable(ed, b)):
+        return False
+    outs = {k: o for k, o in ed.outputs.items() if b in ed.ops[o].domain}
+    if any(t in ed.ops[o].domain or any(T in x.symbols() for x in ed.ops[o].type.shape
+                                        if not isinstance(x, int)) for o in outs.values()):
+        return False  # an output over (b, t) or as long as T: one box (see the docstring)
+    order = np.argsort(-r.lengths, kind="stable")
+    cloned = sorted(i for i, op in ed.ops.items() if b in op.domain)
+    parts, off = [], 0
+    for g in np.array_split(order, groups_wanted):
+        longest = int(r.lengths[g].max())
+        bg = ed.new_dim(f"{b.name}_g", b, len(g), why=f"instances {off}..{off + len(g) - 1} "
+                        f"of {b} by length")
+        tg = ed.new_dim(f"{t.name}_g", t, longest, why=f"{t} in that group")
+        sub = {b: bg, t: tg, T: tg.bound}
+        ids = {}
+        for i in cloned:
+            op = ed.ops[i]
+            attrs = {k: _subst(v, sub) for k, v in op.attrs.items()}
+            if op.kind == "from_array":
+                a = np.take(op.attrs["array"], g, axis=op.domain.index(b))
+                if t in op.domain:
+                    a = np.take(a, np.arange(longest), axis=op.domain.index(t))
+                attrs["array"] = a
+            ids[i] = ed.add(Op(-1, op.kind, tuple(sub.get(d, d) for d in op.domain),
+                               _subst(op.type, sub), attrs, op.loc, op.name, op.scope), [], i,
+                            f"ragged {name}: {bg} < {len(g)}, {tg} < {longest}")
+        for i in cloned:
+            ins = [Edge(ids[i], ids.get(e.src, e.src), e.slot, _subst(tuple(e.index), sub),
+                        e.cond.substitute(sub), e.loc) for e in ed.in_edges(i)]
+            ed.rewrite(ids[i], ed.ops[ids[i]], ins)
+        ed.ragged[tg.bound.name] = Ragged(bg.name, r.lengths[g])
+        parts.append((off, len(g), longest, bg, tg, ids))
+        off += len(g)
+    for k, o in outs.items():  # the groups' values side by side, then instance b's row
+        op = ed.ops[o]
+        rest = tuple(d for d in op.domain if d != b)
+        reads = [(ids[o], tuple(Slice(Const(0), bg.bound) if d == bg else d
+                                for d in ed.ops[ids[o]].domain)) for *_, bg, _, ids in parts]
+        edges = [Edge(-1, src, n, index, TRUE, op.loc) for n, (src, index) in enumerate(reads)]
+        together = ed.add(Op(-1, "concatenate", rest, infer(
+            "concatenate", [read_type(ed.ops[e.src], e) for e in edges], {"axis": 0}),
+            {"axis": 0}, op.loc), edges, o, f"ragged {name}: {k} of every group, by length")
+        at = ed.add(Op(-1, "dimval", (b,), infer("dimval", [], {"expr": b}), {"expr": b},
+                       op.loc), [], o)
+        ed.outputs[k] = ed.add(Op(-1, "take", op.domain, op.type, {"axis": 0}, op.loc, op.name,
+                                  op.scope), [Edge(-1, together, 0, rest, TRUE, op.loc),
+                                              Edge(-1, at, 1, (b,), TRUE, op.loc)], o,
+                               f"ragged {name}: {k} of each instance")
+    for i in reversed(cloned):
+        ed.erase(i, f"ragged {name}: one copy per group of instances")
+    ed.orders[b.name] = order
+    del ed.ragged[name]
+    return True
+
+
 @register("ragged", None)
 def ragged(ed: Editor):
-    """Ragged bounds (``tl.lengths``): a guarded box up to the longest instance, with each
-    instance's own bound as data where it matters."""
+    """Ragged bounds (``tl.lengths``, per-instance ``tl.until``): instances grouped by length
+    where they are computed apart, then each a guarded box up to its longest instance, with
+    each instance's own bound as data where it matters."""
+    for name, r in list(ed.ragged.items()):
+        bucket(ed, name, r)
     for name, r in list(ed.ragged.items()):
         _Lower(ed, name, r).run()
     ed.ragged = {}

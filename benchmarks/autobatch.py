@@ -1,0 +1,363 @@
+"""Auto-batching of per-instance control flow (the ACRoBat capability) at CPU scale.
+
+    python -m benchmarks.autobatch [--quick] [--models birnn berxit] [--batch 64]
+        [--seq-len 64] [--hidden 128] [--runs 5] [--out benchmarks/results/autobatch.json]
+
+Models, each on ``--batch`` instances whose work differs per instance:
+
+- ``birnn``: a bidirectional tanh RNN over sequences with lengths uniform in ``[T/8, T]``; each
+  instance's output is a linear read-out of its forward state at its own last step and its
+  backward state at step 0. tempo_lab: ``bounds={T: tl.lengths(lengths, over=b)}``.
+- ``berxit``: a stack of up to ``--layers`` residual MLP layers with an exit classifier after
+  each; an instance leaves at the first layer whose classifier is confident (max softmax >
+  ``--threshold``), and its output is that layer's logits. tempo_lab:
+  ``bounds={L: tl.until(confident, max=layers)}`` with ``confident`` over ``(b, l)``.
+
+Systems: ``tempo_lab`` (the default CompileConfig and executor); ``jax_padded`` (pad to the
+longest instance, mask, one ``jax.jit`` of a ``lax.scan`` over the padded steps, the batch in
+one array); ``jax_per_instance`` (one jitted call per instance -- per step for berxit, whose
+exit is a host decision -- the DyNet-like baseline, every instance shape compiled before
+timing). With ``--bucketed``, birnn is also timed sorted into 4 length buckets in plain JAX
+(``jax_bucketed``), to measure what compaction could gain. Every system's outputs are checked against a NumPy per-instance reference before
+anything is timed.
+
+Records: ``{"model", "system", "batch", "seq_len" | "layers", "hidden", "ms_per_batch"
+(median of --runs warm runs), "ms_min", "ms_max", "max_abs_err", "useful_fraction" (real work /
+padded work: sum of lengths / (batch x longest)), "compile_s", "loadavg", ...}``.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+
+import numpy as np
+
+from benchmarks.decode import environment, loadavg, write_results
+
+DEFAULT_OUT = os.path.join("benchmarks", "results", "autobatch.json")
+QUICK_OUT = os.path.join("benchmarks", "results", "autobatch_quick.json")
+SYSTEMS = ("tempo_lab", "jax_padded", "jax_per_instance")
+TARGETS = {"jax_padded": 1.0, "jax_per_instance": 0.2}  # tempo_lab / system, every model
+HALF_PADDED_TARGET = 0.7  # birnn and berxit, against jax_padded
+
+
+# -- problems ------------------------------------------------------------------------------------
+def birnn_problem(batch: int, seq_len: int, hidden: int, seed: int = 0) -> dict:
+    rs = np.random.RandomState(seed)
+    lengths = rs.randint(max(1, seq_len // 8), seq_len + 1, size=batch)
+    lengths[0] = seq_len  # the longest instance has the bound's length
+    s = 1.0 / np.sqrt(hidden)
+    w = {k: (rs.randn(hidden, hidden) * s).astype(np.float32)
+         for k in ("wf", "uf", "wb", "ub")}
+    w["out"] = (rs.randn(2 * hidden, hidden) * s).astype(np.float32)
+    x = rs.randn(batch, seq_len, hidden).astype(np.float32)
+    x[np.arange(seq_len)[None, :] >= lengths[:, None]] = 0.0  # padding is not data
+    return {"x": x, "lengths": lengths, "w": w}
+
+
+def birnn_numpy(p: dict) -> np.ndarray:
+    w, out = p["w"], []
+    for x, n in zip(p["x"], p["lengths"]):
+        hf = np.zeros(w["wf"].shape[1], np.float32)
+        for i in range(n):
+            hf = np.tanh(x[i] @ w["wf"] + hf @ w["uf"])
+        hb = np.zeros_like(hf)
+        for i in reversed(range(n)):
+            hb = np.tanh(x[i] @ w["wb"] + hb @ w["ub"])
+        out.append(np.concatenate([hf, hb]) @ w["out"])
+    return np.stack(out)
+
+
+def birnn_tempo(p: dict):
+    import tempo_lab as tl
+
+    w, (batch, _, hidden) = p["w"], p["x"].shape
+    ctx = tl.Context(dims=("b", "t"))
+    b, t = ctx.dims
+    B, T = ctx.bounds
+    with ctx:
+        x = tl.from_array(p["x"], domain=(b, t))
+        wf, uf, wb, ub, wo = (tl.constant(w[k]) for k in ("wf", "uf", "wb", "ub", "out"))
+        hf = tl.placeholder((hidden,), "float32", domain=(b, t))
+        hf[b, 0] = tl.tanh(x[b, 0] @ wf)
+        hf[b, t] = tl.tanh(x[b, t] @ wf + hf[b, t - 1] @ uf)
+        hb = tl.placeholder((hidden,), "float32", domain=(b, t))
+        hb[b, T - 1] = tl.tanh(x[b, T - 1] @ wb)
+        hb[b, t] = tl.tanh(x[b, t] @ wb + hb[b, t + 1] @ ub)
+        y = tl.concatenate([hf[b, T - 1], hb[b, 0]], axis=0) @ wo
+    return ctx.compile(bounds={B: batch, T: tl.lengths(p["lengths"], over=b)},
+                       outputs={"y": y})
+
+
+def birnn_padded(p: dict):
+    import jax
+    import jax.numpy as jnp
+
+    w = {k: jnp.asarray(v) for k, v in p["w"].items()}
+    x, n = jnp.asarray(p["x"]), jnp.asarray(p["lengths"])
+    steps = jnp.arange(x.shape[1])
+
+    @jax.jit
+    def run(x, n):
+        xs = jnp.swapaxes(x, 0, 1)                        # (T, B, H)
+        h0 = jnp.zeros((x.shape[0], w["wf"].shape[1]), x.dtype)
+
+        def fwd(h, xt_t):
+            xt, t = xt_t
+            new = jnp.tanh(xt @ w["wf"] + h @ w["uf"])
+            return jnp.where((t < n)[:, None], new, h), None
+
+        def bwd(h, xt_t):
+            xt, t = xt_t
+            new = jnp.tanh(xt @ w["wb"] + h @ w["ub"])
+            return jnp.where((t < n)[:, None], new, 0.0), None
+
+        hf, _ = jax.lax.scan(fwd, h0, (xs, steps))
+        hb, _ = jax.lax.scan(bwd, h0, (xs, steps), reverse=True)
+        return jnp.concatenate([hf, hb], axis=1) @ w["out"]
+    return lambda: run(x, n)
+
+
+def birnn_bucketed(p: dict, buckets: int = 4):
+    """What sorting by length buys (an experiment, not a baseline the targets use): the
+    instances sorted, cut into ``buckets`` equal groups, each group one padded scan up to its
+    own longest length -- the design a compacting executor would follow."""
+    order = np.argsort(-p["lengths"], kind="stable")
+    groups = [g for g in np.array_split(order, buckets) if len(g)]
+    runs = []
+    for g in groups:
+        n = int(p["lengths"][g].max())
+        runs.append(birnn_padded({"x": p["x"][g, :n], "lengths": p["lengths"][g],
+                                  "w": p["w"]}))
+    import jax.numpy as jnp
+    inverse = jnp.asarray(np.argsort(np.concatenate(groups)))
+    return lambda: jnp.concatenate([r() for r in runs])[inverse]
+
+
+def birnn_per_instance(p: dict):
+    import jax
+    import jax.numpy as jnp
+
+    w = {k: jnp.asarray(v) for k, v in p["w"].items()}
+
+    @jax.jit
+    def one(x):                                            # one instance at its own length
+        h0 = jnp.zeros(w["wf"].shape[1], x.dtype)
+        hf, _ = jax.lax.scan(lambda h, xt: (jnp.tanh(xt @ w["wf"] + h @ w["uf"]), None), h0, x)
+        hb, _ = jax.lax.scan(lambda h, xt: (jnp.tanh(xt @ w["wb"] + h @ w["ub"]), None), h0, x,
+                             reverse=True)
+        return jnp.concatenate([hf, hb]) @ w["out"]
+    xs = [jnp.asarray(x[:n]) for x, n in zip(p["x"], p["lengths"])]
+    return lambda: jnp.stack([one(x) for x in xs])
+
+
+def berxit_problem(batch: int, layers: int, hidden: int, classes: int = 8,
+                   threshold: float = 0.5, seed: int = 0) -> dict:
+    rs = np.random.RandomState(seed)
+    s = 1.0 / np.sqrt(hidden)
+    w = {"w1": (rs.randn(layers, hidden, hidden) * s).astype(np.float32),
+         "w2": (rs.randn(layers, hidden, hidden) * s).astype(np.float32),
+         "head": (rs.randn(hidden, classes) * 4 * s).astype(np.float32)}
+    x = rs.randn(batch, hidden).astype(np.float32)
+    return {"x": x, "w": w, "threshold": threshold, "layers": layers}
+
+
+def _berxit_layer(h, w1, w2, xp):
+    z = h + xp.maximum(h @ w1, 0) @ w2
+    return z / xp.sqrt((z * z).mean(axis=-1, keepdims=True) + 1e-5)
+
+
+def _softmax_max(z, xp):
+    e = xp.exp(z - z.max(axis=-1, keepdims=True))
+    return (e / e.sum(axis=-1, keepdims=True)).max(axis=-1)
+
+
+def berxit_numpy(p: dict) -> tuple[np.ndarray, np.ndarray]:
+    w, out, exits = p["w"], [], []
+    for h in p["x"]:
+        for k in range(p["layers"]):
+            h = _berxit_layer(h, w["w1"][k], w["w2"][k], np)
+            logits = h @ w["head"]
+            if _softmax_max(logits, np) > p["threshold"] or k == p["layers"] - 1:
+                break
+        out.append(logits)
+        exits.append(k + 1)
+    return np.stack(out), np.array(exits)
+
+
+def berxit_tempo(p: dict):
+    import tempo_lab as tl
+
+    w, (batch, hidden) = p["w"], p["x"].shape
+    ctx = tl.Context(dims=("b", "l"))
+    b, l_ = ctx.dims
+    B, L = ctx.bounds
+    with ctx:
+        x = tl.from_array(p["x"], domain=(b,))
+        w1 = tl.from_array(w["w1"], domain=(l_,))
+        w2 = tl.from_array(w["w2"], domain=(l_,))
+        head = tl.constant(w["head"])
+        h = tl.placeholder((hidden,), "float32", domain=(b, l_))
+        h[b, 0] = _berxit_layer(x, w1[0], w2[0], tl)
+        h[b, l_] = _berxit_layer(h[b, l_ - 1], w1, w2, tl)
+        logits = h @ head
+        confident = _softmax_max(logits, tl) > p["threshold"]
+        y = logits[b, L - 1]
+    return ctx.compile(bounds={B: batch, L: tl.until(confident, max=p["layers"])},
+                       outputs={"y": y})
+
+
+def berxit_padded(p: dict):
+    import jax
+    import jax.numpy as jnp
+
+    w = {k: jnp.asarray(v) for k, v in p["w"].items()}
+
+    @jax.jit
+    def run(x):
+        def layer(carry, ws):
+            h, out, exited = carry
+            h = _berxit_layer(h, ws[0], ws[1], jnp)
+            logits = h @ w["head"]
+            take = ~exited
+            out = jnp.where(take[:, None], logits, out)
+            exited = exited | (_softmax_max(logits, jnp) > p["threshold"])
+            return (h, out, exited), None
+        init = (x, jnp.zeros((x.shape[0], w["head"].shape[1]), x.dtype),
+                jnp.zeros(x.shape[0], bool))
+        (_, out, _), _ = jax.lax.scan(layer, init, (w["w1"], w["w2"]))
+        return out
+    x = jnp.asarray(p["x"])
+    return lambda: run(x)
+
+
+def berxit_per_instance(p: dict):
+    import jax
+    import jax.numpy as jnp
+
+    w = {k: jnp.asarray(v) for k, v in p["w"].items()}
+
+    @jax.jit
+    def step(h, w1, w2):
+        h = _berxit_layer(h, w1, w2, jnp)
+        logits = h @ w["head"]
+        return h, logits, _softmax_max(logits, jnp) > p["threshold"]
+
+    def run():
+        out = []
+        for h in xs:
+            for k in range(p["layers"]):
+                h, logits, done = step(h, w["w1"][k], w["w2"][k])
+                if bool(done):                             # a host decision per layer
+                    break
+            out.append(logits)
+        return jnp.stack(out)
+    xs = [jnp.asarray(x) for x in p["x"]]
+    return run
+
+
+MODELS = {
+    "birnn": (birnn_problem, birnn_numpy, birnn_tempo, birnn_padded, birnn_per_instance),
+    "berxit": (berxit_problem, berxit_numpy, berxit_tempo, berxit_padded, berxit_per_instance),
+}
+
+
+# -- measuring -----------------------------------------------------------------------------------
+def _timed(fn, runs: int) -> list[float]:
+    import jax
+
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn())
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def measure_model(model: str, args) -> list[dict]:
+    make, numpy_ref, tempo, padded, per_instance = MODELS[model]
+    if model == "birnn":
+        p = make(args.batch, args.seq_len, args.hidden)
+        want = numpy_ref(p)
+        useful = float(p["lengths"].sum() / (len(p["lengths"]) * p["lengths"].max()))
+        size = {"seq_len": args.seq_len}
+    else:
+        p = make(args.batch, args.layers, args.hidden, threshold=args.threshold)
+        want, exits = numpy_ref(p)
+        useful = float(exits.sum() / (len(exits) * exits.max()))
+        size = {"layers": args.layers, "exit_layers_mean": float(exits.mean())}
+    records = []
+    systems = list(args.systems) + (["jax_bucketed"] if model == "birnn" and args.bucketed
+                                    else [])
+    for system in systems:
+        t0 = time.perf_counter()
+        if system == "tempo_lab":
+            prog = tempo(p)
+            fn = lambda prog=prog: prog.run()["y"]  # noqa: E731
+        elif system == "jax_bucketed":
+            fn = birnn_bucketed(p)
+        else:
+            fn = (padded if system == "jax_padded" else per_instance)(p)
+        got = np.asarray(fn())                              # compiles (every shape), checks
+        compile_s = time.perf_counter() - t0
+        err = float(np.abs(got - want).max())
+        if not np.allclose(got, want, rtol=1e-3, atol=1e-3):
+            raise SystemExit(f"{model}/{system}: outputs differ from the NumPy reference by "
+                             f"{err:.3g}; reproduce with python -m benchmarks.autobatch "
+                             f"--models {model} --systems {system} --quick")
+        times = _timed(fn, args.runs)
+        rec = {"model": model, "system": system, "batch": args.batch, "hidden": args.hidden,
+               **size, "ms_per_batch": 1e3 * statistics.median(times),
+               "ms_min": 1e3 * min(times), "ms_max": 1e3 * max(times), "max_abs_err": err,
+               "useful_fraction": useful, "compile_s": compile_s, "runs": args.runs,
+               "loadavg": loadavg()}
+        if system == "tempo_lab":
+            rec["executor"] = prog.executor
+        records.append(rec)
+        print(f"{model:7s} {system:17s} {rec['ms_per_batch']:9.2f} ms/batch  err "
+              f"{err:.1e}  useful {useful:.2f}", flush=True)
+    by = {r["system"]: r["ms_per_batch"] for r in records}
+    if "tempo_lab" in by:
+        for r in records:
+            r["tempo_lab_ratio"] = by["tempo_lab"] / r["ms_per_batch"]
+    return records
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.autobatch",
+                                 description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true",
+                    help="small: batch 16, T = 24, 6 layers, hidden 32, 3 runs")
+    ap.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
+    ap.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS))
+    ap.add_argument("--batch", type=int, default=64)
+    ap.add_argument("--seq-len", type=int, default=64)
+    ap.add_argument("--layers", type=int, default=12)
+    ap.add_argument("--hidden", type=int, default=128)
+    ap.add_argument("--threshold", type=float, default=0.5)
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--bucketed", action="store_true",
+                    help="also time birnn sorted into 4 length buckets in plain JAX "
+                         "(jax_bucketed: what a compacting executor could gain)")
+    ap.add_argument("--out")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.batch, args.seq_len, args.layers, args.hidden, args.runs = 16, 24, 6, 32, 3
+    import tempo_lab as tl
+
+    tl.config.progress = False
+    records = []
+    for model in args.models:
+        records += measure_model(model, args)
+    env = environment()
+    for r in records:
+        r["environment"] = env
+    write_results(records, args.out or (QUICK_OUT if args.quick else DEFAULT_OUT))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
