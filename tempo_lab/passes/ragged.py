@@ -570,12 +570,19 @@ def _subst(v, sub: dict):
 
 
 def bucket(ed: Editor, name: str, r: Ragged) -> bool:
-    """Sorted by length and cut into ``CompileConfig.ragged_buckets`` groups, each group of
-    instances becomes a copy of the program over its own dims, as long as its own longest
-    instance: the padded work shrinks from ``B x max`` to the sum of each group's size times
-    its longest. Only where every instance is computed on its own (``_separable``); outputs
-    over ``b`` but not ``t`` are put together from the groups in sorted order (``ed.orders``,
-    undone by the run); an output over ``(b, t)`` keeps the program one box."""
+    """Group the instances of ragged bound ``name`` by length if ``groupable``; whether it
+    did. A construct the box cannot compile is reported first, in the user's dims."""
+    if not groupable(ed, name, r):
+        return False
+    _Lower(Editor(ed.result(), ed.pass_name, ed.config, ed.bounds, ed.dynamic), name, r).run()
+    _groups(ed, name, r)
+    return True
+
+
+def groupable(ed: Editor, name: str, r: Ragged) -> bool:
+    """Given lengths, groups asked for and enough instances, one ragged bound, no other
+    data-dependent one, every instance computed on its own (``_separable``), and no output
+    over ``(b, t)`` or as long as ``T`` (those keep the program one box)."""
     groups_wanted = getattr(ed.config, "ragged_buckets", 1) if ed.config else 1
     t = next(d for d in ed.dims if d.bound.name == name)
     b = next(d for d in ed.dims if d.name == r.over)
@@ -587,7 +594,21 @@ def bucket(ed: Editor, name: str, r: Ragged) -> bool:
     outs = {k: o for k, o in ed.outputs.items() if b in ed.ops[o].domain}
     if any(t in ed.ops[o].domain or any(T in x.symbols() for x in ed.ops[o].type.shape
                                         if not isinstance(x, int)) for o in outs.values()):
-        return False  # an output over (b, t) or as long as T: one box (see the docstring)
+        return False
+    return True
+
+
+def _groups(ed: Editor, name: str, r: Ragged):
+    """Sorted by length and cut into ``CompileConfig.ragged_buckets`` groups, each group of
+    instances becomes a copy of the program over its own dims, as long as its own longest
+    instance: the padded work shrinks from ``B x max`` to the sum of each group's size times
+    its longest. Outputs over ``b`` are put together from the groups in sorted order
+    (``ed.orders``, undone by the run)."""
+    t = next(d for d in ed.dims if d.bound.name == name)
+    b = next(d for d in ed.dims if d.name == r.over)
+    T = t.bound
+    outs = {k: o for k, o in ed.outputs.items() if b in ed.ops[o].domain}
+    groups_wanted = ed.config.ragged_buckets
     order = np.argsort(-r.lengths, kind="stable")
     cloned = sorted(i for i, op in ed.ops.items() if b in op.domain)
     parts, off = [], 0
@@ -635,7 +656,6 @@ def bucket(ed: Editor, name: str, r: Ragged) -> bool:
         ed.erase(i, f"ragged {name}: one copy per group of instances")
     ed.orders[b.name] = order
     del ed.ragged[name]
-    return True
 
 
 @register("ragged", None)
