@@ -71,7 +71,8 @@ def birnn_numpy(p: dict) -> np.ndarray:
     return np.stack(out)
 
 
-def birnn_tempo(p: dict):
+def birnn_tempo(p: dict, groups: int = 4):
+    """``groups``: ``CompileConfig.ragged_buckets``, the groups of instances by length."""
     import tempo_lab as tl
 
     w, (batch, _, hidden) = p["w"], p["x"].shape
@@ -89,7 +90,7 @@ def birnn_tempo(p: dict):
         hb[b, t] = tl.tanh(x[b, t] @ wb + hb[b, t + 1] @ ub)
         y = tl.concatenate([hf[b, T - 1], hb[b, 0]], axis=0) @ wo
     return ctx.compile(bounds={B: batch, T: tl.lengths(p["lengths"], over=b)},
-                       outputs={"y": y})
+                       outputs={"y": y}, config=tl.CompileConfig(ragged_buckets=groups))
 
 
 def birnn_padded(p: dict):
@@ -259,9 +260,145 @@ def berxit_per_instance(p: dict):
     return run
 
 
+def random_tree(leaves: int, rs) -> np.ndarray:
+    """A random binary tree in post-order (children before parents): ``(nodes, 2)`` child
+    indices, -1 for a leaf's; the root is the last node."""
+    nodes, pool = [(-1, -1)] * leaves, list(range(leaves))
+    while len(pool) > 1:
+        i, j = sorted(rs.choice(len(pool), 2, replace=False))
+        nodes.append((pool[i], pool[j]))
+        pool = [q for k, q in enumerate(pool) if k not in (i, j)] + [len(nodes) - 1]
+    return np.array(nodes)
+
+
+def treelstm_problem(batch: int, max_leaves: int, hidden: int, seed: int = 0) -> dict:
+    rs = np.random.RandomState(seed)
+    leaves = rs.randint(2, max_leaves + 1, size=batch)
+    leaves[0] = max_leaves
+    trees = [random_tree(int(n), rs) for n in leaves]
+    lengths = np.array([len(t) for t in trees])
+    n = lengths.max()
+    kids = np.zeros((batch, n, 2), np.int32)
+    leaf = np.ones((batch, n), bool)
+    for k, t in enumerate(trees):
+        kids[k, :len(t)] = np.maximum(t, 0)
+        leaf[k, :len(t)] = t[:, 0] < 0
+    s = 1.0 / np.sqrt(3 * hidden)
+    return {"x": rs.randn(batch, n, hidden).astype(np.float32), "kids": kids, "leaf": leaf,
+            "lengths": lengths, "w": (rs.randn(3 * hidden, 5 * hidden) * s).astype(np.float32)}
+
+
+def _treelstm_cell(x, hl, cl, hr, cr, w, xp, concat):
+    """A binary (N-ary) TreeLSTM cell: input, two forget, output gates and the update from
+    the node's input and both children's hidden states."""
+    hidden = hl.shape[-1]
+    z = concat([x, hl, hr]) @ w
+    i, fl, fr, o = (1 / (1 + xp.exp(-z[..., k * hidden:(k + 1) * hidden])) for k in range(4))
+    u = xp.tanh(z[..., 4 * hidden:])
+    c = i * u + fl * cl + fr * cr
+    return o * xp.tanh(c), c
+
+
+def treelstm_numpy(p: dict) -> np.ndarray:
+    out = []
+    hidden = p["x"].shape[-1]
+    for x, kids, leaf, n in zip(p["x"], p["kids"], p["leaf"], p["lengths"]):
+        hs, cs = [], []
+        for i in range(n):
+            zero = np.zeros(hidden, np.float32)
+            a, b = kids[i]
+            hl, cl, hr, cr = (zero,) * 4 if leaf[i] else (hs[a], cs[a], hs[b], cs[b])
+            h, c = _treelstm_cell(x[i], hl, cl, hr, cr, p["w"], np,
+                                  lambda v: np.concatenate(v, axis=-1))
+            hs.append(h)
+            cs.append(c)
+        out.append(hs[-1])
+    return np.stack(out)
+
+
+def treelstm_tempo(p: dict, groups: int = 4):
+    import tempo_lab as tl
+
+    batch, _, hidden = p["x"].shape
+    ctx = tl.Context(dims=("b", "n"))
+    b, n = ctx.dims
+    B, N = ctx.bounds
+    with ctx:
+        x = tl.from_array(p["x"], domain=(b, n))
+        left = tl.from_array(p["kids"][..., 0], domain=(b, n))
+        right = tl.from_array(p["kids"][..., 1], domain=(b, n))
+        leaf = tl.from_array(p["leaf"], domain=(b, n))
+        w = tl.constant(p["w"])
+        state = tl.placeholder((2 * hidden,), "float32", domain=(b, n))  # [h, c] per node
+        zero = tl.zeros((hidden,))
+
+        def node(x, kids_state):
+            hl, cl = kids_state[..., 0, :hidden], kids_state[..., 0, hidden:]
+            hr, cr = kids_state[..., 1, :hidden], kids_state[..., 1, hidden:]
+            h, c = _treelstm_cell(x, hl, cl, hr, cr, w, tl,
+                                  lambda v: tl.concatenate(v, axis=-1))
+            return tl.concatenate([h, c], axis=0)
+        state[b, 0] = node(x[b, 0], tl.stack([tl.concatenate([zero, zero], axis=0)] * 2))
+        earlier = state[b, 0:n]                            # the nodes before, in post-order
+        kids = tl.stack([tl.take(earlier, left, axis=0), tl.take(earlier, right, axis=0)])
+        kids = tl.where(leaf, tl.zeros((2, 2 * hidden)), kids)
+        state[b, n] = node(x, kids)
+        root = state[b, N - 1][..., :hidden]
+    return ctx.compile(bounds={B: batch, N: tl.lengths(p["lengths"], over=b)},
+                       outputs={"y": root}, config=tl.CompileConfig(ragged_buckets=groups))
+
+
+def _treelstm_scan(x, kids, leaf, w, n_valid):
+    """Plain JAX: a scan over the nodes in post-order, a node buffer, gathers for children."""
+    import jax
+    import jax.numpy as jnp
+
+    nodes, hidden = x.shape[-2], x.shape[-1]
+
+    def step(buf, i):
+        a, b = kids[..., i, 0], kids[..., i, 1]
+        get = lambda k: jnp.take_along_axis(buf, k[..., None, None], axis=-2)[..., 0, :]  # noqa: E731
+        sa, sb = get(a), get(b)
+        lf = leaf[..., i, None]
+        hl, cl = jnp.where(lf, 0.0, sa[..., :hidden]), jnp.where(lf, 0.0, sa[..., hidden:])
+        hr, cr = jnp.where(lf, 0.0, sb[..., :hidden]), jnp.where(lf, 0.0, sb[..., hidden:])
+        h, c = _treelstm_cell(x[..., i, :], hl, cl, hr, cr, w, jnp,
+                              lambda v: jnp.concatenate(v, axis=-1))
+        new = jnp.concatenate([h, c], axis=-1)
+        live = (i < n_valid)[..., None]
+        buf = buf.at[..., i, :].set(jnp.where(live, new, 0.0))
+        return buf, None
+    buf0 = jnp.zeros(x.shape[:-2] + (nodes, 2 * hidden), x.dtype)
+    buf, _ = jax.lax.scan(step, buf0, jnp.arange(nodes))
+    root = jnp.take_along_axis(buf, (n_valid - 1)[..., None, None], axis=-2)[..., 0, :]
+    return root[..., :hidden]
+
+
+def treelstm_padded(p: dict):
+    import jax
+    import jax.numpy as jnp
+
+    args = [jnp.asarray(p[k]) for k in ("x", "kids", "leaf", "w", "lengths")]
+    run = jax.jit(_treelstm_scan)
+    return lambda: run(*args)
+
+
+def treelstm_per_instance(p: dict):
+    import jax
+    import jax.numpy as jnp
+
+    one = jax.jit(_treelstm_scan)                           # one tree at its own size
+    trees = [[jnp.asarray(p["x"][k, :n]), jnp.asarray(p["kids"][k, :n]),
+              jnp.asarray(p["leaf"][k, :n]), jnp.asarray(p["w"]), jnp.asarray(n)]
+             for k, n in enumerate(p["lengths"])]
+    return lambda: jnp.stack([one(*t) for t in trees])
+
+
 MODELS = {
     "birnn": (birnn_problem, birnn_numpy, birnn_tempo, birnn_padded, birnn_per_instance),
     "berxit": (berxit_problem, berxit_numpy, berxit_tempo, berxit_padded, berxit_per_instance),
+    "treelstm": (treelstm_problem, treelstm_numpy, treelstm_tempo, treelstm_padded,
+                 treelstm_per_instance),
 }
 
 
@@ -279,11 +416,12 @@ def _timed(fn, runs: int) -> list[float]:
 
 def measure_model(model: str, args) -> list[dict]:
     make, numpy_ref, tempo, padded, per_instance = MODELS[model]
-    if model == "birnn":
-        p = make(args.batch, args.seq_len, args.hidden)
+    if model in ("birnn", "treelstm"):
+        p = make(args.batch, args.seq_len if model == "birnn" else args.leaves, args.hidden)
         want = numpy_ref(p)
         useful = float(p["lengths"].sum() / (len(p["lengths"]) * p["lengths"].max()))
-        size = {"seq_len": args.seq_len}
+        size = ({"seq_len": args.seq_len} if model == "birnn" else
+                {"max_leaves": args.leaves, "nodes_max": int(p["lengths"].max())})
     else:
         p = make(args.batch, args.layers, args.hidden, threshold=args.threshold)
         want, exits = numpy_ref(p)
@@ -336,6 +474,7 @@ def main(argv=None) -> int:
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--seq-len", type=int, default=64)
     ap.add_argument("--layers", type=int, default=12)
+    ap.add_argument("--leaves", type=int, default=32, help="treelstm: most leaves per tree")
     ap.add_argument("--hidden", type=int, default=128)
     ap.add_argument("--threshold", type=float, default=0.5)
     ap.add_argument("--runs", type=int, default=5)
@@ -346,6 +485,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.quick:
         args.batch, args.seq_len, args.layers, args.hidden, args.runs = 16, 24, 6, 32, 3
+        args.leaves = 8
     import tempo_lab as tl
 
     tl.config.progress = False
