@@ -49,3 +49,16 @@ def test_compile_scale_window_records_the_same_peak_at_any_bound():
     small, huge = (one_scale("window", n, n) for n in (10**3, 10**7))
     assert small["predicted_peak_bytes"] == huge["predicted_peak_bytes"] > 0
     assert huge["simulated_steps"] < 4 * small["simulated_steps"]
+
+
+def test_autobatch_benchmark_tiny(tmp_path):
+    out = tmp_path / "autobatch.json"
+    _run("benchmarks.autobatch", "--batch", "8", "--seq-len", "8", "--layers", "3", "--leaves",
+         "4", "--hidden", "8", "--runs", "1", "--bucketed", "--out", str(out))
+    records = json.loads(out.read_text())
+    assert {r["model"] for r in records} == {"birnn", "berxit", "treelstm"}
+    for r in records:
+        assert r["ms_per_batch"] > 0 and r["max_abs_err"] < 1e-3
+        assert 0 < r["useful_fraction"] <= 1 and r["tempo_lab_ratio"] > 0
+    assert {r["system"] for r in records if r["model"] == "birnn"} == {
+        "tempo_lab", "jax_padded", "jax_per_instance", "jax_bucketed"}
