@@ -299,28 +299,43 @@ def _treelstm_cell(x, hl, cl, hr, cr, w, xp, concat):
     return o * xp.tanh(c), c
 
 
-def treelstm_numpy(p: dict) -> np.ndarray:
+def treelstm_numpy(p: dict, xp=np, w=None):
+    """Each tree's root state, node by node (``xp``: NumPy, or jax.numpy to differentiate
+    with respect to ``w``)."""
     out = []
     hidden = p["x"].shape[-1]
+    w = p["w"] if w is None else w
     for x, kids, leaf, n in zip(p["x"], p["kids"], p["leaf"], p["lengths"]):
         hs, cs = [], []
         for i in range(n):
-            zero = np.zeros(hidden, np.float32)
+            zero = xp.zeros(hidden, np.float32)
             a, b = kids[i]
             hl, cl, hr, cr = (zero,) * 4 if leaf[i] else (hs[a], cs[a], hs[b], cs[b])
-            h, c = _treelstm_cell(x[i], hl, cl, hr, cr, p["w"], np,
-                                  lambda v: np.concatenate(v, axis=-1))
+            h, c = _treelstm_cell(x[i], hl, cl, hr, cr, w, xp,
+                                  lambda v: xp.concatenate(v, axis=-1))
             hs.append(h)
             cs.append(c)
         out.append(hs[-1])
-    return np.stack(out)
+    return xp.stack(out)
 
 
-def treelstm_tempo(p: dict, groups: int = 4):
+def treelstm_tempo(p: dict, groups: int = 4, executor: str = "auto"):
     import tempo_lab as tl
 
-    batch, _, hidden = p["x"].shape
     ctx = tl.Context(dims=("b", "n"))
+    _, root = treelstm_program(ctx, p)
+    B, N = ctx.bounds
+    return ctx.compile(bounds={B: len(p["lengths"]), N: tl.lengths(p["lengths"],
+                                                                   over=ctx.dims[0])},
+                       outputs={"y": root},
+                       config=tl.CompileConfig(ragged_buckets=groups, executor=executor))
+
+
+def treelstm_program(ctx, p: dict):
+    """The TreeLSTM over ``ctx``'s dims ``(b, n)``: the weight and each tree's root state."""
+    import tempo_lab as tl
+
+    hidden = p["x"].shape[-1]
     b, n = ctx.dims
     B, N = ctx.bounds
     with ctx:
@@ -344,8 +359,7 @@ def treelstm_tempo(p: dict, groups: int = 4):
         kids = tl.where(leaf, tl.zeros((2, 2 * hidden)), kids)
         state[b, n] = node(x, kids)
         root = state[b, N - 1][..., :hidden]
-    return ctx.compile(bounds={B: batch, N: tl.lengths(p["lengths"], over=b)},
-                       outputs={"y": root}, config=tl.CompileConfig(ragged_buckets=groups))
+    return w, root
 
 
 def _treelstm_scan(x, kids, leaf, w, n_valid):
