@@ -124,15 +124,21 @@ def test_the_bound_as_a_value_is_the_instances_where_b_is_in_its_domain():
         assert run["own"].tolist() == [2, 6, 5] and run["longest"] == 5, executor
 
 
+def forward_rnn(data, W0, b, t):
+    """The data, the weight and ``h[b, t] = tanh(x W + h[b, t - 1])`` (inside a context)."""
+    x = tl.from_array(data, domain=(b, t))
+    W = tl.constant(W0)
+    h = tl.placeholder((D,), "float32", domain=(b, t))
+    h[b, 0] = tl.tanh(x[b, 0] @ W)
+    h[b, t] = tl.tanh(x[b, t] @ W + h[b, t - 1])
+    return x, W, h
+
+
 def birnn_loss(ctx, data, W0):
     b, t = ctx.dims
     B, T = ctx.bounds
     with ctx:
-        x = tl.from_array(data, domain=(b, t))
-        W = tl.constant(W0)
-        h = tl.placeholder((D,), "float32", domain=(b, t))
-        h[b, 0] = tl.tanh(x[b, 0] @ W)
-        h[b, t] = tl.tanh(x[b, t] @ W + h[b, t - 1])
+        x, W, h = forward_rnn(data, W0, b, t)
         g = tl.placeholder((D,), "float32", domain=(b, t))
         g[b, T - 1] = tl.tanh(x[b, T - 1] @ W)
         g[b, t] = tl.tanh(x[b, t] @ W + g[b, t + 1])
@@ -253,11 +259,7 @@ def early_exit(data, W0, threshold, max_steps):
     b, t = ctx.dims
     B, T = ctx.bounds
     with ctx:
-        x = tl.from_array(data, domain=(b, t))
-        W = tl.constant(W0)
-        h = tl.placeholder((D,), "float32", domain=(b, t))
-        h[b, 0] = tl.tanh(x[b, 0] @ W)
-        h[b, t] = tl.tanh(x[b, t] @ W + h[b, t - 1])
+        x, W, h = forward_rnn(data, W0, b, t)
         done = h[b, t].sum() > threshold
         exit_h = h[b, T - 1]
         avg = h[b, 0:T].mean(axis=0)
