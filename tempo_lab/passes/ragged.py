@@ -45,6 +45,9 @@ class RaggedError(BoundsError):
 
 
 class _Lower:
+    """One ragged bound's guarded box: the lengths (or per-instance ends) as ops, and every
+    use of the instance's own bound rewritten over them (see the module docstring)."""
+
     def __init__(self, ed: Editor, name: str, r: Ragged):
         self.ed, self.name, self.r = ed, name, r
         self.t = next(d for d in ed.dims if d.bound.name == name)
