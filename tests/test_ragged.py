@@ -379,3 +379,64 @@ def test_trees_grouped_by_size_match_numpy(executor):
     prog = treelstm_tempo(p, executor=executor)
     assert prog.passes.orders  # ten trees of different sizes: grouped
     np.testing.assert_allclose(prog.run()["y"], treelstm_numpy(p), rtol=1e-4, atol=1e-5)
+
+
+def generate_trees(X, WL, WR, we, max_nodes, xp=np):
+    """DRNN-style generation per instance: nodes in breadth-first order, each node expands
+    into two children when ``state @ we > 0``; an instance ends when no node is pending.
+    Returns each instance's sum of node states and node counts."""
+    outs, sizes = [], []
+    for x in X:
+        states, cum, n = [xp.tanh(x)], [], 0
+        while True:
+            cum.append((cum[-1] if cum else 0) + int(float(jax.lax.stop_gradient(
+                states[n] @ we)) > 0))
+            if n == 2 * cum[n] or n + 1 == max_nodes:
+                break
+            n += 1
+            parent = sum(1 for c in cum if c < (n - 1) // 2 + 1)
+            states.append(xp.tanh(states[parent] @ (WL if n % 2 == 1 else WR)))
+        sizes.append(n + 1)
+        outs.append(xp.stack(states).sum(0))
+    return xp.stack(outs), sizes
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_generated_trees_end_per_instance_and_differentiate(executor):
+    """Generation with data-dependent branching: node n's parent is found from the running
+    count of expanding nodes, the tree ends per instance (tl.until over (b, n)), and the
+    gradient through the generated states matches jax.grad."""
+    H, max_nodes = 6, 15
+    rs = np.random.RandomState(4)
+    X = rs.randn(7, H).astype(np.float32)
+    WL, WR = ((rs.randn(H, H) * 0.8).astype(np.float32) for _ in range(2))
+    we = rs.randn(H).astype(np.float32)
+    ctx = tl.Context(dims=("b", "n"))
+    b, n = ctx.dims
+    B, N = ctx.bounds
+    with ctx:
+        wl, wr, w_e = tl.constant(WL), tl.constant(WR), tl.constant(we)
+        s = tl.placeholder((H,), "float32", domain=(b, n))
+        expands = ((s @ w_e) > 0.0).astype("int32")
+        cum = tl.placeholder((), "int32", domain=(b, n))   # expanding nodes up to n
+        cum[b, 0] = expands[b, 0]
+        cum[b, n] = cum[b, n - 1] + expands
+        k = (tl.zeros((), "int32") + (n - 1)) // 2        # n is a child of the k-th expanding
+        parent = (cum[b, 0:n] < k + 1).astype("int32").sum()
+        ps = tl.take(s[b, 0:n], parent, axis=0)
+        s[b, 0] = tl.tanh(tl.from_array(X, domain=(b,)))
+        s[b, n] = tl.tanh(tl.where(tl.eq(n % 2, 1), ps @ wl, ps @ wr))
+        done = tl.eq(tl.zeros((), "int32") + n, cum * 2)    # nothing pending after node n
+        total = s[b, 0:N].sum(axis=0)
+        gl, gr = tl.grad((total * total).sum(), [wl, wr])
+    run = ctx.compile(bounds={B: 7, N: tl.until(done, max=max_nodes)},
+                      outputs={"total": total, "gl": gl, "gr": gr},
+                      config=tl.CompileConfig(executor=executor)).run()
+    want, sizes = generate_trees(X, WL, WR, we, max_nodes)
+    assert run.lengths["N"][1].tolist() == sizes and len(set(sizes)) > 2
+    np.testing.assert_allclose(run["total"], want, rtol=1e-5, atol=1e-5)
+
+    def loss(WL, WR):
+        return (generate_trees(X, WL, WR, we, max_nodes, jnp)[0] ** 2).sum()
+    for got, w in zip((run["gl"], run["gr"]), jax.grad(loss, argnums=(0, 1))(WL, WR)):
+        np.testing.assert_allclose(got, w, rtol=1e-4, atol=1e-4)
