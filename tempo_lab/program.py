@@ -105,6 +105,9 @@ class CompileConfig:
     def __post_init__(self):
         if self.executor not in EXECUTORS:
             raise ArgumentError(f"unknown executor {self.executor!r}; choose one of {EXECUTORS}")
+        if not _positive_int(self.ragged_buckets):
+            raise ArgumentError(f"ragged_buckets={self.ragged_buckets!r}: give a positive number "
+                                "of groups (1: one box up to the longest instance)")
         if self.tile_block is not None and not _positive_int(self.tile_block):
             raise ArgumentError(f"tile_block={self.tile_block!r}: give a positive number of "
                                 "points per block, or None for the automatic size (tile=False "
@@ -515,12 +518,12 @@ class Program(Stage):
 
 def ragged_mask(dims: list[str], shape: tuple, lengths) -> np.ndarray:
     """Over domain axes ``dims`` of sizes ``shape``: false at points past an instance's own
-    length under a ragged bound (``lengths``: bound name -> (outer dim, lengths))."""
+    length under a ragged bound (``lengths``: ragged dim -> (outer dim, lengths))."""
     mask = np.ones(shape, bool)
-    for bound, (over, n) in lengths.items():
-        if bound.lower() not in dims or over not in dims:
+    for dim, (over, n) in lengths.items():
+        if dim not in dims or over not in dims:
             continue
-        t, b = dims.index(bound.lower()), dims.index(over)
+        t, b = dims.index(dim), dims.index(over)
         pos = np.arange(shape[t]).reshape([-1 if k == t else 1 for k in range(len(dims))])
         mask &= pos < n.reshape([-1 if k == b else 1 for k in range(len(dims))])
     return mask
@@ -557,20 +560,25 @@ class Run(Stage):
         """Which entries of ``run[key]``'s domain axes are real: false past each instance's own
         length under a ragged bound (``tl.lengths``), true everywhere else."""
         value, dims = self[key], self._dims(key)
-        return ragged_mask(dims, value.shape[:len(dims)], self.lengths)
+        return ragged_mask(dims, value.shape[:len(dims)], self._ragged())
 
     def instances(self, key) -> list[np.ndarray]:
         """``run[key]`` as one array per instance of a ragged bound's outer dim (first axis
         dropped), each cut to that instance's own length."""
         value, dims = self[key], self._dims(key)
-        for bound, (over, lengths) in self.lengths.items():
-            if bound.lower() in dims and over in dims:
-                b, t = dims.index(over), dims.index(bound.lower())
+        for dim, (over, lengths) in self._ragged().items():
+            if dim in dims and over in dims:
+                b, t = dims.index(over), dims.index(dim)
                 per = np.moveaxis(value, b, 0)
                 t -= t > b
                 return [np.take(per[k], np.arange(n), axis=t) for k, n in enumerate(lengths)]
         raise OutputError(f"{key!r} has no ragged dims (no tl.lengths bound over its domain); "
                           "read it as run[name]")
+
+    def _ragged(self) -> dict[str, tuple[str, np.ndarray]]:
+        """``lengths`` by the name of the ragged dim rather than of its bound."""
+        return {next(d.name for d in self.program.sdg.dims if d.bound.name == bound): v
+                for bound, v in self.lengths.items()}
 
     def _dims(self, key) -> list[str]:
         self[key]  # an OutputError for a key that is not an output

@@ -440,3 +440,17 @@ def test_generated_trees_end_per_instance_and_differentiate(executor):
         return (generate_trees(X, WL, WR, we, max_nodes, jnp)[0] ** 2).sum()
     for got, w in zip((run["gl"], run["gr"]), jax.grad(loss, argnums=(0, 1))(WL, WR)):
         np.testing.assert_allclose(got, w, rtol=1e-4, atol=1e-4)
+
+
+def test_other_dim_names_and_bad_group_counts():
+    ctx = tl.Context(dims=("seq", "t_step"))
+    s, ts = ctx.dims
+    S, TS = ctx.bounds
+    with ctx:
+        x = tl.zeros(()) + ts + s
+    run = ctx.compile(bounds={S: 2, TS: tl.lengths(np.array([1, 3]), over=s)},
+                      outputs={"x": x}).run()
+    assert run.mask("x").tolist() == [[True, False, False], [True, True, True]]
+    assert [v.tolist() for v in run.instances("x")] == [[0], [1, 2, 3]]
+    with pytest.raises(tl.ArgumentError, match="ragged_buckets"):
+        tl.CompileConfig(ragged_buckets=0)
