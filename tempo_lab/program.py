@@ -203,6 +203,10 @@ def lengths(array, over: Dim) -> Lengths:
     if not isinstance(over, Dim):
         raise BoundsError(f"tl.lengths(array, over=...): over must be a dim (e.g. b), got "
                           f"{over!r}", loc)
+    if isinstance(array, RecurrentTensor):
+        raise BoundsError(f"tl.lengths: {array.name} is a recurrent tensor; give the lengths as "
+                          "a NumPy array known before the run, or end each instance by data "
+                          f"with tl.until(done, max=N) where done is over ({over}, t)", loc)
     a = np.asarray(array)
     if a.ndim != 1 or a.size == 0 or a.dtype.kind not in "iu":
         raise BoundsError(f"tl.lengths: give a non-empty 1-D integer array with one length per "

@@ -212,9 +212,10 @@ def test_bad_lengths_are_clear_errors():
     B, T = ctx.bounds
     with ctx:
         x = tl.zeros(()) + t
-    for bad, words in [([0, 2], "between 1"), ([[1, 2]], "1-D"), ([1.5, 2.0], "integer")]:
+    for bad, words in [([0, 2], "between 1"), ([[1, 2]], "1-D"), ([1.5, 2.0], "integer"),
+                       (x, "tl.until\\(done")]:
         with pytest.raises(tl.BoundsError, match=words) as e:
-            tl.lengths(np.array(bad), over=b)
+            tl.lengths(bad if bad is x else np.array(bad), over=b)
         assert "test_ragged.py" in str(e.value)
     with pytest.raises(tl.BoundsError, match="another dim"):
         ctx.compile(bounds={B: 2, T: tl.lengths(np.array([1, 2]), over=t)}, outputs={"x": x})
