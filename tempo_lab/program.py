@@ -434,7 +434,11 @@ class Program(Stage):
             executable.program = self
         self._outputs = dict(outputs)
         self.compile_times: dict[str, float] = dict(times)
-        self.ragged = dict((passes.initial if passes is not None else sdg).ragged)
+
+    @property
+    def ragged(self):
+        """The ragged bounds as written (``ir.sdg.Ragged``), before the pass made boxes."""
+        return (self.passes.initial if self.passes is not None else self.sdg).ragged
 
     def __repr__(self) -> str:
         b = ", ".join(f"{k}={v}" for k, v in self.bounds.items())

@@ -50,8 +50,7 @@ class _Lower:
 
     def __init__(self, ed: Editor, name: str, r: Ragged):
         self.ed, self.name, self.r = ed, name, r
-        self.t = next(d for d in ed.dims if d.bound.name == name)
-        self.b = next(d for d in ed.dims if d.name == r.over)
+        self.t, self.b = _dims(ed, name, r)
         self.T = Bound(name)
         self._len: int | None = None
         self._valid: int | None = None
@@ -572,50 +571,54 @@ def _subst(v, sub: dict):
     return v
 
 
+def _dims(ed: Editor, name: str, r: Ragged) -> tuple[Dim, Dim]:
+    """The ragged dim of bound ``name`` and the dim it is ragged over."""
+    return (next(d for d in ed.dims if d.bound.name == name),
+            next(d for d in ed.dims if d.name == r.over))
+
+
 def bucket(ed: Editor, name: str, r: Ragged) -> bool:
     """Group the instances of ragged bound ``name`` by length if ``groupable``; whether it
     did. A construct the box cannot compile is reported first, in the user's dims."""
-    if not groupable(ed, name, r):
+    groups = groupable(ed, name, r)
+    if not groups:
         return False
     _Lower(Editor(ed.result(), ed.pass_name, ed.config, ed.bounds, ed.dynamic), name, r).run()
-    _groups(ed, name, r)
+    _groups(ed, name, r, groups)
     return True
 
 
-def groupable(ed: Editor, name: str, r: Ragged) -> bool:
-    """Given lengths, groups asked for and enough instances, one ragged bound, no other
-    data-dependent one, every instance computed on its own (``_separable``), and no output
-    over ``(b, t)`` or as long as ``T`` (those keep the program one box)."""
-    groups_wanted = getattr(ed.config, "ragged_buckets", 1) if ed.config else 1
-    t = next(d for d in ed.dims if d.bound.name == name)
-    b = next(d for d in ed.dims if d.name == r.over)
-    T = t.bound
-    if (r.lengths is None or groups_wanted < 2 or len(r.lengths) < 2 * groups_wanted
+def groupable(ed: Editor, name: str, r: Ragged) -> int:
+    """The number of groups to make (0: none): given lengths, groups asked for and enough
+    instances, one ragged bound, no other data-dependent one, every instance computed on its
+    own (``_separable``), and no output over ``(b, t)`` or as long as ``T`` (those keep the
+    program one box)."""
+    groups = getattr(ed.config, "ragged_buckets", 1) if ed.config else 1
+    t, b = _dims(ed, name, r)
+    if (r.lengths is None or groups < 2 or len(r.lengths) < 2 * groups
             or len(set(r.lengths.tolist())) < 2 or ed.untils or len(ed.ragged) > 1
             or not _separable(ed, b)):
-        return False
-    outs = {k: o for k, o in ed.outputs.items() if b in ed.ops[o].domain}
-    if any(t in ed.ops[o].domain or any(T in x.symbols() for x in ed.ops[o].type.shape
-                                        if not isinstance(x, int)) for o in outs.values()):
-        return False
-    return True
+        return 0
+    outs = [ed.ops[o] for o in ed.outputs.values() if b in ed.ops[o].domain]
+    if any(t in op.domain or any(t.bound in x.symbols() for x in op.type.shape
+                                 if not isinstance(x, int)) for op in outs):
+        return 0
+    return groups
 
 
-def _groups(ed: Editor, name: str, r: Ragged):
-    """Sorted by length and cut into ``CompileConfig.ragged_buckets`` groups, each group of
-    instances becomes a copy of the program over its own dims, as long as its own longest
-    instance: the padded work shrinks from ``B x max`` to the sum of each group's size times
-    its longest. Outputs over ``b`` are put together from the groups in sorted order
-    (``ed.orders``, undone by the run)."""
-    t = next(d for d in ed.dims if d.bound.name == name)
-    b = next(d for d in ed.dims if d.name == r.over)
+def _groups(ed: Editor, name: str, r: Ragged, groups: int):
+    """Sorted by length and cut into ``groups`` groups, each group of instances becomes a
+    copy of the program over its own dims, as long as its own longest instance: the padded
+    work shrinks from ``B x max`` to the sum of each group's size times its longest. Outputs
+    over ``b`` are put together from the groups in sorted order (``ed.orders``, undone by the
+    run)."""
+    t, b = _dims(ed, name, r)
     T = t.bound
     outs = {k: o for k, o in ed.outputs.items() if b in ed.ops[o].domain}
-    groups_wanted = ed.config.ragged_buckets
     order = np.argsort(-r.lengths, kind="stable")
     cloned = sorted(i for i, op in ed.ops.items() if b in op.domain)
     parts, off = [], 0
-    for g in np.array_split(order, groups_wanted):
+    for g in np.array_split(order, groups):
         longest = int(r.lengths[g].max())
         bg = ed.new_dim(f"{b.name}_g", b, len(g), why=f"instances {off}..{off + len(g) - 1} "
                         f"of {b} by length")
