@@ -455,3 +455,21 @@ def test_other_dim_names_and_bad_group_counts():
     assert [v.tolist() for v in run.instances("x")] == [[0], [1, 2, 3]]
     with pytest.raises(tl.ArgumentError, match="ragged_buckets"):
         tl.CompileConfig(ragged_buckets=0)
+
+
+def test_a_masked_range_through_squeeze_keeps_its_axis():
+    """x[b, 0:T] of shape (T, 1, 2): squeezing the size-1 axis moves the range's axis from
+    -3 to -2; the mask must follow it to the max that reduces the range."""
+    lengths = np.array([2, 4, 1])
+    data = np.random.RandomState(0).randn(3, 4, 1, 2).astype(np.float32)
+    ctx = tl.Context(dims=("b", "t"))
+    b, t = ctx.dims
+    B, T = ctx.bounds
+    with ctx:
+        x = tl.from_array(data, domain=(b, t))
+        y = x[b, 0:T].squeeze(axis=1).max(axis=0)
+    want = np.stack([data[k, :n, 0].max(axis=0) for k, n in enumerate(lengths)])
+    for executor in EXECUTORS:
+        run = ctx.compile(bounds={B: 3, T: tl.lengths(lengths, over=b)}, outputs={"y": y},
+                          config=tl.CompileConfig(executor=executor)).run()
+        np.testing.assert_allclose(run["y"], want, rtol=1e-6, err_msg=executor)

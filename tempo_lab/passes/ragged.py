@@ -443,7 +443,8 @@ class _Lower:
             gone = [a % rank for a in _axes(op.attrs["axis"], rank)]
             if any(a + rank in gone for a in axes):
                 self.unsupported(op, where, origin)
-            self.forward(i, mask, axes, origin)
+            self.forward(i, mask, [a + sum(1 for g in gone if g > a + rank) for a in axes],
+                         origin)
         else:
             self.unsupported(op, where, origin)
 
