@@ -473,3 +473,48 @@ def test_a_masked_range_through_squeeze_keeps_its_axis():
         run = ctx.compile(bounds={B: 3, T: tl.lengths(lengths, over=b)}, outputs={"y": y},
                           config=tl.CompileConfig(executor=executor)).run()
         np.testing.assert_allclose(run["y"], want, rtol=1e-6, err_msg=executor)
+
+
+def stacked(data, lengths, weights):
+    """A deep stack written out layer by layer (each a recurrence, alternating directions,
+    with a residual), pooled over each instance's own steps: hundreds of ops."""
+    ctx = tl.Context(dims=("b", "t"))
+    b, t = ctx.dims
+    B, T = ctx.bounds
+    with ctx:
+        h = tl.from_array(data, domain=(b, t))
+        for k, W in enumerate(weights):
+            with tl.scope(f"layer{k}"):
+                w = tl.constant(W)
+                s = tl.placeholder((data.shape[-1],), "float32", domain=(b, t))
+                if k % 2:
+                    s[b, T - 1] = tl.tanh(h[b, T - 1] @ w)
+                    s[b, t] = tl.tanh(h @ w + s[b, t + 1] * 0.5)
+                else:
+                    s[b, 0] = tl.tanh(h[b, 0] @ w)
+                    s[b, t] = tl.tanh(h @ w + s[b, t - 1] * 0.5)
+                h = s + h
+        pooled = h[b, 0:T].mean(axis=0) + h[b, T - 1]
+    bound = tl.lengths(lengths, over=b) if lengths is not None else data.shape[1]
+    return ctx, {B: data.shape[0], T: bound}, {"pooled": pooled}
+
+
+def test_a_program_of_hundreds_of_ops_matches_the_reference_and_each_instance_alone():
+    rs = np.random.RandomState(0)
+    lengths = rs.randint(1, 8, size=10)
+    data = rs.randn(10, lengths.max(), 4).astype(np.float32)
+    weights = [(rs.randn(4, 4) * 0.5).astype(np.float32) for _ in range(24)]
+    ctx, bounds, outs = stacked(data, lengths, weights)
+    want = ctx.compile(bounds=bounds, outputs=outs,
+                       config=tl.CompileConfig(executor="reference")).run()["pooled"]
+    for executor in ("xla", "interpreter"):
+        prog = ctx.compile(bounds=bounds, outputs=outs,
+                           config=tl.CompileConfig(executor=executor))
+        assert len(prog.passes.initial.ops) > 200 and len(prog.sdg.ops) > 400  # 4 groups
+        assert prog.passes.orders
+        np.testing.assert_allclose(prog.run()["pooled"], want, rtol=1e-4, atol=1e-5)
+    k = int(np.argmin(lengths))
+    one, b1, o1 = stacked(data[k:k + 1, :lengths[k]], None, weights)
+    alone = one.compile(bounds=b1, outputs=o1,
+                        config=tl.CompileConfig(executor="reference")).run()["pooled"][0]
+    np.testing.assert_allclose(want[k], alone, rtol=1e-5, atol=1e-6)
