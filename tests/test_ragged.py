@@ -518,3 +518,15 @@ def test_a_program_of_hundreds_of_ops_matches_the_reference_and_each_instance_al
     alone = one.compile(bounds=b1, outputs=o1,
                         config=tl.CompileConfig(executor="reference")).run()["pooled"][0]
     np.testing.assert_allclose(want[k], alone, rtol=1e-5, atol=1e-6)
+
+
+def test_ragged_bounds_survive_save_and_load(tmp_path):
+    lengths = np.array([3, 6, 1, 4, 6])
+    data = np.random.RandomState(1).randn(5, 6, D).astype(np.float32)
+    ctx, bounds, outs = program(data, ("last", "sum"), lengths)
+    prog = ctx.compile(bounds=bounds, outputs=outs)
+    tl.save(prog, tmp_path / "p.json")
+    back = tl.load(tmp_path / "p.json")
+    (r,) = back.passes.initial.ragged.values()
+    assert r.over == "b" and r.lengths.tolist() == lengths.tolist()
+    assert back.passes.initial.pretty() == prog.passes.initial.pretty()
