@@ -533,6 +533,7 @@ def run_tempo(program: RProgram, prog=None, calls: dict | None = None, **kw) -> 
     out["_bounds"] = dict(run.bounds)
     if run.profile is not None:  # store bytes: measured (per step on the loop executors), planned
         out["_peak"] = (run.profile.peak_bytes, prog.memory.peak_bytes)
+        out["_calls"] = dict(run.profile.calls)  # statement instances each executor counted
     return out
 
 

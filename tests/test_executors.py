@@ -495,3 +495,50 @@ def test_op_seconds_refuses_bad_runs_and_callbacks_at_the_users_line():
     with pytest.raises(tl.ArgumentError, match="tl.sink/tl.source") as e:
         prog.executable.op_seconds()
     assert e.value.loc.file == __file__
+
+
+def test_xla_fills_an_input_store_with_the_whole_array_at_the_start():
+    """A ``from_array`` input held whole starts as the array (no statement copying it in point
+    by point); values and statement counts are the interpreter's and the reference's."""
+    ctx = tl.Context(dims=("t",))
+    (t,), (T,) = ctx.dims, ctx.bounds
+    data = np.random.RandomState(3).randn(13, 4).astype(np.float32)
+    with ctx:
+        x = tl.from_array(data, domain=(t,))
+        h = tl.placeholder((4,), "float32", domain=(t,))
+        h[0] = x[0]
+        h[t] = tl.tanh(x[t] + h[t - 1]) + x[0:t + 1].sum(axis=0) * 0.1
+    outs = {"h": h}
+    xla = ctx.compile(bounds={T: 13}, outputs=outs, config=cfg("xla"))
+    assert op_named(xla, "x") in xla.executable.prepared.prefilled
+    line = next(s for s in xla.executable.source.splitlines() if "from_array" in s)
+    assert "filled with the whole array" in line
+    got = xla.run()
+    interp = ctx.compile(bounds={T: 13}, outputs=outs, config=cfg("interpreter")).run()
+    close(got["h"], ctx.compile(bounds={T: 13}, outputs=outs, config=REFERENCE).run()["h"])
+    assert got.profile.calls == interp.profile.calls
+
+
+def test_xla_writes_small_constants_into_the_program_and_keys_it_by_their_values():
+    """A small constant is a literal of the XLA program (XLA folds it into the kernels), not a
+    store; two programs that differ only in its value do not share a compiled program."""
+    def run(scale):
+        ctx = tl.Context(dims=("t",))
+        (t,), (T,) = ctx.dims, ctx.bounds
+        with ctx:
+            k = tl.constant(np.float32(scale))
+            h = tl.placeholder((3,), "float32", domain=(t,))
+            h[0] = tl.ones((3,))
+            h[t] = 1 / (k + tl.exp(-h[t - 1]))
+        prog = ctx.compile(bounds={T: 6}, outputs={"h": h}, config=cfg("xla"))
+        assert op_named(prog, "k") in prog.executable.prepared.baked
+        assert op_named(prog, "k") not in prog.executable.prepared.shapes
+        assert "k = const()  [constant in the program]" in prog.executable.source
+        return prog.run()["h"]
+
+    for scale in (1.0, 2.0):
+        want = np.ones((6, 3), np.float32)
+        for i in range(1, 6):
+            want[i] = 1 / (scale + np.exp(-want[i - 1]))
+        close(run(scale), want)
+

@@ -71,7 +71,8 @@ def test_random_programs_on_every_executor_under_pass_switches(program, switches
     switches (one per program; the 512 combinations are each drawn a few times over the run),
     equals the independent evaluation: outputs, gradients, sink calls and the bound reached;
     the loop executors' measured store peak equals the memory plan's (within 10% under a
-    ``tl.until`` that ends early). One compilation (schedule, memory plan) serves every executor (``Program.on``)."""
+    ``tl.until`` that ends early); the loop executors count the same statement instances. One
+    compilation (schedule, memory plan) serves every executor (``Program.on``)."""
     on = dict(zip(SWITCHES, switches))
     small = {"vectorise_budget_bytes": 24} if on["incrementalise"] else {}  # blocks of a few
     config = tl.CompileConfig(executor="interpreter", check_invariants=True, tile_block=2,
@@ -80,8 +81,11 @@ def test_random_programs_on_every_executor_under_pass_switches(program, switches
     want = expected(program)
     calls: dict = {}
     prog = compile_program(program, calls, config=config)
+    counted = {}
     for executor in EXECUTORS:
         got = run_tempo(program, prog.on(executor), calls)
+        if "_calls" in got:
+            counted[executor] = got.pop("_calls")
         assert_outputs_match(program, got, what=f"executor={executor} ({shown})", want=want)
         if executor in ("codegen", "interpreter"):  # they measure the store bytes of each step
             measured, predicted = got.pop("_peak")
@@ -90,6 +94,8 @@ def test_random_programs_on_every_executor_under_pass_switches(program, switches
             assert measured == predicted or (program.until and measured <= 1.1 * predicted), (
                 f"executor={executor} ({shown}): measured store peak {measured} B, predicted "
                 f"{predicted} B")
+    assert counted["xla"] == counted["interpreter"] == counted["codegen"], (
+        f"statement instances counted differ ({shown}): {counted}")
 
 
 @settings(max_examples=N_GROUPS, deadline=None, derandomize=True, database=None,
@@ -106,6 +112,7 @@ def test_random_programs_with_group_vectorisation(program):
     for executor in ("xla", "interpreter"):
         got = run_tempo(program, prog.on(executor), calls)
         got.pop("_peak", None)
+        got.pop("_calls", None)
         assert_outputs_match(program, got, what=f"executor={executor} (vectorise_groups)",
                              want=want)
 

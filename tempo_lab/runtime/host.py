@@ -41,6 +41,7 @@ class Cached:
     def __init__(self, lowered: Lowered):
         self.kernels: list[dict] = [{} for _ in lowered.stmts]
         self.device: dict[int, object] = {}
+        self.outermost = _outermost(lowered.ast)
 
 
 class Host:
@@ -48,7 +49,8 @@ class Host:
                  cached: Cached | None = None):
         self.lowered, self.sdg, self.sync, self.record = lowered, lowered.sdg, sync, record
         cached = cached or Cached(lowered)
-        self.kernels, self._device = cached.kernels, cached.device
+        self.kernels, self._device, self._outermost = (cached.kernels, cached.device,
+                                                       cached.outermost)
         self.error: TempoLabError | None = None
         self.events: list[KernelEvent] = []
         self.t0 = time.perf_counter()
@@ -64,7 +66,7 @@ class Host:
         """A progress bar over the iterations of the outermost loops (shown for long runs)."""
         env = dict(bounds)
         total = sum(max(0, n.hi.evaluate(env) - n.lo.evaluate(env))
-                    for n in _outermost(self.lowered.ast))
+                    for n in self._outermost)
         self.bar = progress.bar(total or None, f"run ({executor})", "step")
 
     def tick(self) -> None:

@@ -23,6 +23,7 @@ state, and the run raises the same error as the other executors when the program
 """
 from __future__ import annotations
 
+import functools
 import re
 import time
 from collections.abc import Mapping
@@ -47,6 +48,7 @@ from .kernels import attrs_key, kernel_body
 from .lowered import Lowered, Padded, Stmt
 
 _OP_SCOPE = re.compile(r"(?:^|/)op(\d+)(?=/|$)")
+BAKED_SIZE = 1024  # constants of at most this many elements become literals of the program
 MAX_PROGRAMS = 64  # jitted programs kept process-wide (each holds its compiled XLA code)
 _PROGRAMS = LRU(MAX_PROGRAMS)
 _ACTIVE: list[Host] = []  # the host of the run in progress, for the program's callbacks
@@ -97,7 +99,9 @@ class _Xla:
         self._nodes = [n for n in self.schedule.ast.walk() if isinstance(n, Exec)]
         self.local = _local_values(self.sdg, self.plan, self.schedule.ast,
                                    set(self.sdg.untils.values()))
+        self.baked = self._baked()
         self.shapes = self._store_shapes()
+        self.prefilled = self._prefilled()
         self.split = max(1, int(split))
         self.pads = [self._static_pads(st) for st in lowered.stmts]
         self._seg_pads: dict[tuple, tuple] = {}
@@ -110,10 +114,24 @@ class _Xla:
         self.source = "\n".join(self._describe(self.schedule.ast, 0))
 
     # -- static layout --------------------------------------------------------------------
+    def _baked(self) -> set[int]:
+        """Small constants (not outputs) written into the program as literals, not held in
+        stores: XLA then sees their values (``1 / (1 + exp(-z))`` stays a sigmoid with a
+        constant one; passed in as a run-time value, the fused kernel was measured 7x slower)."""
+        outputs = set(self.sdg.outputs.values())
+        return {i for i, s in self.plan.storages.items()
+                if (op := self.sdg.ops[i]).kind == "const" and not op.domain
+                and i not in outputs and np.size(op.attrs["value"]) <= BAKED_SIZE
+                and np.shape(op.attrs["value"]) == tuple(s.spatial)}
+
+    def _literal(self, op: int):
+        o = self.sdg.ops[op]
+        return jnp.asarray(np.asarray(o.attrs["value"], o.type.dtype))
+
     def _store_shapes(self) -> dict[int, tuple]:
         out = {}
         for i, s in self.plan.storages.items():
-            if i in self.local:
+            if i in self.local or i in self.baked:
                 continue
             op = self.sdg.ops[i]
             axes = [w if w is not None else s.allocated(k, self.bounds.get(d.bound.name, 1))
@@ -121,7 +139,35 @@ class _Xla:
             out[i] = (tuple(axes) + tuple(s.spatial), s.dtype)
         return out
 
-    @property
+    def _prefilled(self) -> set[int]:
+        """``from_array`` ops whose store holds every point of the array: the store starts as
+        the array itself instead of being copied in point by point (a loop of as many steps).
+        Not for outputs, whose points outside the demanded set must stay zeros."""
+        out = set()
+        outputs = set(self.sdg.outputs.values())
+        for i in self.shapes:
+            op, s = self.sdg.ops[i], self.plan.storages[i]
+            arr = op.attrs.get("array") if op.kind == "from_array" else None
+            nd = len(op.domain)
+            if (arr is not None and nd and i not in outputs and all(w is None for w in s.slots)
+                    and np.ndim(arr) == nd + len(s.spatial)
+                    and tuple(np.shape(arr)[nd:]) == tuple(s.spatial)):
+                out.add(i)
+        return out
+
+    def _prefill(self, op: int, host):
+        """The store of a prefilled ``from_array`` op: its array cut or padded with zeros to
+        the store's shape."""
+        shape, dtype = self.shapes[op]
+        x = host.astype(self.sdg.ops[op].type.dtype).astype(dtype)
+        x = x[tuple(slice(0, n) for n in shape)]
+        if x.shape != shape:
+            x = jnp.pad(x, [(0, n - m) for n, m in zip(shape, x.shape)])
+        layout = self.lowered.layout
+        sharding = None if layout is None else layout.store(op, len(shape))
+        return x if sharding is None else lax.with_sharding_constraint(x, sharding)
+
+    @functools.cached_property
     def static_bytes(self) -> int:
         return sum(int(np.prod(shape, dtype=np.int64)) * np.dtype(dt).itemsize
                    for shape, dt in self.shapes.values())
@@ -189,6 +235,14 @@ class _Xla:
             return []
         return [(k * span, (k + 1) * span) for k in range(self.split)]
 
+    def copies_only(self, node: For) -> bool:
+        """Whether a loop only copies arrays into prefilled stores: it is not run (its
+        statements are counted)."""
+        body = _items(node.body)
+        return (not isinstance(node, While) and node.step == 1 and bool(body)
+                and not any(s.name in self.sdg.untils for s in node.hi.bounds())
+                and all(isinstance(n, Exec) and n.op in self.prefilled for n in body))
+
     def _key(self) -> tuple:
         sdg = self.sdg
         ops = tuple((o.id, o.kind, attrs_key(o), str(o.type), tuple(d.name for d in o.domain),
@@ -200,6 +254,8 @@ class _Xla:
                 tuple(sorted((i, s.slots) for i, s in self.plan.storages.items())),
                 tuple(sorted((i, sh, str(dt)) for i, (sh, dt) in self.shapes.items())),
                 tuple(sorted(self.local)), tuple(sorted(self.sdg.untils.items())),
+                tuple((i, np.asarray(self.sdg.ops[i].attrs["value"]).tobytes())
+                      for i in sorted(self.baked)),
                 tuple(self.pads), tuple(sorted(self.checked)),
                 tuple(tuple(self.segments(n)) for n in self.schedule.ast.walk()
                       if isinstance(n, For)),
@@ -223,6 +279,10 @@ class _Xla:
         pad = "  " * d
         if isinstance(node, Seq):
             return [x for n in node.body for x in self._describe(n, d)]
+        if isinstance(node, For) and self.copies_only(node):
+            return [f"{pad}{' '.join(self.schedule._stmt(n).split())}  [store, filled with the "
+                    "whole array at the start: no loop]" for n in node.body.walk()
+                    if isinstance(n, Exec)]
         if isinstance(node, For):
             kind = "lax.while_loop" if isinstance(node, While) else "lax.fori_loop"
             segs = self.segments(node)
@@ -240,7 +300,10 @@ class _Xla:
         if isinstance(node, Exec):
             kind = self.sdg.ops[node.op].kind
             what = ("host callback" if flag(kind, "effect") else
-                    "value" if node.op in self.local else "store")
+                    "value" if node.op in self.local else
+                    "constant in the program" if node.op in self.baked else
+                    "store, filled with the whole array at the start" if node.op in
+                    self.prefilled else "store")
             return [f"{pad}{' '.join(self.schedule._stmt(node).split())}  [{what}]"]
         return []
 
@@ -250,13 +313,16 @@ class _Xla:
 
         def program(bvec, hosts):
             env = {ic.bound(p): bvec[k] for k, p in enumerate(names)}
-            state = {"s": {i: self._zeros(i, sh, dt) for i, (sh, dt) in self.shapes.items()},
+            hosts = dict(zip(self.lowered.hosts, hosts))
+            state = {"s": {i: self._prefill(i, hosts[i]) if i in self.prefilled else
+                           self._zeros(i, sh, dt) for i, (sh, dt) in self.shapes.items()},
                      "calls": jnp.zeros(len(self._ops), jnp.int32),
                      "w": {i: jnp.int32(-1) for i in self.sdg.untils.values()},
                      "b": {p: env[ic.bound(p)] for p in self.sdg.untils},
                      "err": jnp.zeros(2 + self._ndom, jnp.int32)}
-            ctx = _Trace(self, dict(zip(self.lowered.hosts, hosts)))
-            state = ctx.node(self.schedule.ast, env, state, {})
+            ctx = _Trace(self, hosts)
+            state = ctx.node(self.schedule.ast, env, state,
+                             {i: self._literal(i) for i in self.baked})
             outs = {i: state["s"][i] for i in self.sdg.outputs.values() if i in state["s"]}
             return outs, _calls(state), state["b"], state["err"]
 
@@ -281,7 +347,7 @@ class _Xla:
 
     def _args(self) -> tuple:
         """The program's arguments for the compiled bounds: bound values and host inputs."""
-        bvec = jnp.asarray([self.bounds.get(p, 1) for p in self.sdg.params], jnp.int32)
+        bvec = np.asarray([self.bounds.get(p, 1) for p in self.sdg.params], np.int32)
         return bvec, self._hosts()
 
     def hlo(self) -> str:
@@ -330,21 +396,19 @@ class _Xla:
     def run(self, host: Host, bounds: Mapping[str, int]):
         fn = self._compiled()
         host.t0 = time.perf_counter()
-        bvec = jnp.asarray([int(bounds.get(p, 1)) for p in self.sdg.params], jnp.int32)
+        bvec = np.asarray([int(bounds.get(p, 1)) for p in self.sdg.params], np.int32)
         _ACTIVE.append(host)
         try:
-            outs, calls, reached, err = fn(bvec, self._hosts(host))
-            jax.block_until_ready(outs)
+            # waits for the program; one transfer of everything it returns
+            outs, calls, reached, err = jax.device_get(fn(bvec, self._hosts(host)))
         finally:
             _ACTIVE.pop()
         host.raise_error()
-        err = np.asarray(err)
         if err[0]:  # the first max/min over an empty range, as the other executors raise it
             s = int(err[1])
             st = self.lowered.stmts[s]
             n = len(st.reads[0].lens([None] * len(st.reads[0].padded())))
             host.check(s, [0] * n, tuple(int(v) for v in err[2:2 + len(st.op.domain)]))
-        calls = np.asarray(calls)
         profile = host.profile(
             "xla", {i: int(calls[k]) for k, i in enumerate(self._ops)}, {},
             [self.static_bytes], "store bytes: the static stores the XLA program allocates for "
@@ -444,23 +508,13 @@ class _Trace:
         lo = ic.jax_int(node.lo, env)
         if not stop and not dyn and node.step == 1:
             hi = ic.jax_int(node.hi, env)
-
-            def fbody(v, carry):
-                return _carry(body(v, _merge(state, keys, carry)), keys)
-            carry = _carry(state, keys)
-            segments = ex.segments(node)
-            if not segments:
-                carry = lax.fori_loop(jnp.int32(lo), jnp.int32(hi), fbody, carry)
-            outer = self.seg
-            for first, end in segments:  # one loop per segment, its reads padded for it
-                self.seg = outer + ((node.var, end - 1),)
-                a = jnp.clip(jnp.int32(lo), first, end)
-
-                def seg_body(v, c):  # a new function each time: JAX caches traces by function
-                    return fbody(v, c)
-                carry = lax.fori_loop(a, jnp.clip(jnp.int32(hi), a, end), seg_body, carry)
-            self.seg = outer
-            return _merge(state, keys, carry)
+            if ex.copies_only(node):  # nothing to run: count its statements only
+                n = jnp.maximum(jnp.int32(hi) - jnp.int32(lo), 0)
+                calls = _calls(state)
+                for x in _items(node.body):
+                    calls = calls.at[ex._slot[x.op]].add(n)
+                return {**state, "pending": (), "calls": calls}
+            return self._fori(node, env, state, vals, body, keys, lo, hi)
 
         def cond(c):
             v, _, carry = c
@@ -484,6 +538,25 @@ class _Trace:
         _, _, carry = lax.while_loop(cond, wbody, init)
         return _merge(state, keys, carry)
 
+    def _fori(self, node: For, env, state, vals, body, keys, lo, hi):
+        """A loop with fixed bounds as ``lax.fori_loop`` (one per segment of a split loop)."""
+        def fbody(v, carry):
+            return _carry(body(v, _merge(state, keys, carry)), keys)
+        carry = _carry(state, keys)
+        segments = self.ex.segments(node)
+        if not segments:
+            carry = lax.fori_loop(jnp.int32(lo), jnp.int32(hi), fbody, carry)
+        outer = self.seg
+        for first, end in segments:  # one loop per segment, its reads padded for it
+            self.seg = outer + ((node.var, end - 1),)
+            a = jnp.clip(jnp.int32(lo), first, end)
+
+            def seg_body(v, c):  # a new function each time: JAX caches traces by function
+                return fbody(v, c)
+            carry = lax.fori_loop(a, jnp.clip(jnp.int32(hi), a, end), seg_body, carry)
+        self.seg = outer
+        return _merge(state, keys, carry)
+
     def exec(self, node: Exec, env, state, vals):
         ex = self.ex
         idx = ex.lowered.of_exec[id(node)]
@@ -505,6 +578,8 @@ class _Trace:
         # counted in Python, added to the counters in one step at the next carry (_carry):
         # a scatter per statement would multiply the XLA program's size
         state = {**state, "pending": state.get("pending", ()) + (ex._slot[op.id],)}
+        if op.id in ex.prefilled or op.id in ex.baked:  # already there: counted only
+            return state
         if op.id in ex.local:
             vals[op.id] = y
             return state
@@ -573,6 +648,10 @@ class _Trace:
         return y, state
 
 
+def _items(node) -> list:
+    return list(node.body) if isinstance(node, Seq) else [node]
+
+
 def _carry(state, keys):
     return ({i: state["s"][i] for i in keys}, _calls(state), dict(state["w"]),
             dict(state["b"]), state["err"])
@@ -610,38 +689,38 @@ def _reduced(op, ndim: int) -> tuple[int, ...]:
 
 
 def _local_values(sdg: SDG, plan: MemoryPlan, ast, keep: set[int]) -> set[int]:
-    """Point stores whose every read happens later in the same loop iteration that wrote them
-    (the writer not under an If there): held as traced values, never stored."""
-    where: dict[int, tuple] = {}   # exec op -> (enclosing For id, position, under an If)
+    """Point stores whose every read happens later in the same loop iteration that wrote them,
+    inside the If branch that wrote them (if any): held as traced values, never stored."""
+    where: dict[int, tuple] = {}   # exec op -> (enclosing For id, position, If branches)
     execs: dict[int, Exec] = {}
     count: dict[int, int] = {}
     pos = [0]
 
-    def visit(node, loop, cond):
+    def visit(node, loop, branches):
         if isinstance(node, Seq):
             for n in node.body:
-                visit(n, loop, cond)
+                visit(n, loop, branches)
         elif isinstance(node, For):
-            visit(node.body, id(node), False)
+            visit(node.body, id(node), ())
         elif isinstance(node, If):
-            visit(node.then, loop, True)
+            visit(node.then, loop, branches + (id(node.then),))
             if node.orelse is not None:
-                visit(node.orelse, loop, True)
+                visit(node.orelse, loop, branches + (id(node.orelse),))
         elif isinstance(node, Exec):
             pos[0] += 1
             count[node.op] = count.get(node.op, 0) + 1
-            where.setdefault(node.op, (loop, pos[0], cond))
+            where.setdefault(node.op, (loop, pos[0], branches))
             execs.setdefault(node.op, node)
 
-    visit(ast, None, False)
+    visit(ast, None, ())
     out = set()
     outputs = set(sdg.outputs.values())
     for i, s in plan.storages.items():
         if i in outputs or i in keep or any(w != 1 for w in s.slots) or count.get(i) != 1:
             continue
-        loop, p, cond = where.get(i, (None, 0, True))
-        if cond:
+        if i not in where:
             continue
+        loop, p, branches = where[i]
         w_op = sdg.ops[i]
         w_at = tuple(execs[i].args)
         ok = True
@@ -652,10 +731,11 @@ def _local_values(sdg: SDG, plan: MemoryPlan, ast, keep: set[int]) -> set[int]:
             if count.get(e.dst) != 1:
                 ok = False
                 break
-            rloop, rp, _ = where[e.dst]
+            rloop, rp, rbranches = where[e.dst]
             at = {Dim(d.name): a for d, a in zip(sdg.ops[e.dst].domain, r.args)}
             idx = tuple(x.substitute(at) if not hasattr(x, "stop") else None for x in e.index)
-            if rloop != loop or rp <= p or idx != w_at or len(idx) != len(w_op.domain):
+            if rloop != loop or rp <= p or rbranches[:len(branches)] != branches \
+                    or idx != w_at or len(idx) != len(w_op.domain):
                 ok = False
                 break
         if ok:
