@@ -224,6 +224,36 @@ def test_the_ops_off_a_recurrence_are_batched_over_its_dim(executor):
     np.testing.assert_allclose(off.run()["g"], gs, rtol=1e-5)
 
 
+@pytest.mark.parametrize("executor", ["interpreter", "xla"])
+def test_an_input_projection_read_only_by_later_steps_is_batched(executor):
+    """An RNN's ``x[t] @ w`` feeds only the steps t >= 1 (step 0 is its own branch). It has
+    no looped input, so computing it at t = 0 too is safe: it leaves the loop as one matmul.
+    A ``max`` read only by later steps stays in the loop (at t = 0 its range is empty)."""
+    ctx = tl.Context(dims=("b", "t"))
+    b, t = ctx.dims
+    B, T = ctx.bounds
+    rs = np.random.RandomState(4)
+    x0, w0, u0 = (rs.randn(3, 6, 4).astype(np.float32), rs.randn(4, 4).astype(np.float32),
+                  rs.randn(4, 4).astype(np.float32) * 0.5)
+    with ctx:
+        x = tl.from_array(x0, domain=(b, t))
+        w, u = tl.constant(w0), tl.constant(u0)
+        h = tl.placeholder((4,), "float32", (b, t), "h")
+        h[b, 0] = tl.tanh(x[b, 0] @ w)
+        h[b, t] = tl.tanh(x[b, t] @ w + h[b, t - 1] @ u + x[b, 0:t].max(axis=0))
+    prog = ctx.compile(bounds={B: 3, T: 6}, outputs={"h": h},
+                       config=config(executor, vectorise_groups=True))
+    batched = [op for op in prog.sdg.ops.values() if "t" in op.attrs.get("vdims", ())]
+    assert any(op.kind == "matmul" or "matmul" in [m.kind for m, _ in op.attrs.get("body", ())]
+               for op in batched)
+    assert not any(op.kind == "max" for op in batched)
+    want = np.zeros((3, 6, 4), np.float32)
+    want[:, 0] = np.tanh(x0[:, 0] @ w0)
+    for k in range(1, 6):
+        want[:, k] = np.tanh(x0[:, k] @ w0 + want[:, k - 1] @ u0 + x0[:, :k].max(axis=1))
+    np.testing.assert_allclose(prog.run()["h"], want, rtol=1e-5, atol=1e-5)
+
+
 def jnp_tanh(v):
     import jax.numpy as jnp
 

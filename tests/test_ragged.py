@@ -57,6 +57,12 @@ def program(data: np.ndarray, features, ragged_lengths=None):
     return ctx, bounds, outs
 
 
+def batched_dims(prog) -> set[str]:
+    """The dims along which a group of ops was batched out of its loop."""
+    return {e.note.split(" at ")[1].split()[0] for r in prog.passes.records
+            if r.name == "vectorise" for e in r.events if "looped reader's view" in e.note}
+
+
 def per_instance(data, lengths, features) -> dict[str, list[np.ndarray]]:
     """Each instance alone at its own length, on the reference: the definition."""
     out: dict[str, list] = {}
@@ -88,23 +94,30 @@ def check(run, want, lengths, features):
 @settings(max_examples=12, deadline=None, derandomize=True, database=None)
 @given(lengths=st.lists(st.integers(1, 7), min_size=1, max_size=10),
        features=st.sets(st.sampled_from(FEATURES), min_size=1, max_size=4),
-       executor=st.sampled_from(EXECUTORS))
-def test_random_ragged_programs_match_each_instance_alone(lengths, features, executor):
+       executor=st.sampled_from(EXECUTORS), batched=st.booleans())
+def test_random_ragged_programs_match_each_instance_alone(lengths, features, executor,
+                                                          batched):
     data = np.random.RandomState(len(lengths)).randn(len(lengths), max(lengths), D) \
         .astype(np.float32)
     ctx, bounds, outs = program(data, features, np.array(lengths))
-    run = ctx.compile(bounds=bounds, outputs=outs,
-                      config=tl.CompileConfig(executor=executor)).run()
+    run = ctx.compile(bounds=bounds, outputs=outs, config=tl.CompileConfig(
+        executor=executor, vectorise_groups=batched)).run()
     check(run, per_instance(data, lengths, features), lengths, features)
 
 
-@pytest.mark.parametrize("executor", EXECUTORS)
-def test_every_feature_on_every_executor(executor):
+@pytest.mark.parametrize("executor,batched", [(e, False) for e in EXECUTORS]
+                         + [("interpreter", True), ("xla", True)])
+def test_every_feature_on_every_executor(executor, batched):
+    """``batched``: the steps' parts outside the recurrences run batched over all steps
+    (``vectorise_groups``), in every group of instances."""
     lengths = np.array([3, 6, 1, 4, 6])
     data = np.random.RandomState(1).randn(5, 6, D).astype(np.float32)
     ctx, bounds, outs = program(data, FEATURES, lengths)
-    run = ctx.compile(bounds=bounds, outputs=outs,
-                      config=tl.CompileConfig(executor=executor)).run()
+    prog = ctx.compile(bounds=bounds, outputs=outs, config=tl.CompileConfig(
+        executor=executor, vectorise_groups=batched))
+    if batched:  # the inputs' sin/tanh parts leave the loop (one box: "batch" reads across b)
+        assert batched_dims(prog) == {"t"}
+    run = prog.run()
     check(run, per_instance(data, lengths, FEATURES), lengths, FEATURES)
     h = run.instances("h")
     assert [len(v) for v in h] == list(lengths) and h[2].shape == (1, D)
@@ -330,7 +343,17 @@ def test_instances_grouped_by_length_match_each_instance_alone(executor):
     assert sorted(order) == list(range(13)) and (np.diff(lengths[order]) <= 0).all()
     groups = [r for r in prog.passes[0].events if r.kind == "dim" and "by length" in r.note]
     assert len(groups) == 4
-    check(prog.run(), per_instance(data, lengths, SEPARABLE), lengths, SEPARABLE)
+    run = prog.run()
+    check(run, per_instance(data, lengths, SEPARABLE), lengths, SEPARABLE)
+    if executor == "xla":  # each group's input starts whole: its copy loop is counted, not run
+        assert "no loop" in prog.executable.source
+        interp = ctx.compile(bounds=bounds, outputs=outs,
+                             config=tl.CompileConfig(executor="interpreter")).run()
+        assert run.profile.calls == interp.profile.calls
+    batched = ctx.compile(bounds=bounds, outputs=outs, config=tl.CompileConfig(
+        executor=executor, vectorise_groups=True))
+    assert len(batched_dims(batched)) == 4  # each group's own steps
+    check(batched.run(), per_instance(data, lengths, SEPARABLE), lengths, SEPARABLE)
     one_box = ctx.compile(bounds=bounds, outputs=outs,
                           config=tl.CompileConfig(executor=executor, ragged_buckets=1))
     assert not one_box.passes.orders
@@ -380,6 +403,9 @@ def test_trees_grouped_by_size_match_numpy(executor):
     prog = treelstm_tempo(p, executor=executor)
     assert prog.passes.orders  # ten trees of different sizes: grouped
     np.testing.assert_allclose(prog.run()["y"], treelstm_numpy(p), rtol=1e-4, atol=1e-5)
+    if executor == "xla":  # the gates, used only inside the step's branch
+        assert any(line.strip().startswith("z[") and line.endswith("[value]")
+                   for line in prog.executable.source.splitlines())
 
 
 def generate_trees(X, WL, WR, we, max_nodes, xp=np):

@@ -248,10 +248,12 @@ def group(ed: Editor, d: Dim, size: int, budget: int | None) -> set[int] | None:
 
 
 def _demanded_everywhere(ed: Editor, ops: set[int]) -> set[int]:
-    """Those of ``ops`` that some reader needs at every point of their domain (for every
-    bound value). Batched, an op is computed at every point of ``d`` and reads its looped
-    producers there, so a point nobody read before (a step a branch guards, where a ``max``
-    over a range would be empty) must not become one."""
+    """Those of ``ops`` that may be computed at every point of their domain (for every bound
+    value). Batched, an op is computed at every point of ``d`` and reads its producers there,
+    so a point nobody read before (a step a branch guards, where a ``max`` over a range would
+    be empty) must not become one: an op qualifies when some reader needs it everywhere, or
+    when it is no ``max``/``min`` and its producers all exist everywhere (an RNN's input
+    projection, which only the steps after the first read)."""
     import islpy as isl
 
     from ..ir.demand import demand
@@ -261,7 +263,14 @@ def _demanded_everywhere(ed: Editor, ops: set[int]) -> set[int]:
     pctx = param_context(sdg)
     boxes: dict[int, isl.Set] = {i: sdg.isl_domain(i).intersect_params(pctx) for i in sdg.ops}
     got = demand(sdg, boxes, {e: sdg.isl_map(e) for e in sdg.edges})
-    return {i for i in ops if boxes[i].is_subset(got[i])}
+    full = {i for i in sdg.ops if boxes[i].is_subset(got[i])}
+    out = ops & full
+    while True:  # an op safe at every point whose inputs all exist there may join too
+        more = {i for i in ops - out if not flag(ed.ops[i].kind, "nonempty")
+                and all(e.src in full or e.src in out for e in ed.in_edges(i))}
+        if not more:
+            return out
+        out |= more
 
 
 def _shaped_by(op: Op, d: Dim) -> bool:
@@ -328,12 +337,21 @@ def _worth(ed: Editor, ops: set[int]) -> bool:
             "elementwise", "reduce", "linalg", "lift")) for i in ops)
 
 
+def _outer(ed: Editor, d: Dim) -> bool:
+    """Whether a loop runs inside ``d`` (an op over ``d`` keeps a dim after it). Groups are
+    batched along innermost recurrences only: batching one over an outer loop (training
+    iterations) would hold every outer point's inputs at once, for values cheap to make per
+    point (random numbers, permutations); measured slower on PPO. Sibling recurrences (the
+    groups of a ragged bound) are each innermost."""
+    later = set(ed.dims[ed.dims.index(d) + 1:])
+    return any(d in op.domain and later & set(op.domain) for op in ed.ops.values())
+
+
 @register("vectorise", "vectorise")
 def vectorise(ed: Editor):
     """Vectorisation: dims with no read across them become leading spatial axes; of a dim
     that some reads cross, the ops outside the recurrence become a batched group."""
     budget = ed.config.vectorise_budget_bytes
-    grouped = not ed.config.vectorise_groups
     for d in reversed(ed.dims):  # innermost first, so leading axes end up in universe order
         size = ed.bounds.get(d.bound.name)
         if size is None or d.bound.name in ed.dynamic:
@@ -345,12 +363,9 @@ def vectorise(ed: Editor):
             vectorise_dim(ed, d, size)
             continue
         ed.note(why[0], f"{d} stays a loop: {why[1]}")
-        if not grouped and not ed.role(d) and not eligible(ed, d, size, None):
-            # the innermost recurrence only: batching a group over an outer one (training
-            # iterations) would hold every outer point's inputs at once, for values cheap to
-            # make per point (random numbers, permutations); measured slower on PPO
+        if ed.config.vectorise_groups and not ed.role(d) and not _outer(ed, d) \
+                and not eligible(ed, d, size, None):
             ops = group(ed, d, size, budget)
-            grouped = ops is not None
             if ops and _worth(ed, ops):
                 vectorise_group(ed, d, size, ops)
 
