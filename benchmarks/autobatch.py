@@ -42,6 +42,9 @@ QUICK_OUT = os.path.join("benchmarks", "results", "autobatch_quick.json")
 SYSTEMS = ("tempo_lab", "jax_padded", "jax_per_instance")
 TARGETS = {"jax_padded": 1.0, "jax_per_instance": 0.2}  # tempo_lab / system, every model
 HALF_PADDED_TARGET = 0.7  # birnn and berxit, against jax_padded
+# tempo_lab's programs batch the work of the steps that is off the recurrence (the inputs'
+# projections) over all steps: an option of the compiler, recorded with each result
+VECTORISE_GROUPS = True
 
 
 # -- problems ------------------------------------------------------------------------------------
@@ -90,7 +93,8 @@ def birnn_tempo(p: dict, groups: int = 4):
         hb[b, t] = tl.tanh(x[b, t] @ wb + hb[b, t + 1] @ ub)
         y = tl.concatenate([hf[b, T - 1], hb[b, 0]], axis=0) @ wo
     return ctx.compile(bounds={B: batch, T: tl.lengths(p["lengths"], over=b)},
-                       outputs={"y": y}, config=tl.CompileConfig(ragged_buckets=groups))
+                       outputs={"y": y}, config=tl.CompileConfig(
+                           ragged_buckets=groups, vectorise_groups=VECTORISE_GROUPS))
 
 
 def birnn_padded(p: dict):
@@ -208,7 +212,8 @@ def berxit_tempo(p: dict):
         confident = _softmax_max(logits, tl) > p["threshold"]
         y = logits[b, L - 1]
     return ctx.compile(bounds={B: batch, L: tl.until(confident, max=p["layers"])},
-                       outputs={"y": y})
+                       outputs={"y": y},
+                       config=tl.CompileConfig(vectorise_groups=VECTORISE_GROUPS))
 
 
 def berxit_padded(p: dict):
@@ -328,7 +333,8 @@ def treelstm_tempo(p: dict, groups: int = 4, executor: str = "auto"):
     return ctx.compile(bounds={B: len(p["lengths"]), N: tl.lengths(p["lengths"],
                                                                    over=ctx.dims[0])},
                        outputs={"y": root},
-                       config=tl.CompileConfig(ragged_buckets=groups, executor=executor))
+                       config=tl.CompileConfig(ragged_buckets=groups, executor=executor,
+                                               vectorise_groups=VECTORISE_GROUPS))
 
 
 def treelstm_program(ctx, p: dict):
@@ -347,17 +353,16 @@ def treelstm_program(ctx, p: dict):
         state = tl.placeholder((2 * hidden,), "float32", domain=(b, n))  # [h, c] per node
         zero = tl.zeros((hidden,))
 
-        def node(x, kids_state):
-            hl, cl = kids_state[..., 0, :hidden], kids_state[..., 0, hidden:]
-            hr, cr = kids_state[..., 1, :hidden], kids_state[..., 1, hidden:]
+        def node(x, hl, cl, hr, cr):
             h, c = _treelstm_cell(x, hl, cl, hr, cr, w, tl,
                                   lambda v: tl.concatenate(v, axis=-1))
             return tl.concatenate([h, c], axis=0)
-        state[b, 0] = node(x[b, 0], tl.stack([tl.concatenate([zero, zero], axis=0)] * 2))
+        state[b, 0] = node(x[b, 0], zero, zero, zero, zero)
         earlier = state[b, 0:n]                            # the nodes before, in post-order
-        kids = tl.stack([tl.take(earlier, left, axis=0), tl.take(earlier, right, axis=0)])
-        kids = tl.where(leaf, tl.zeros((2, 2 * hidden)), kids)
-        state[b, n] = node(x, kids)
+        sl, sr = tl.take(earlier, left, axis=0), tl.take(earlier, right, axis=0)
+        kids = [tl.where(leaf, zero, v) for v in (sl[..., :hidden], sl[..., hidden:],
+                                                   sr[..., :hidden], sr[..., hidden:])]
+        state[b, n] = node(x, *kids)
         root = state[b, N - 1][..., :hidden]
     return w, root
 
@@ -468,6 +473,7 @@ def measure_model(model: str, args) -> list[dict]:
                "loadavg": loadavg()}
         if system == "tempo_lab":
             rec["executor"] = prog.executor
+            rec["vectorise_groups"] = VECTORISE_GROUPS
         records.append(rec)
         print(f"{model:7s} {system:17s} {rec['ms_per_batch']:9.2f} ms/batch  err "
               f"{err:.1e}  useful {useful:.2f}", flush=True)
