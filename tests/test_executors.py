@@ -519,6 +519,36 @@ def test_xla_fills_an_input_store_with_the_whole_array_at_the_start():
     assert got.profile.calls == interp.profile.calls
 
 
+
+def test_xla_starts_an_input_of_a_million_points_whole():
+    """At T = 10^6 an input read in both directions starts as its array, not copied in point
+    by point, and its statements are still counted once per point."""
+    n = 10**6
+    data = np.random.RandomState(0).rand(n).astype(np.float32)
+    ctx = tl.Context(dims=("t",))
+    (t,), (T,) = ctx.dims, ctx.bounds
+    with ctx:
+        x = tl.from_array(data, domain=(t,))
+        f = tl.placeholder((), "float32", domain=(t,))
+        f[0] = x[0]
+        f[t] = f[t - 1] * 0.5 + x[t]
+        g = tl.placeholder((), "float32", domain=(t,))
+        g[T - 1] = x[T - 1]
+        g[t] = g[t + 1] * 0.5 + x[t]
+        y = f[T - 1] + g[0]
+    prog = ctx.compile(bounds={T: n}, outputs={"y": y}, config=cfg("xla"))
+    line = next(s for s in prog.executable.source.splitlines() if "from_array" in s)
+    assert "filled with the whole array" in line
+    run = prog.run()
+    f_last = g_first = np.float32(0)
+    for v in data[-64:]:  # 0.5^64 is below float32's resolution: older points do not count
+        f_last = f_last * np.float32(0.5) + v
+    for v in data[63::-1]:
+        g_first = g_first * np.float32(0.5) + v
+    close(run["y"], f_last + g_first)
+    assert run.profile.calls[op_named(prog, "x")] == n
+
+
 def test_xla_writes_small_constants_into_the_program_and_keys_it_by_their_values():
     """A small constant is a literal of the XLA program (XLA folds it into the kernels), not a
     store; two programs that differ only in its value do not share a compiled program."""
