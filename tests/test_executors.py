@@ -549,6 +549,35 @@ def test_xla_starts_an_input_of_a_million_points_whole():
     assert run.profile.calls[op_named(prog, "x")] == n
 
 
+
+@pytest.mark.parametrize("n", [1, 2, 7])
+def test_xla_traces_a_recurrences_first_step_apart_without_a_branch(n):
+    """``h[0]`` and ``h[t]`` from ``h[t - 1]``: the loop's first step is traced apart, so
+    neither part needs a lax.cond for ``t >= 1`` nor a select for the merge; one step alone
+    (n = 1) leaves the rest empty. Values and counts are the interpreter's."""
+    ctx = tl.Context(dims=("t",))
+    (t,), (T,) = ctx.dims, ctx.bounds
+    data = np.random.RandomState(n).randn(n, 3).astype(np.float32)
+    with ctx:
+        x = tl.from_array(data, domain=(t,))
+        h = tl.placeholder((3,), "float32", domain=(t,))
+        h[0] = tl.tanh(x[0])
+        h[t] = tl.tanh(x[t] + h[t - 1] * 0.5)
+        g = tl.placeholder((3,), "float32", domain=(t,))  # backwards: first step t = T - 1
+        g[T - 1] = x[T - 1]
+        g[t] = g[t + 1] * 0.5 + h[t]
+    outs = {"h": h, "g": g}
+    prog = ctx.compile(bounds={T: n}, outputs=outs, config=cfg("xla"))
+    source = prog.executable.source
+    assert source.count("the first step is traced apart") == 2 and "lax.cond(i_" not in source
+    assert prog.executable.hlo().count("conditional(") <= 1  # 0.5 is computed if T >= 2
+    got = prog.run()
+    want = ctx.compile(bounds={T: n}, outputs=outs, config=REFERENCE).run()
+    close(got["h"], want["h"])
+    close(got["g"], want["g"])
+    interp = ctx.compile(bounds={T: n}, outputs=outs, config=cfg("interpreter")).run()
+    assert got.profile.calls == interp.profile.calls
+
 def test_xla_writes_small_constants_into_the_program_and_keys_it_by_their_values():
     """A small constant is a literal of the XLA program (XLA folds it into the kernels), not a
     store; two programs that differ only in its value do not share a compiled program."""

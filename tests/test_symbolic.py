@@ -107,6 +107,49 @@ def test_cond_set_round_trip(c):
         assert (not (pt & s).is_empty()) == inside
 
 
+
+linear_conds = st.recursive(  # a loop's guards: a * t + k * T + c compared with zero
+    st.tuples(st.integers(-2, 2), st.integers(-1, 1), st.integers(-4, 4),
+              st.sampled_from([">=", "==", "!="])).map(
+        lambda p: {">=": lambda e: e >= 0, "==": lambda e: eq(e, 0),
+                   "!=": lambda e: ne(e, 0)}[p[3]](p[0] * t + p[1] * T + p[2])),
+    lambda inner: st.one_of(st.tuples(inner, inner).map(lambda p: p[0] & p[1]),
+                            st.tuples(inner, inner).map(lambda p: p[0] | p[1]),
+                            inner.map(lambda c: ~c)),
+    max_leaves=3,
+)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(st.one_of(conds, linear_conds), st.sampled_from([0, 1, 2, -3, T - 2, 1 - T, T + b]),
+       st.booleans())
+def test_a_loops_range_decides_a_condition_only_where_it_holds_throughout(c, first, exact):
+    """``decide(c, {t: (first, exact)})``: True or False only if ``c`` is that at every point
+    with ``t >= first`` (``t == first`` if exact), checked by brute force."""
+    from tempo_lab.symbolic.cond import decide
+
+    got = decide(c, {t: (first, exact)})
+    if got is None:
+        return
+    for bv, tv_bound in itertools.product(range(3), range(1, 7)):
+        env = {"b": bv, "B": 3, "T": tv_bound}
+        start = tl.symbolic.as_expr(first).evaluate(env)
+        for tv in [start] if exact else range(start, start + 12):
+            assert c.evaluate({**env, "t": tv}) == got, (c, first, exact, env, tv)
+
+
+def test_a_recurrences_guards_are_settled_after_its_first_step():
+    from tempo_lab.symbolic.cond import decide
+
+    c0 = Dim("c0")
+    assert decide(t >= 1, {t: (0, False)}) is None
+    assert decide(t >= 1, {t: (1, False)}) is True and decide(t >= 1, {t: (0, True)}) is False
+    assert decide(ne(t, 0), {t: (1, False)}) is True and decide(eq(t, 0), {t: (0, True)})
+    # a loop over c0 = -t from 1 - T: its first step is t = T - 1, whatever T is
+    assert decide(c0 + T - 2 >= 0, {c0: (1 - T, True)}) is False
+    assert decide(c0 + T - 2 >= 0, {c0: (2 - T, False)}) is True
+    assert decide(t <= T - 1, {t: (0, False)}) is None  # the end is not known: not decided
+
 def test_edge_map_reverse_and_reads():
     m = I.edge_map(("C", [b, t]), ("P", [b, t]), [b, Slice(max_(0, t - 2), t + 1)],
                    t >= 1, PARAMS)

@@ -27,6 +27,7 @@ import functools
 import re
 import time
 from collections.abc import Mapping
+from contextlib import contextmanager
 
 import jax
 import jax.numpy as jnp
@@ -39,8 +40,9 @@ from ..ir.ops import flag
 from ..ir.sdg import SDG
 from ..memory.plan import MemoryPlan
 from ..schedule import Exec, For, Free, If, Seq, While
-from ..symbolic import Const, Dim
+from ..symbolic import Const, Dim, as_expr
 from ..symbolic import isl as I
+from ..symbolic.cond import decide
 from ..symbolic.sizes import size_class
 from . import index_code as ic
 from .host import Host
@@ -111,7 +113,7 @@ class _Xla:
                         if flag(st.op.kind, "nonempty") and _may_be_empty(lowered, st)}
         self._ndom = max((len(st.op.domain) for st in lowered.stmts), default=0)
         self._fn = None
-        self.source = "\n".join(self._describe(self.schedule.ast, 0))
+        self.source = "\n".join(self._describe(self.schedule.ast, 0, {}))
 
     # -- static layout --------------------------------------------------------------------
     def _baked(self) -> set[int]:
@@ -243,6 +245,13 @@ class _Xla:
                 and not any(s.name in self.sdg.untils for s in node.hi.bounds())
                 and all(isinstance(n, Exec) and n.op in self.prefilled for n in body))
 
+    def peeled(self, node: For, lower: dict) -> bool:
+        """Whether the loop's first step is traced apart from the rest (``_peels``); only a
+        ``lax.fori_loop`` that is not split into segments."""
+        return (not isinstance(node, While) and node.step == 1 and not self.segments(node)
+                and not any(s.name in self.sdg.untils for s in node.hi.bounds())
+                and _peels(self, node, lower))
+
     def _key(self) -> tuple:
         sdg = self.sdg
         ops = tuple((o.id, o.kind, attrs_key(o), str(o.type), tuple(d.name for d in o.domain),
@@ -275,10 +284,11 @@ class _Xla:
                 "static_stores": {str(i): list(sh) for i, (sh, _) in sorted(self.shapes.items())},
                 "local": sorted(self.local), "source": self.source.splitlines()}
 
-    def _describe(self, node, d) -> list[str]:
+    def _describe(self, node, d, lower) -> list[str]:
+        """The program as traced (``lower``: the loops' ranges, as in ``_Trace``)."""
         pad = "  " * d
         if isinstance(node, Seq):
-            return [x for n in node.body for x in self._describe(n, d)]
+            return [x for n in node.body for x in self._describe(n, d, lower)]
         if isinstance(node, For) and self.copies_only(node):
             return [f"{pad}{' '.join(self.schedule._stmt(n).split())}  [store, filled with the "
                     "whole array at the start: no loop]" for n in node.body.walk()
@@ -286,16 +296,25 @@ class _Xla:
         if isinstance(node, For):
             kind = "lax.while_loop" if isinstance(node, While) else "lax.fori_loop"
             segs = self.segments(node)
-            split = (f"  # {len(segs)} loops of {segs[0][1]} steps, ranges padded per loop"
-                     if segs else "")
+            peeled = not segs and self.peeled(node, lower)
+            note = (f"  # {len(segs)} loops of {segs[0][1]} steps, ranges padded per loop"
+                    if segs else "  # the first step is traced apart; below, the others"
+                    if peeled else "")
+            first = as_expr(node.lo) + 1 if peeled else node.lo
             return [f"{pad}{kind}({ic.var(node.var)} in {ic.expr_src(node.lo)}.."
-                    f"{ic.expr_src(node.hi)}):{split}"] + self._describe(node.body, d + 1)
+                    f"{ic.expr_src(node.hi)}):{note}"] + self._describe(
+                        node.body, d + 1, _ranged(self, node, lower, first, False))
         if isinstance(node, If):
             if not _has_exec(node):
                 return []
-            out = [f"{pad}lax.cond({ic.cond_src(node.cond)}):"] + self._describe(node.then, d + 1)
+            settled = decide(node.cond, lower)
+            if settled is not None:  # the loop's range decides it: traced without lax.cond
+                sub = node.then if settled else node.orelse
+                return [] if sub is None else self._describe(sub, d, lower)
+            out = [f"{pad}lax.cond({ic.cond_src(node.cond)}):"] + self._describe(
+                node.then, d + 1, lower)
             if node.orelse is not None and _has_exec(node.orelse):
-                out += [f"{pad}else:"] + self._describe(node.orelse, d + 1)
+                out += [f"{pad}else:"] + self._describe(node.orelse, d + 1, lower)
             return out
         if isinstance(node, Exec):
             kind = self.sdg.ops[node.op].kind
@@ -455,6 +474,9 @@ class _Trace:
     def __init__(self, ex: _Xla, hosts: dict):
         self.ex, self.hosts = ex, hosts
         self.seg: tuple = ()  # (loop variable, largest value) of the split loops being traced
+        # the loops being traced: loop variable -> (its first value, whether it is exactly
+        # that), so that branches the loop's range settles are traced without a lax.cond
+        self.lower: dict[Dim, tuple] = {}
 
     def node(self, node, env, state, vals):
         ex = self.ex
@@ -471,6 +493,10 @@ class _Trace:
         if isinstance(node, If):
             if not _has_exec(node):
                 return state
+            settled = decide(node.cond, self.lower)
+            if settled is not None:
+                sub = node.then if settled else node.orelse
+                return state if sub is None else self.node(sub, env, state, vals)
             keys = _writes(ex, node)
             pred = ic.jax_bool(node.cond, env)
 
@@ -535,8 +561,20 @@ class _Trace:
             return v + node.step, ended, _carry(st, keys)
 
         init = (jnp.int32(lo), jnp.bool_(False), _carry(state, keys))
-        _, _, carry = lax.while_loop(cond, wbody, init)
+        with self._from(node, node.lo, False):
+            _, _, carry = lax.while_loop(cond, wbody, init)
         return _merge(state, keys, carry)
+
+    @contextmanager
+    def _from(self, node: For, first, exact: bool):
+        """While tracing ``node``'s body: its variable starts at ``first`` (or is exactly
+        ``first``)."""
+        old = self.lower
+        self.lower = _ranged(self.ex, node, old, first, exact)
+        try:
+            yield
+        finally:
+            self.lower = old
 
     def _fori(self, node: For, env, state, vals, body, keys, lo, hi):
         """A loop with fixed bounds as ``lax.fori_loop`` (one per segment of a split loop)."""
@@ -544,16 +582,25 @@ class _Trace:
             return _carry(body(v, _merge(state, keys, carry)), keys)
         carry = _carry(state, keys)
         segments = self.ex.segments(node)
-        if not segments:
-            carry = lax.fori_loop(jnp.int32(lo), jnp.int32(hi), fbody, carry)
+        lo, hi = jnp.int32(lo), jnp.int32(hi)
+        if self.ex.peeled(node, self.lower):
+            with self._from(node, node.lo, True):  # the first step, alone
+                carry = lax.fori_loop(lo, jnp.minimum(lo + 1, hi),
+                                      lambda v, c: fbody(v, c), carry)
+            with self._from(node, as_expr(node.lo) + 1, False):
+                carry = lax.fori_loop(lo + 1, hi, lambda v, c: fbody(v, c), carry)
+        elif not segments:
+            with self._from(node, node.lo, False):
+                carry = lax.fori_loop(lo, hi, fbody, carry)
         outer = self.seg
         for first, end in segments:  # one loop per segment, its reads padded for it
             self.seg = outer + ((node.var, end - 1),)
-            a = jnp.clip(jnp.int32(lo), first, end)
+            a = jnp.clip(lo, first, end)
 
             def seg_body(v, c):  # a new function each time: JAX caches traces by function
                 return fbody(v, c)
-            carry = lax.fori_loop(a, jnp.clip(jnp.int32(hi), a, end), seg_body, carry)
+            with self._from(node, node.lo, False):
+                carry = lax.fori_loop(a, jnp.clip(hi, a, end), seg_body, carry)
         self.seg = outer
         return _merge(state, keys, carry)
 
@@ -564,17 +611,24 @@ class _Trace:
         op = ex.sdg.ops[node.op]
         if not stmts:
             return state
+        # a merge has one statement per branch: the first whose condition holds is taken,
+        # the last when none does; the branches this loop's range rules out are not traced
+        taken = []
+        for j, k in enumerate(idx):
+            settled = True if j == len(idx) - 1 else decide(ex.lowered.stmts[k].cond,
+                                                            self.lower)
+            if settled is not False:
+                taken.append(k)
+            if settled:
+                break
         ys = []
         with jax.named_scope(f"op{op.id}"):  # names its instructions (xla_profile)
-            for k in idx:
+            for k in taken:
                 y, state = self.stmt(k, env, state, vals)
                 ys.append(y)
-        if len(ys) == 1:
-            y = ys[0]
-        else:  # a merge: every branch's value, the one whose condition holds selected
-            y = ys[-1]
-            for st, v in zip(stmts[-2::-1], ys[-2::-1]):
-                y = jnp.where(ic.jax_bool(st.cond, env), v, y)
+        y = ys[-1]
+        for k, v in zip(taken[-2::-1], ys[-2::-1]):
+            y = jnp.where(ic.jax_bool(ex.lowered.stmts[k].cond, env), v, y)
         # counted in Python, added to the counters in one step at the next carry (_carry):
         # a scatter per statement would multiply the XLA program's size
         state = {**state, "pending": state.get("pending", ()) + (ex._slot[op.id],)}
@@ -646,6 +700,26 @@ class _Trace:
                             + [jnp.int32(0)] * (err.shape[0] - 2 - len(point)))
             state = {**state, "err": jnp.where((err[0] == 0) & empty, row, err)}
         return y, state
+
+
+def _ranged(ex: _Xla, node: For, lower: dict, first, exact: bool) -> dict:
+    """``lower`` with ``node``'s variable starting at ``first`` (exactly ``first`` if
+    ``exact``); unchanged for a loop whose start moves with a ``tl.until`` bound."""
+    if node.step <= 0 or any(b.name in ex.sdg.untils for b in as_expr(node.lo).bounds()):
+        return lower
+    return {**lower, Dim(node.var): (first, exact)}
+
+
+def _peels(ex: _Xla, node: For, lower: dict) -> bool:
+    """Whether tracing a loop's first step apart settles a branch the whole loop cannot
+    (``t == 0`` or ``t >= 1`` in a recurrence): then neither copy has its lax.cond."""
+    conds = [n.cond for n in node.body.walk() if isinstance(n, If)]
+    for n in node.body.walk():
+        idx = ex.lowered.of_exec.get(id(n), ()) if isinstance(n, Exec) else ()
+        conds += [ex.lowered.stmts[k].cond for k in idx[:-1]]  # a merge's branches
+    whole = _ranged(ex, node, lower, node.lo, False)
+    rest = _ranged(ex, node, lower, as_expr(node.lo) + 1, False)
+    return any(decide(c, whole) is None and decide(c, rest) is not None for c in conds)
 
 
 def _items(node) -> list:

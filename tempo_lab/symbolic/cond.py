@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ExprError
-from .expr import Const, Dim, Expr, Lin, as_expr, fast_evaluate
+from .expr import Const, Dim, Expr, Lin, Sym, as_expr, fast_evaluate
 
 
 def not_a_bool(value, what: str):
@@ -247,3 +247,40 @@ def not_(c) -> Cond:
     if isinstance(c, Cmp) and c.op == ">=":
         return compare(">=", -c.expr - 1)  # ~(e >= 0)  <=>  -e - 1 >= 0
     return Not(c)
+
+
+def decide(c: Cond, lower: dict[Dim, tuple[Expr, bool]]) -> bool | None:
+    """Whether ``c`` holds wherever each dim of ``lower`` is at least its expression (or equal
+    to it, where flagged exact): True or False when that settles it, else None. A loop's body
+    then drops the branches its range settles (``t >= 1`` after the first step)."""
+    above = {v: Sym(f"{v.name}+") for v in lower}  # v = lo + (v+), with v+ >= 0
+    mapping = {v: as_expr(lo) if exact else as_expr(lo) + above[v]
+               for v, (lo, exact) in lower.items()}
+    fresh = set(above.values())
+
+    def go(c: Cond) -> bool | None:
+        if isinstance(c, BoolConst):
+            return c.value
+        if isinstance(c, Not):
+            r = go(c.arg)
+            return None if r is None else not r
+        if isinstance(c, Junction):
+            rs = [go(a) for a in c.args]
+            settle, other = (False, True) if c.op == "and" else (True, False)
+            return settle if settle in rs else other if all(r is other for r in rs) else None
+        if not isinstance(c, Cmp):
+            return None
+        e = c.expr.substitute(mapping)
+        terms, b = ((e.terms, e.const) if isinstance(e, Lin) else
+                    ((), e.value) if isinstance(e, Const) else (((e, 1),), 0))
+        if any(a not in fresh for a, _ in terms):
+            return None
+        up, down = any(k > 0 for _, k in terms), any(k < 0 for _, k in terms)
+        # e takes values in [b, inf) (only up), (-inf, b] (only down), or {b} (neither)
+        if c.op == ">=":
+            return True if not down and b >= 0 else False if not up and b < 0 else None
+        if (not down and b > 0) or (not up and b < 0):
+            return False
+        return b == 0 if not up and not down else None
+
+    return go(c)
