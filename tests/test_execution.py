@@ -455,6 +455,30 @@ def test_until_with_a_second_dim_and_a_sink():
         assert sorted(seen) == [(i, j, float(want[i, j])) for i in range(2) for j in range(4)]
 
 
+
+@pytest.mark.parametrize("executor", ["interpreter", "codegen", "xla"])
+def test_until_loop_that_isl_shifts_by_a_bound(executor):
+    """isl may run the until's dim as ``c0 = t + B`` (here: a loop over ``b`` before it): the
+    loop is still the one that ends at the condition (it was refused as not a plain loop)."""
+    data = np.array([0.1, 0.4, 0.2, 0.9, -0.2, 0.3], np.float32)
+    ctx = tl.Context(dims=("b", "t"))
+    b, t = ctx.dims
+    B, T = ctx.bounds
+    with ctx:
+        v0 = tl.from_array(data, domain=(t,))
+        v1 = v0[tl.max(0, t - 1):t + 1].mean(axis=0) + 1.0
+        v3 = tl.from_array(np.array([2.0], np.float32), domain=(b,))
+        v4 = tl.placeholder((), "float32", domain=(t,))
+        v4[t] = v4[t - 1] * 0.5 + v3[B - 1]
+        v4[0] = 0.0
+        done = v0 > 0.3
+    bounds, outs = {B: 1, T: tl.until(done, max=6)}, {"v1": v1, "v3": v3, "v4": v4}
+    run = ctx.compile(bounds=bounds, outputs=outs,
+                      config=tl.CompileConfig(executor=executor)).run()
+    assert run.bounds["T"] == 2
+    np.testing.assert_allclose(run["v4"], [0.0, 2.0])
+    np.testing.assert_allclose(run["v1"], [1.1, 1.25])
+
 def test_until_errors():
     ctx = tl.Context(dims=("b", "t"))
     b, t = ctx.dims

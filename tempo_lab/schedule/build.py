@@ -197,8 +197,11 @@ def mark_untils(root: Node, sdg: SDG, shifts: bool = True) -> Node:
             body = visit(node.body)
             for bound, done in sdg.untils.items():
                 at = _exec_in(body, done)
-                if at is not None and isinstance(at - Dim(node.var), Const) \
-                        and at.dims() == {Dim(node.var)}:
+                # the condition's point is the loop variable shifted by a constant or by
+                # fixed bounds (isl may shift a loop by a parameter: c0 = t + B)
+                shift = None if at is None else at - Dim(node.var)
+                if shift is not None and at.dims() == {Dim(node.var)} and not shift.dims() \
+                        and not any(s.name in sdg.untils for s in shift.bounds()):
                     if shifts:
                         _check_ahead(body, at, sdg, done)
                     found.add(bound)
