@@ -165,9 +165,7 @@ class _Xla:
         x = x[tuple(slice(0, n) for n in shape)]
         if x.shape != shape:
             x = jnp.pad(x, [(0, n - m) for n, m in zip(shape, x.shape)])
-        layout = self.lowered.layout
-        sharding = None if layout is None else layout.store(op, len(shape))
-        return x if sharding is None else lax.with_sharding_constraint(x, sharding)
+        return self._placed(op, x)
 
     @functools.cached_property
     def static_bytes(self) -> int:
@@ -350,10 +348,13 @@ class _Xla:
     def _zeros(self, op: int, shape, dtype):
         """A store of the program, constrained to its sharding when the program has a mesh
         (XLA's partitioner then splits what computes it)."""
-        z = jnp.zeros(shape, dtype)
+        return self._placed(op, jnp.zeros(shape, dtype))
+
+    def _placed(self, op: int, x):
+        """``x`` as ``op``'s store: constrained to the store's sharding under a mesh."""
         layout = self.lowered.layout
-        sharding = None if layout is None else layout.store(op, len(shape))
-        return z if sharding is None else lax.with_sharding_constraint(z, sharding)
+        sharding = None if layout is None else layout.store(op, x.ndim)
+        return x if sharding is None else lax.with_sharding_constraint(x, sharding)
 
     def _compiled(self):
         if self._fn is None:

@@ -200,7 +200,7 @@ def mark_untils(root: Node, sdg: SDG, shifts: bool = True) -> Node:
                 # the condition's point is the loop variable shifted by a constant or by
                 # fixed bounds (isl may shift a loop by a parameter: c0 = t + B)
                 shift = None if at is None else at - Dim(node.var)
-                if shift is not None and at.dims() == {Dim(node.var)} and not shift.dims() \
+                if shift is not None and not shift.dims() \
                         and not any(s.name in sdg.untils for s in shift.bounds()):
                     if shifts:
                         _check_ahead(body, at, sdg, done)
