@@ -479,6 +479,53 @@ def test_until_loop_that_isl_shifts_by_a_bound(executor):
     np.testing.assert_allclose(run["v4"], [0.0, 2.0])
     np.testing.assert_allclose(run["v1"], [1.1, 1.25])
 
+@pytest.mark.parametrize("executor", ["reference", "interpreter", "codegen", "xla"])
+def test_read_of_the_until_bound_in_the_iteration_that_ends_it(executor):
+    """``v0[b, T - 1]`` runs inside the until's loop, under ``if t == T - 1`` after the
+    condition: the bound is set the moment the condition holds, so that guard sees the ``T``
+    reached (it saw the max, the read never ran, and ``v6`` came out as zeros)."""
+    ctx = tl.Context(dims=("b", "t"))
+    b, t = ctx.dims
+    B, T = ctx.bounds
+    with ctx:
+        v2 = tl.from_array(np.array([0.1, 0.2, 0.05], np.float32), domain=(t,))
+        v0 = tl.from_array(np.array([[1.0, 2.0, 3.0]], np.float32), domain=(b, t))
+        v5 = tl.from_array(np.array([[4.0, 5.0, 6.0]], np.float32), domain=(b, t))
+        v6 = tl.placeholder((), "float32", domain=(b, t))
+        v6[b, t] = v6[b, t - 1] * 0.5 + v6[b, t - 1] * 0.25
+        v6[b, 0] = v0[b, T - 1]
+        done = v2 > 0.15
+    prog = ctx.compile(bounds={B: 1, T: tl.until(done, max=3)}, outputs={"v5": v5, "v6": v6},
+                       config=tl.CompileConfig(executor=executor))
+    if executor != "reference":  # the case this test is about
+        loop = prog.schedule.pretty().split("until done")[1].split("for t")[0]
+        assert "if t == T - 1:\n      v0[T - 1] = from_array()" in loop
+    run = prog.run()
+    assert run.bounds["T"] == 2
+    np.testing.assert_allclose(run["v6"], [[2.0, 1.5]])
+    np.testing.assert_allclose(run["v5"], [[4.0, 5.0]])
+
+
+def test_until_loop_body_splits_where_its_bound_is_set():
+    """The bound is set after the top-level statement that computes the condition; a schedule
+    that reads the bound after the condition inside that same statement is refused (another
+    scheduler is tried), as that read would still see the max."""
+    from types import SimpleNamespace
+
+    from tempo_lab.schedule import Exec, If, Seq, While, build
+    from tempo_lab.symbolic import Bound, Dim, eq
+    t, T = Dim("t"), Bound("T")
+    sdg = SimpleNamespace(ops={0: SimpleNamespace(label="done"), 1: SimpleNamespace(label="x")})
+    done, read = Exec(0, (t,)), Exec(1, (T - 1,))
+    loop = While("t", 0, T, Seq((done, If(eq(t, T - 1), read))), "t", 1, "T", 0, t)
+    head, tail = loop.split()
+    assert head.body == (done,) and len(tail.body) == 1
+    build._check_split(loop, sdg)  # split between them: the read sees the bound reached
+    inside = While("t", 0, T, Seq((If(t >= 0, Seq((done, read))),)), "t", 1, "T", 0, t)
+    with pytest.raises(build.IslScheduleRejected, match="x depends on T"):
+        build._check_split(inside, sdg)
+
+
 def test_until_errors():
     ctx = tl.Context(dims=("b", "t"))
     b, t = ctx.dims

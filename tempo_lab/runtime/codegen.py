@@ -138,11 +138,15 @@ class _Codegen:
             if isinstance(node, While):
                 w(d, f"E{node.done} = False")
             w(d, f"while {v} < {hi}:")
-            self._node(w, node.body, d + 1)
-            if isinstance(node, While):  # the bound is set once; the loop runs on to its end
+            if isinstance(node, While):  # the bound is set once, when the condition holds
+                head, tail = node.split()  # (schedule.walk); the loop runs on to its end
+                self._node(w, head, d + 1)
                 at, i = ic.expr_src(node.at), node.done
                 w(d + 1, f"if not E{i} and W{i} >= {at} >= 0 and bool(b{i}[{at}]):")
                 w(d + 2, f"{ic.bound(node.bound)}, E{i} = {at} + 1, True")
+                self._node(w, tail, d + 1)
+            else:
+                self._node(w, node.body, d + 1)
             w(d + 1, f"{v} += {node.step}")
             if isinstance(node, While) and node.has_free():
                 # ended early: the frees of its last iteration under the reached bound

@@ -548,18 +548,22 @@ class _Trace:
             st = _merge(state, keys, carry)
             return v < ic.jax_int(node.hi, env_of(st, v))
 
-        def wbody(c):  # the bound is set once; the loop runs on while its new end allows
-            v, ended, carry = c
-            st = body(v, _merge(state, keys, carry))
-            if stop:
-                b, i = node.bound, node.done
-                at = ic.jax_int(node.at, env_of(st, v))
-                buf = st["s"][i]
-                hit = ~ended & (st["w"][i] >= at) & lax.dynamic_index_in_dim(
-                    buf, jnp.clip(at, 0, buf.shape[0] - 1), 0, keepdims=False)
-                st = {**st, "b": {**st["b"], b: jnp.where(hit, at + 1, st["b"][b])}}
-                ended = ended | hit
-            return v + node.step, ended, _carry(st, keys)
+        def wbody(c):  # the bound is set once, when the condition holds (schedule.walk);
+            v, ended, carry = c  # the loop runs on while its new end allows
+            st = _merge(state, keys, carry)
+            if not stop:
+                return v + node.step, ended, _carry(body(v, st), keys)
+            head, tail = node.split()
+            local = dict(vals)
+            st = self.node(head, env_of(st, v), st, local)
+            b, i = node.bound, node.done
+            at = ic.jax_int(node.at, env_of(st, v))
+            buf = st["s"][i]
+            hit = ~ended & (st["w"][i] >= at) & lax.dynamic_index_in_dim(
+                buf, jnp.clip(at, 0, buf.shape[0] - 1), 0, keepdims=False)
+            st = {**st, "b": {**st["b"], b: jnp.where(hit, at + 1, st["b"][b])}}
+            st = self.node(tail, env_of(st, v), st, local)
+            return v + node.step, ended | hit, _carry(st, keys)
 
         init = (jnp.int32(lo), jnp.bool_(False), _carry(state, keys))
         with self._from(node, node.lo, False):

@@ -186,12 +186,14 @@ def walk(node: Node, env: dict[str, int],
     Fetch, ())`` in schedule order.
 
     ``env`` holds the bound values (and is updated with loop variables). ``done(loop, point)``
-    is asked after every iteration of a ``While`` loop with the point of its condition, until
-    it holds: the bound in ``env`` then becomes ``point + 1``, and the loop runs on while its
-    own bound, evaluated with that value, allows; so do later loops. When that ends the loop
-    early, the frees its last iteration would have made under the reached bound follow it
-    (``last_frees``): they were skipped while the bound was still the maximum. ``tick()`` is
-    called after every iteration of an outermost loop (progress).
+    is asked in every iteration of a ``While`` loop, right after the statement that computes
+    its condition (``While.split``), with the point of the condition, until it holds: the
+    bound in ``env`` then becomes ``point + 1`` for the rest of the iteration, and the loop
+    runs on while its own bound, evaluated with that value, allows; so do later loops. When that
+    ends the loop early, the frees its last iteration would have made under the reached bound
+    follow it (``last_frees``): those before the condition's statement were skipped while the
+    bound was still the maximum. ``tick()`` is called after every iteration of an outermost
+    loop (progress).
     """
     if isinstance(node, Exec):
         yield node, tuple(a.evaluate(env) for a in node.args)
@@ -208,15 +210,18 @@ def walk(node: Node, env: dict[str, int],
     elif isinstance(node, For):
         v, hi = node.lo.evaluate(env), node.hi.evaluate(env)
         ended = last = None
+        head, tail = node.split() if isinstance(node, While) else (node.body, None)
         while v < hi:
             env[node.var] = last = v
-            yield from walk(node.body, env, done)
+            yield from walk(head, env, done)
+            if tail is not None:
+                if done is not None and ended is None:
+                    at = node.at.evaluate(env)
+                    if done(node, at):
+                        ended, env[node.bound] = env[node.bound], at + 1
+                yield from walk(tail, env, done)
             if tick is not None:
                 tick()
-            if isinstance(node, While) and done is not None and ended is None:
-                at = node.at.evaluate(env)
-                if done(node, at):
-                    ended, env[node.bound] = env[node.bound], at + 1
             v += node.step
             hi = node.hi.evaluate(env)
         if ended is not None and ended != env[node.bound] and last is not None:

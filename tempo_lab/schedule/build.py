@@ -205,8 +205,10 @@ def mark_untils(root: Node, sdg: SDG, shifts: bool = True) -> Node:
                     if shifts:
                         _check_ahead(body, at, sdg, done)
                     found.add(bound)
-                    return While(node.var, node.lo, node.hi, body, node.dim, node.step, bound,
+                    loop = While(node.var, node.lo, node.hi, body, node.dim, node.step, bound,
                                  done, at)
+                    _check_split(loop, sdg)
+                    return loop
             return For(node.var, node.lo, node.hi, body, node.dim, node.step)
         return node
 
@@ -230,6 +232,34 @@ def _check_ahead(body: Node, at: Expr, sdg: SDG, done: int):
             if not isinstance(ahead, Const) or ahead.value > 0:
                 raise IslScheduleRejected(f"{sdg.ops[n.op].label} runs ahead of the tl.until "
                                           "condition's point in this schedule")
+
+
+def _check_split(loop: While, sdg: SDG):
+    """The bound is set between the top-level statements of the loop body (``While.split``):
+    no statement that runs after the condition within the same top-level one may depend on
+    the bound (through its point or a condition or range around it)."""
+    head, _ = loop.split()
+    b = Bound(loop.bound)
+    seen = False
+
+    def visit(node, under: bool):  # under: a condition or range around it reads the bound
+        nonlocal seen
+        if isinstance(node, Exec):
+            if seen and (under or any(b in a.symbols() for a in node.args)):
+                raise IslScheduleRejected(f"{sdg.ops[node.op].label} depends on {loop.bound} "
+                                          "after its tl.until condition, in one statement")
+            seen = seen or node.op == loop.done
+        elif isinstance(node, Seq):
+            for n in node.body:
+                visit(n, under)
+        elif isinstance(node, If):
+            for n in (node.then, node.orelse):
+                if n is not None:
+                    visit(n, under or b in node.cond.symbols())
+        elif isinstance(node, For):
+            visit(node.body, under or b in node.lo.symbols() | node.hi.symbols())
+
+    visit(head.body[-1], False)
 
 
 class IslScheduleRejected(Exception):

@@ -79,13 +79,25 @@ class For(Node):
 
 @dataclass(frozen=True)
 class While(For):
-    """A loop over a ``tl.until`` dim: after each iteration it ends if ``done`` (an op over
-    that dim alone) is true at the point ``at`` (the loop variable, perhaps shifted), and the
-    bound ``bound`` then holds the number of points reached, ``at + 1``; later code sees it."""
+    """A loop over a ``tl.until`` dim: it ends if ``done`` (an op over that dim alone) is true
+    at the point ``at`` (the loop variable, perhaps shifted), and the bound ``bound`` then
+    holds the number of points reached, ``at + 1``: the rest of that iteration (``split``) and
+    later code see it."""
 
     bound: str = ""
     done: int = -1
     at: Expr | None = None
+
+    def split(self) -> tuple[Node, Node]:
+        """The body up to the top-level statement that runs ``done``, and the rest. The bound
+        is set between them, the moment its condition holds: isl places an op that reads the
+        bound after every point of ``done``, which may be later in that same iteration
+        (``if t == T - 1: x[T - 1]``)."""
+        body = self.body.body if isinstance(self.body, Seq) else (self.body,)
+        k = next((j for j, n in enumerate(body)
+                  if any(isinstance(x, Exec) and x.op == self.done for x in n.walk())),
+                 len(body) - 1)
+        return Seq(body[:k + 1]), Seq(body[k + 1:])
 
 
 @dataclass(frozen=True)
