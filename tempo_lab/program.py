@@ -55,7 +55,8 @@ class CompileConfig:
         keeps every loop whole. More segments: less padding, longer XLA compilation.
     sync_profile: wait for every kernel to finish so ``run.profile`` times are device times.
     tile / tile_block: the tiling pass (``passes/tile.py``) and its points per block (None:
-        about 32 blocks at the longest range, 32 to 256 points).
+        about 32 blocks at the longest range, 32 to 256 points; on the XLA executor, which
+        pads a growing range per span of its loop instead, None leaves ranges untiled).
     device_memory_budget: bytes the stores may hold on the device at once; above it the
         stores idle between phases move to host memory and back (``memory/offload.py``). The
         XLA executor holds every store for the whole run, so a budget runs on "codegen" (or

@@ -402,16 +402,23 @@ def test_semantic_programs_under_pass_switches_on_every_executor(weights, switch
 
 def test_xla_splits_a_loop_whose_reads_grow_and_stays_exact(weights):
     """A causal read under a loop of T = 150 (size class 256), left untiled: 8 loops of 32
-    steps, each padding ``0:t+1`` to its own largest length. Tiled, nothing grows: one loop."""
+    steps, each padding ``0:t+1`` to its own largest length. Tiled, nothing grows: one loop.
+    The automatic block leaves it untiled on this executor unless the loop is not split."""
     tokens = np.random.default_rng(4).standard_normal((150, EMBED)).astype(np.float32)
     ctx, N, T, y = _last_layer(weights, tokens)
     want = numpy_decoder(weights, tokens, HEADS)
-    for split, tile in ((8, False), (1, False), (8, True)):
+    for split, kw, tiled in ((8, {"tile": False}, False), (1, {"tile": False}, False),
+                             (8, {"tile_block": 32}, True), (8, {}, False), (1, {}, True)):
         prog = ctx.compile(bounds={N: LAYERS, T: 150}, outputs={"y": y},
-                           config=cfg("xla", xla_split=split, tile=tile))
-        assert ("8 loops of 32 steps" in prog.executable.source) == (split == 8 and not tile), \
+                           config=cfg("xla", xla_split=split, **kw))
+        assert ("T_TILE" in prog.bounds) == tiled, (split, kw)
+        assert ("8 loops of 32 steps" in prog.executable.source) == (split == 8 and not tiled), \
             prog.executable.source
-        close(prog.run()["y"], want, msg=f"xla_split={split}, tile={tile}")
+        close(prog.run()["y"], want, msg=f"xla_split={split}, {kw}")
+    notes = [n for r in ctx.compile(bounds={N: LAYERS, T: 150}, outputs={"y": y},
+                                    config=cfg("xla")).passes.records if r.name == "tile"
+             for n in (ev.note for ev in r.events if ev.kind == "note")]
+    assert notes and all("static size per span" in n for n in notes), notes
 
 
 # ------------------------------------------------------------------------------------------------
