@@ -479,6 +479,7 @@ def test_until_loop_that_isl_shifts_by_a_bound(executor):
     np.testing.assert_allclose(run["v4"], [0.0, 2.0])
     np.testing.assert_allclose(run["v1"], [1.1, 1.25])
 
+
 @pytest.mark.parametrize("executor", ["reference", "interpreter", "codegen", "xla"])
 def test_read_of_the_until_bound_in_the_iteration_that_ends_it(executor):
     """``v0[b, T - 1]`` runs inside the until's loop, under ``if t == T - 1`` after the
