@@ -25,6 +25,7 @@ import numpy as np
 from ..ir.ops import CATALOG, TensorType, flag, infer
 from ..ir.sdg import Edge, Op, read_type
 from ..ir.vmap import vdims
+from ..runtime.executable import auto_backend
 from ..symbolic import TRUE, Const, Dim, Slice, floordiv, min_
 from ..symbolic.sizes import const_cap
 from .manager import Editor, register
@@ -40,17 +41,17 @@ def auto_block(longest: int) -> int:
 
 def _padded_per_span(ed: Editor) -> bool:
     """Whether the automatic block is left out: the program runs on the XLA executor (chosen,
-    or what "auto" picks without a ``tl.source``/``tl.sink`` or a device memory budget,
-    ``runtime/executable.py``), which pads a growing read to the end of its span of the loop
-    (``xla_split``), so every kernel is static already, and a loop over blocks adds a loop
-    iteration per block. Measured on the decode benchmark (T = 1024, causal, CPU, ms/token,
+    or what "auto" picks, ``auto_backend``), which pads a growing read to the end of its span
+    of the loop (``xla_split``), so every kernel is static already, and a loop over blocks
+    adds a loop iteration per block. Measured on the decode benchmark (T = 1024, causal, CPU, ms/token,
     blocks of 32 / untiled): GPT-2-style 1.60 / 1.36, Llama-style 1.82 / 1.72."""
     c = ed.config
     if c.tile_block is not None or c.xla_split < 2:
         return False
-    return c.executor == "xla" or (
-        c.executor == "auto" and c.device_memory_budget is None
-        and not any(op.kind in ("source", "sink") for op in ed.ops.values()))
+    # a device memory budget may or may not make offloads: tiled is the safe side there
+    calls = any(op.kind in ("source", "sink") for op in ed.ops.values())
+    return (c.executor if c.executor != "auto" else
+            auto_backend(calls, c.device_memory_budget is not None)) == "xla"
 
 
 class Region:

@@ -54,6 +54,13 @@ def backends() -> dict[str, Backend]:
             for name, (mod, cls) in BACKENDS.items()}
 
 
+def auto_backend(calls_python: bool, offloads: bool) -> str:
+    """What ``executor="auto"`` runs: "xla" (every loop nest in one XLA program) unless the
+    program calls Python at every point (a ``tl.source`` or ``tl.sink``) or moves stores to
+    the host (``Offload``), which one XLA program holding every store cannot do."""
+    return "codegen" if calls_python or offloads else "xla"
+
+
 def compile_lowered(lowered: Lowered, backend, sync: bool = False, split: int = 8
                     ) -> Executable:
     """``backend``: a name ("auto" picks "xla" unless the program calls Python at every
@@ -65,7 +72,7 @@ def compile_lowered(lowered: Lowered, backend, sync: bool = False, split: int = 
                    f"{lowered.stmts[k].op.loc}: it calls Python at every point"
                    for k in lowered.sources + lowered.sinks]
         offloads = any(isinstance(n, Offload) for n in lowered.ast.walk())
-        backend = "codegen" if reasons or offloads else "xla"
+        backend = auto_backend(bool(reasons), offloads)
         choice = (["auto chose codegen: under device_memory_budget some stores move to the "
                    "host between phases, which the XLA program (every store held for the "
                    "whole run) cannot do"] if offloads else
