@@ -526,7 +526,6 @@ def test_xla_fills_an_input_store_with_the_whole_array_at_the_start():
     assert got.profile.calls == interp.profile.calls
 
 
-
 def test_xla_starts_an_input_of_a_million_points_whole():
     """At T = 10^6 an input read in both directions starts as its array, not copied in point
     by point, and its statements are still counted once per point."""
@@ -585,6 +584,7 @@ def test_xla_traces_a_recurrences_first_step_apart_without_a_branch(n):
     interp = ctx.compile(bounds={T: n}, outputs=outs, config=cfg("interpreter")).run()
     assert got.profile.calls == interp.profile.calls
 
+
 def test_xla_writes_small_constants_into_the_program_and_keys_it_by_their_values():
     """A small constant is a literal of the XLA program (XLA folds it into the kernels), not a
     store; two programs that differ only in its value do not share a compiled program."""
@@ -608,3 +608,36 @@ def test_xla_writes_small_constants_into_the_program_and_keys_it_by_their_values
             want[i] = 1 / (scale + np.exp(-want[i - 1]))
         close(run(scale), want)
 
+
+
+@pytest.mark.parametrize("read", ["causal", "window", "tiled"])
+def test_xla_holds_a_store_read_by_a_transpose_in_the_order_the_transpose_gives(read):
+    """Keys over ``0:t+1`` (a ring for a window, blocks when tiled) read by ``transpose(1, 0,
+    2)``, as attention reads them: their store is held heads first, then t, so the read needs
+    no copy into the transposed order. The store is also an output (given back in the logical
+    order) and so is a ``from_array`` read the same way (filled transposed at the start); the
+    values are the reference's."""
+    ctx = tl.Context(dims=("t",))
+    (t,), (T,) = ctx.dims, ctx.bounds
+    rng = np.random.RandomState(4)
+    data = rng.randn(40, 3, 5).astype(np.float32)
+    start = tl.max(0, t - 3) if read == "window" else 0
+    with ctx:
+        x = tl.from_array(data, domain=(t,), name="x")
+        k = tl.placeholder((3, 5), "float32", domain=(t,), name="k")
+        k[t] = tl.tanh(x[t] * 2.0)
+        keys = k[start:t + 1].transpose(1, 0, 2)                       # (3, steps, 5)
+        q = x[start:t + 1].transpose(1, 0, 2).sum(axis=1)              # (3, 5)
+        att = (keys @ q.expand_dims(2)).squeeze(2).sum(axis=1)         # (3,)
+    outs = {"att": att, "k": k} if read != "window" else {"att": att}
+    config = cfg("xla", tile_block=8) if read == "tiled" else cfg("xla")
+    prog = ctx.compile(bounds={T: 40}, outputs=outs, config=config)
+    held = prog.executable.prepared.perms
+    assert held.get(op_named(prog, "k")) == (1, 0, 2), held
+    if read != "tiled":
+        assert held.get(op_named(prog, "x")) == (1, 0, 2), held
+    assert "axes held in the order [1, 0, 2]" in prog.executable.pretty()
+    got = prog.run()
+    want = ctx.compile(bounds={T: 40}, outputs=outs, config=REFERENCE).run()
+    for name in outs:
+        close(got[name], want[name], msg=name)

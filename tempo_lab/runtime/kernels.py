@@ -84,21 +84,27 @@ def _make_kernel(op: Op, in_types: tuple, patterns: tuple, out_shape: tuple, has
 
 
 def kernel_body(op: Op, in_types: tuple, patterns: tuple, out_shape: tuple, has_store: bool,
-                levels: tuple):
+                levels: tuple, perms: tuple = ()):
     """The traceable body of a kernel (``kernel(bufs, ints, host_value, out_buf)``), shared by
     the jitted per-statement kernels and by the XLA-loop executor, which traces it inside a
-    loop. ``levels``: per vectorised dim of the op, the axis of each input to map over."""
+    loop. ``levels``: per vectorised dim of the op, the axis of each input to map over.
+    ``perms``: per input, the order its store's axes are held in (``store_perm``; None or
+    missing: the logical order)."""
     ndom = len(op.domain)
 
     def kernel(bufs, ints, host_value, out_buf):
         xs, lens_struct, pos = [], [], 0
-        for (pattern, cut), buf in zip(patterns, bufs):
+        for r, ((pattern, cut), buf) in enumerate(zip(patterns, bufs)):
             d = ints[pos:pos + len(pattern)]
             pos += len(pattern)
-            x, ax, ln = buf, 0, []
+            perm = perms[r] if r < len(perms) else None
+            held = list(range(buf.ndim) if perm is None else perm)  # logical axis per axis
+            x, ln = buf, []
             for j, p in enumerate(pattern):
+                ax = held.index(j)
                 if p[0] == "p":
                     x = lax.dynamic_index_in_dim(x, d[j], axis=ax, keepdims=False)
+                    held.pop(ax)
                     continue
                 if p[2] is None and p[3]:  # 0:n on a growing axis: a plain slice, no gather
                     x = _prefix(x, ax, p[1])
@@ -107,9 +113,11 @@ def kernel_body(op: Op, in_types: tuple, patterns: tuple, out_shape: tuple, has_
                 else:  # a ring: slots wrap around
                     idx = (d[j] + jnp.arange(p[1], dtype=jnp.int32)) % p[2]
                     x = jnp.take(x, idx, axis=ax)
-                ax += 1
                 ln.append(ints[pos])
                 pos += 1
+            if held != sorted(held):  # back to the logical order: XLA folds this transpose
+                x = jnp.transpose(x, sorted(range(len(held)), key=held.__getitem__))
+            ax = len(ln)
             x = x[(slice(None),) * ax + tuple(slice(0, c) for c in cut)]
             for c in cut:
                 ln.append(None if c is None else ints[pos])

@@ -38,6 +38,7 @@ from jax.experimental import io_callback
 from ..cache import LRU
 from ..ir.ops import flag
 from ..ir.sdg import SDG
+from ..ir.vmap import base_op
 from ..memory.plan import MemoryPlan
 from ..schedule import Exec, For, Free, If, Seq, While
 from ..symbolic import Const, Dim, as_expr
@@ -102,6 +103,7 @@ class _Xla:
         self.local = _local_values(self.sdg, self.plan, self.schedule.ast,
                                    set(self.sdg.untils.values()))
         self.baked = self._baked()
+        self.perms = self._store_perms()
         self.shapes = self._store_shapes()
         self.prefilled = self._prefilled()
         self.split = max(1, int(split))
@@ -130,7 +132,29 @@ class _Xla:
         o = self.sdg.ops[op]
         return jnp.asarray(np.asarray(o.attrs["value"], o.type.dtype))
 
+    def _store_perms(self) -> dict[int, tuple]:
+        """Stores held in another order of axes than the logical one (point axes, then value
+        axes): a store that a ``transpose`` reads over a range is held in the order that
+        transpose gives, after the axes the read indexes by point. A step's read of keys over
+        ``0:t+1`` is then a slice in the order attention contracts it; held in the logical
+        order, every step copied the slice into that order (the transpose XLA now folds away
+        cost a fifth of a decode step at 1024 keys). Not under a mesh (the stores' shardings
+        are in the logical order) and not for a ``tl.until`` condition."""
+        if self.lowered.layout is not None:
+            return {}
+        skip = self.local | self.baked | set(self.sdg.untils.values())
+        found: dict[int, tuple | None] = {}
+        for st in self.lowered.stmts:
+            if st.op.kind != "transpose" or len(st.reads) != 1 or st.reads[0].src in skip:
+                continue
+            r = st.reads[0]
+            order = _read_order(st, len(self.plan.storages[r.src].spatial))
+            if order is not None and found.setdefault(r.src, order) != order:
+                found[r.src] = None  # readers that disagree: the logical order
+        return {i: p for i, p in found.items() if p is not None and list(p) != sorted(p)}
+
     def _store_shapes(self) -> dict[int, tuple]:
+        """Every store's shape as held (in the order of ``perms``), and its dtype."""
         out = {}
         for i, s in self.plan.storages.items():
             if i in self.local or i in self.baked:
@@ -138,7 +162,8 @@ class _Xla:
             op = self.sdg.ops[i]
             axes = [w if w is not None else s.allocated(k, self.bounds.get(d.bound.name, 1))
                     for k, (d, w) in enumerate(zip(op.domain, s.slots))]
-            out[i] = (tuple(axes) + tuple(s.spatial), s.dtype)
+            shape = tuple(axes) + tuple(s.spatial)
+            out[i] = (tuple(shape[k] for k in self.perms.get(i, range(len(shape)))), s.dtype)
         return out
 
     def _prefilled(self) -> set[int]:
@@ -162,6 +187,8 @@ class _Xla:
         the store's shape."""
         shape, dtype = self.shapes[op]
         x = host.astype(self.sdg.ops[op].type.dtype).astype(dtype)
+        if op in self.perms:
+            x = jnp.transpose(x, self.perms[op])
         x = x[tuple(slice(0, n) for n in shape)]
         if x.shape != shape:
             x = jnp.pad(x, [(0, n - m) for n, m in zip(shape, x.shape)])
@@ -260,6 +287,7 @@ class _Xla:
         return (ops, edges, tuple(sorted(sdg.outputs.items())), self.schedule.code(),
                 tuple(sorted((i, s.slots) for i, s in self.plan.storages.items())),
                 tuple(sorted((i, sh, str(dt)) for i, (sh, dt) in self.shapes.items())),
+                tuple(sorted(self.perms.items())),
                 tuple(sorted(self.local)), tuple(sorted(self.sdg.untils.items())),
                 tuple((i, np.asarray(self.sdg.ops[i].attrs["value"]).tobytes())
                       for i in sorted(self.baked)),
@@ -271,7 +299,9 @@ class _Xla:
     # -- stage --------------------------------------------------------------------------------
     def sections(self):
         stores = [f"{self.sdg.ops[i].label}: {dt.name if hasattr(dt, 'name') else dt}"
-                  f"{list(sh)}" for i, (sh, dt) in sorted(self.shapes.items())]
+                  f"{list(sh)}" + (f" (axes held in the order {list(self.perms[i])})"
+                                   if i in self.perms else "")
+                  for i, (sh, dt) in sorted(self.shapes.items())]
         local = [self.sdg.ops[i].label for i in sorted(self.local)]
         return [("static stores (allocated for the whole run)", stores),
                 ("values kept in registers (written and read in one iteration)", local),
@@ -280,6 +310,7 @@ class _Xla:
     def to_dict(self) -> dict:
         return {"static_bytes": self.static_bytes,
                 "static_stores": {str(i): list(sh) for i, (sh, _) in sorted(self.shapes.items())},
+                "store_axis_order": {str(i): list(p) for i, p in sorted(self.perms.items())},
                 "local": sorted(self.local), "source": self.source.splitlines()}
 
     def _describe(self, node, d, lower) -> list[str]:
@@ -340,7 +371,8 @@ class _Xla:
             ctx = _Trace(self, hosts)
             state = ctx.node(self.schedule.ast, env, state,
                              {i: self._literal(i) for i in self.baked})
-            outs = {i: state["s"][i] for i in self.sdg.outputs.values() if i in state["s"]}
+            outs = {i: _logical(state["s"][i], self.perms.get(i))
+                    for i in self.sdg.outputs.values() if i in state["s"]}
             return outs, _calls(state), state["b"], state["err"]
 
         return program
@@ -647,9 +679,11 @@ class _Trace:
         st0 = stmts[0]
         slots = [ic.jax_int(x, env) for x in st0.slots]
         buf = state["s"][op.id]
-        upd = y.reshape((1,) * len(slots) + y.shape)
-        buf = lax.dynamic_update_slice(buf, upd.astype(buf.dtype),
-                                       tuple(jnp.int32(s) for s in slots) + (0,) * y.ndim)
+        upd = y.reshape((1,) * len(slots) + y.shape).astype(buf.dtype)
+        at = tuple(jnp.int32(s) for s in slots) + (0,) * y.ndim
+        if op.id in ex.perms:
+            upd, at = jnp.transpose(upd, ex.perms[op.id]), tuple(at[k] for k in ex.perms[op.id])
+        buf = lax.dynamic_update_slice(buf, upd, at)
         state = {**state, "s": {**state["s"], op.id: buf}}
         if op.id in state["w"]:
             p = ic.jax_int(node.args[0], env) if node.args else 0
@@ -665,7 +699,8 @@ class _Trace:
         pads = ex.pads_for(k, self.seg)
         reads, out = st.static(pads)
         in_types = tuple(ex.sdg.ops[r.src].type for r in st.reads)
-        fn = kernel_body(op, in_types, tuple(p for _, p in reads), out, False, st.levels)
+        fn = kernel_body(op, in_types, tuple(p for _, p in reads), out, False, st.levels,
+                         tuple(None if r.src in vals else ex.perms.get(r.src) for r in st.reads))
         bufs = []
         for r in st.reads:
             if r.src in vals:
@@ -705,6 +740,33 @@ class _Trace:
                             + [jnp.int32(0)] * (err.shape[0] - 2 - len(point)))
             state = {**state, "err": jnp.where((err[0] == 0) & empty, row, err)}
         return y, state
+
+
+def _read_order(st: Stmt, nspatial: int) -> tuple | None:
+    """The order of store axes in which a ``transpose`` statement's range read comes out
+    already transposed: the axes it reads by point, then the read's axes (ranges, then
+    values) in the order of the statement's output; None when the read has no range or a
+    vectorised level does not map it."""
+    r = st.reads[0]
+    points = [j for j, e in enumerate(r.entries) if e[0] == "p"]
+    axes = [j for j, e in enumerate(r.entries) if e[0] == "s"]
+    if not axes:
+        return None
+    axes += [len(r.entries) + k for k in range(nspatial)]
+    out = []
+    for level in st.levels:  # each vectorised level leads the output with its mapped axis
+        if level[0] is None or level[0] >= len(axes):
+            return None
+        out.append(axes.pop(level[0]))
+    perm = tuple(base_op(st.op).attrs["perm"])
+    if sorted(perm) != list(range(len(axes))):
+        return None
+    return tuple(points + out + [axes[p] for p in perm])
+
+
+def _logical(x, perm):
+    """A store held in the order ``perm`` back in the logical order."""
+    return x if perm is None else jnp.transpose(x, np.argsort(perm))
 
 
 def _ranged(ex: _Xla, node: For, lower: dict, first, exact: bool) -> dict:
