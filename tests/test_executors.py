@@ -641,3 +641,41 @@ def test_xla_holds_a_store_read_by_a_transpose_in_the_order_the_transpose_gives(
     want = ctx.compile(bounds={T: 40}, outputs=outs, config=REFERENCE).run()
     for name in outs:
         close(got[name], want[name], msg=name)
+
+
+@pytest.mark.parametrize("layers", [2, 3])
+def test_xla_unrolls_the_loop_over_layers_and_holds_each_layers_weights_apart(layers):
+    """Inside the loop over steps, the loop over layers reads the weights at ``n``: it is
+    traced once per layer and each layer's weights are a buffer of their own (XLA copied the
+    slice of the stacked weights out at every step). The program is compiled per number of
+    layers (run one after another in one process, none reuses another's); values are the
+    NumPy decoder's."""
+    w = make_weights(layers, EMBED, 2 * EMBED, seed=layers)
+    tokens = np.random.default_rng(layers).standard_normal((STEPS, EMBED)).astype(np.float32)
+    ctx, N, T, y = _last_layer(w, tokens)
+    prog = ctx.compile(bounds={N: layers, T: STEPS}, outputs={"y": y}, config=cfg("xla"))
+    ex = prog.executable.prepared
+    assert list(ex.unrolled.values()) == [(0, layers)]
+    assert f"for i_n in 0..{layers}:  # unrolled" in ex.source
+    assert {op_named(prog, k) for k in w} <= set(ex.unstacked), ex.unstacked
+    close(prog.run()["y"], numpy_decoder(w, tokens, HEADS))
+
+
+def test_xla_keeps_a_store_read_by_a_loop_variable_stacked():
+    """Weights read at ``n`` inside the unrolled loop over layers and at ``t`` (a variable,
+    not a constant, in the loop over steps) stay one stacked buffer; the loop is still
+    unrolled and the values are the reference's."""
+    ctx = tl.Context(dims=("t", "n"))
+    (t, n), (T, N) = ctx.dims, ctx.bounds
+    data = np.random.RandomState(5).randn(6, 3).astype(np.float32)
+    with ctx:
+        wts = tl.from_array(data, domain=(n,), name="wts")
+        h = tl.placeholder((3,), "float32", domain=(t, n), name="h")
+        h[0, n] = wts[n]
+        h[t, n] = tl.tanh(h[t - 1, n] * wts[n] + wts[tl.min(t, N - 1)])
+    outs = {"h": h}
+    prog = ctx.compile(bounds={T: 5, N: 6}, outputs=outs, config=cfg("xla"))
+    ex = prog.executable.prepared
+    assert ex.unrolled and op_named(prog, "wts") not in ex.unstacked
+    close(prog.run()["h"], ctx.compile(bounds={T: 5, N: 6}, outputs=outs,
+                                       config=REFERENCE).run()["h"])
