@@ -646,10 +646,10 @@ def test_xla_holds_a_store_read_by_a_transpose_in_the_order_the_transpose_gives(
 @pytest.mark.parametrize("layers", [2, 3])
 def test_xla_unrolls_the_loop_over_layers_and_holds_each_layers_weights_apart(layers):
     """Inside the loop over steps, the loop over layers reads the weights at ``n``: it is
-    traced once per layer and each layer's weights are a buffer of their own (XLA copied the
-    slice of the stacked weights out at every step). The program is compiled per number of
-    layers (run one after another in one process, none reuses another's); values are the
-    NumPy decoder's."""
+    traced once per layer, and each layer's weights are buffers of their own (XLA copied a
+    slice of the stacked weights out at every step); keys and values, written in the loop,
+    stay stacked. The program is compiled per number of layers (run one after another in one
+    process, none reuses another's); values are the NumPy decoder's."""
     w = make_weights(layers, EMBED, 2 * EMBED, seed=layers)
     tokens = np.random.default_rng(layers).standard_normal((STEPS, EMBED)).astype(np.float32)
     ctx, N, T, y = _last_layer(w, tokens)
@@ -657,7 +657,9 @@ def test_xla_unrolls_the_loop_over_layers_and_holds_each_layers_weights_apart(la
     ex = prog.executable.prepared
     assert list(ex.unrolled.values()) == [(0, layers)]
     assert f"for i_n in 0..{layers}:  # unrolled" in ex.source
-    assert {op_named(prog, k) for k in w} <= set(ex.unstacked), ex.unstacked
+    weights = {op_named(prog, k) for k in w}
+    assert set(ex.unstacked) == weights, ex.unstacked
+    assert "one buffer per point of axis 0" in prog.executable.pretty()
     close(prog.run()["y"], numpy_decoder(w, tokens, HEADS))
 
 
