@@ -93,7 +93,9 @@ class Ix:
 # bound on the magnitude of its values, filled in by the generator (or by ``mk_*`` helpers).
 @dataclass(frozen=True)
 class Read:
-    """``src[entries]``, followed by ``.{red}(axis=...)`` over the new axes if any is a slice."""
+    """``src[entries]``, followed by ``.{red}(axis=...)`` over the new axes if any is a slice;
+    ``moved``: those axes are first moved behind the value axes by a ``transpose`` (as
+    attention reads its keys), then reduced there."""
 
     src: str
     entries: tuple[Ix, ...]
@@ -101,6 +103,7 @@ class Read:
     dom: tuple[str, ...]
     shape: tuple[int, ...]
     mag: float
+    moved: bool = False
 
 
 @dataclass(frozen=True)
@@ -330,8 +333,9 @@ def mk_read(prog_dims, bounds, src, entries, red=None) -> Read:
     if not nsl:
         red = None
     mag = src.mag * (math.prod(lengths) if red == "sum" else 1)
+    moved = red == "max" and len(src.shape) > 0  # a choice of its own would reseed every example
     return Read(src.name, tuple(entries), red, _union_dom(prog_dims, keep), tuple(src.shape),
-                float(mag))
+                float(mag), moved)
 
 
 def mk_unary(op, x) -> Unary:
@@ -423,7 +427,11 @@ def build(program: RProgram, calls: dict | None = None):
                         for d, ix in zip(src.dom, e.entries))
             r = env[e.src][key] if key else env[e.src]
             nsl = sum(ix.is_slice for ix in e.entries)
-            if nsl:
+            if nsl and e.moved:
+                nd = nsl + len(src.shape)
+                r = _reduce_rt(r.transpose(*range(nsl, nd), *range(nsl)), e.red,
+                               tuple(range(nd - nsl, nd)))
+            elif nsl:
                 r = _reduce_rt(r, e.red, 0 if nsl == 1 else tuple(range(nsl)))
             return r
         if isinstance(e, Unary):
@@ -796,7 +804,11 @@ def _expr_src(program, e) -> tuple[str, int]:
             return e.src, _PREC_ATOM
         text = f"{e.src}[{', '.join(_src_index(ix, d) for d, ix in zip(src.dom, e.entries))}]"
         nsl = sum(ix.is_slice for ix in e.entries)
-        if nsl:
+        if nsl and e.moved:
+            nd = nsl + len(src.shape)
+            order = ", ".join(map(str, [*range(nsl, nd), *range(nsl)]))
+            text += f".transpose({order}).{e.red}(axis={tuple(range(nd - nsl, nd))})"
+        elif nsl:
             axis = "0" if nsl == 1 else str(tuple(range(nsl)))
             text += f".{e.red}(axis={axis})"
         return text, _PREC_ATOM
@@ -915,7 +927,8 @@ ALL_FEATURES = frozenset(
     ["dims1", "dims2", "dims3", "spatial_scalar", "spatial_vec", "rec_t0", "rec_lt", "rec_key",
      "rec_tanh", "rec_damped", "init_second", "broadcast_t_bt", "spatial_red",
      "spatial_keepdims", "two_slices", "until", "until_never", "loss", "loss_through_until",
-     "sink", "dim_where", "dim_val", "int_floordiv", "int_mod", "whole_read_odd_bound"]
+     "sink", "dim_where", "dim_val", "int_floordiv", "int_mod", "whole_read_odd_bound",
+     "moved_read"]
     + [f"input_{v}" for v in _DOMS.values()]
     + [f"ix_{k}" for k in ("shift", "clamp_back", "clamp_fwd", "first", "last", "causal",
                            "window", "suffix", "all", "prefix", "prev_win")]
@@ -968,6 +981,8 @@ def features(program: RProgram) -> set[str]:
                 out.update(f"ix_{ix.kind}" for ix in e.entries if ix.kind != "cur")
                 if e.red:
                     out.add(f"red_{e.red}")
+                if e.moved:
+                    out.add("moved_read")
                 if sum(ix.is_slice for ix in e.entries) == 2:
                     out.add("two_slices")
                 src = program.stmt(e.src)

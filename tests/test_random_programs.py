@@ -235,7 +235,7 @@ def test_to_source_is_readable_rt_code():
     assert "v7 = v0[tl.min(t + 1, T - 1)]\n" in src
     src2 = to_source(_hand_program_2d())
     assert "v3 = v0[0:B, t].sum(axis=0).sum(axis=-1)\n" in src2
-    assert "v4 = v0[0:B, 0:T].max(axis=(0, 1))\n" in src2
+    assert "v4 = v0[0:B, 0:T].transpose(2, 0, 1).max(axis=(1, 2))\n" in src2
     assert "v5[b, t] = v5[0:B, t - 1].mean(axis=0) * 0.5 + v0.mean(axis=-1)\n" in src2
 
 
