@@ -276,26 +276,11 @@ class _Xla:
         weights, read at ``n`` in the loop over layers inside the loop over steps) reads it
         by a dynamic index, which XLA copies out at every step; with the variable a constant,
         each layer's weights can be a buffer of their own (``_unstacked``), read in place.
-        Only loops whose bounds are fixed numbers for
-        these bounds, with few steps, outside a ``tl.until`` loop's bound."""
-        out = {}
-
-        def visit(node, outer):
-            if isinstance(node, Seq):
-                for n in node.body:
-                    visit(n, outer)
-            elif isinstance(node, If):
-                visit(node.then, outer)
-                if node.orelse is not None:
-                    visit(node.orelse, outer)
-            elif isinstance(node, For):
-                if outer is not None and self._unrolls(node, outer):
-                    out[id(node)] = (node.lo.evaluate(self.bounds),
-                                     node.hi.evaluate(self.bounds))
-                visit(node.body, node)
-
-        visit(self.schedule.ast, None)
-        return out
+        Only loops whose bounds are fixed numbers for these bounds, with few steps, outside
+        a ``tl.until`` loop's bound."""
+        return {id(node): (node.lo.evaluate(self.bounds), node.hi.evaluate(self.bounds))
+                for node, loops in _nodes_in_loops(self.schedule.ast)
+                if isinstance(node, For) and loops and self._unrolls(node, loops[-1])}
 
     def _unrolls(self, node: For, outer: For) -> bool:
         lo, hi = as_expr(node.lo), as_expr(node.hi)
@@ -322,30 +307,19 @@ class _Xla:
         decode step measured slower (1.17 ms read whole, 1.46 sliced per span, against 0.92
         stacked; XLA copies the slices either way and adds copies of the carried buffers)."""
         found: dict[int, int | None] = {}
-
-        def visit(node, consts):
-            if isinstance(node, Seq):
-                for n in node.body:
-                    visit(n, consts)
-            elif isinstance(node, If):
-                visit(node.then, consts)
-                if node.orelse is not None:
-                    visit(node.orelse, consts)
-            elif isinstance(node, For):
-                visit(node.body, consts | ({Dim(node.var)} if id(node) in self.unrolled
-                                           else set()))
-            elif isinstance(node, Exec):
-                for st in self.lowered.stmts_of(node):
-                    for r in st.reads:
-                        if r.src in self.prefilled and r.src not in self.perms:
-                            axes = [a for a, e in enumerate(r.entries) if e[0] == "p"
-                                    and as_expr(e[1]).dims() and as_expr(e[1]).dims() <= consts
-                                    and not as_expr(e[1]).bounds()]
-                            a = axes[0] if axes else None
-                            if found.setdefault(r.src, a) != a:
-                                found[r.src] = None
-
-        visit(self.schedule.ast, set())
+        for node, loops in _nodes_in_loops(self.schedule.ast):
+            if not isinstance(node, Exec):
+                continue
+            consts = {Dim(f.var) for f in loops if id(f) in self.unrolled}
+            for st in self.lowered.stmts_of(node):
+                for r in st.reads:
+                    if r.src in self.prefilled and r.src not in self.perms:
+                        axes = [a for a, e in enumerate(r.entries) if e[0] == "p"
+                                and as_expr(e[1]).dims() and as_expr(e[1]).dims() <= consts
+                                and not as_expr(e[1]).bounds()]
+                        a = axes[0] if axes else None
+                        if found.setdefault(r.src, a) != a:
+                            found[r.src] = None
         return {i: a for i, a in found.items() if a is not None}
 
     def copies_only(self, node: For) -> bool:
@@ -582,6 +556,22 @@ def _in_segment(p: Padded, seg: tuple) -> int | None:
         if c is not None:
             return max(1, top + c)
     return None
+
+
+def _nodes_in_loops(node, loops: tuple = ()):
+    """Every loop and statement of the AST with the loops around it, outermost first."""
+    if isinstance(node, Seq):
+        for n in node.body:
+            yield from _nodes_in_loops(n, loops)
+    elif isinstance(node, If):
+        yield from _nodes_in_loops(node.then, loops)
+        if node.orelse is not None:
+            yield from _nodes_in_loops(node.orelse, loops)
+    elif isinstance(node, For):
+        yield node, loops
+        yield from _nodes_in_loops(node.body, loops + (node,))
+    elif isinstance(node, Exec):
+        yield node, loops
 
 
 def _has_exec(node) -> bool:
