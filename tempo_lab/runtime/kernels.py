@@ -88,8 +88,8 @@ def kernel_body(op: Op, in_types: tuple, patterns: tuple, out_shape: tuple, has_
     """The traceable body of a kernel (``kernel(bufs, ints, host_value, out_buf)``), shared by
     the jitted per-statement kernels and by the XLA-loop executor, which traces it inside a
     loop. ``levels``: per vectorised dim of the op, the axis of each input to map over.
-    ``perms``: per input, the order its store's axes are held in (``store_perm``; None or
-    missing: the logical order)."""
+    ``perms``: per input, the order its store's axes are held in (the XLA executor's
+    ``perms``; None or missing: the logical order)."""
     ndom = len(op.domain)
 
     def kernel(bufs, ints, host_value, out_buf):
