@@ -609,7 +609,6 @@ def test_xla_writes_small_constants_into_the_program_and_keys_it_by_their_values
         close(run(scale), want)
 
 
-
 @pytest.mark.parametrize("read", ["causal", "window", "tiled"])
 def test_xla_holds_a_store_read_by_a_transpose_in_the_order_the_transpose_gives(read):
     """Keys over ``0:t+1`` (a ring for a window, blocks when tiled) read by ``transpose(1, 0,

@@ -314,10 +314,8 @@ class _Xla:
             for st in self.lowered.stmts_of(node):
                 for r in st.reads:
                     if r.src in self.prefilled and r.src not in self.perms:
-                        axes = [a for a, e in enumerate(r.entries) if e[0] == "p"
-                                and as_expr(e[1]).dims() and as_expr(e[1]).dims() <= consts
-                                and not as_expr(e[1]).bounds()]
-                        a = axes[0] if axes else None
+                        a = next((a for a, e in enumerate(r.entries) if e[0] == "p"
+                                  and _constant_in(as_expr(e[1]), consts)), None)
                         if found.setdefault(r.src, a) != a:
                             found[r.src] = None
         return {i: a for i, a in found.items() if a is not None}
@@ -856,6 +854,11 @@ def _read_order(st: Stmt, nspatial: int) -> tuple | None:
     if sorted(perm) != list(range(len(axes))):
         return None
     return tuple(points + out + [axes[p] for p in perm])
+
+
+def _constant_in(e, consts: set) -> bool:
+    """Whether ``e`` is a number once the variables ``consts`` are (and depends on one)."""
+    return bool(e.dims()) and e.dims() <= consts and not e.bounds()
 
 
 def _clamped(j, n: int) -> int:
