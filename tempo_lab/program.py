@@ -50,9 +50,10 @@ class CompileConfig:
         point-by-point NumPy interpreter.
     block_size: points per block of a growing (block) store.
     xla_split: on the XLA executor, a loop whose range reads grow with its variable (``0:t+1``)
-        runs as this many loops over equal spans of it, each padding those reads to its own
-        largest length rather than the run's (so their cost grows with ``t``, in steps); 1
-        keeps every loop whole. More segments: less padding, longer XLA compilation.
+        is split into this many equal spans, each padding those reads to its own largest
+        length rather than the run's (so their cost grows with ``t``, in steps); the work so
+        padded is traced once per span under a ``lax.switch``. 1 keeps every loop whole.
+        More spans: less padding, longer XLA compilation.
     sync_profile: wait for every kernel to finish so ``run.profile`` times are device times.
     tile / tile_block: the tiling pass (``passes/tile.py``) and its points per block (None:
         about 32 blocks at the longest range, 32 to 256 points; on the XLA executor, which

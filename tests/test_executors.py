@@ -412,7 +412,7 @@ def test_xla_splits_a_loop_whose_reads_grow_and_stays_exact(weights):
         prog = ctx.compile(bounds={N: LAYERS, T: 150}, outputs={"y": y},
                            config=cfg("xla", xla_split=split, **kw))
         assert ("T_TILE" in prog.bounds) == tiled, (split, kw)
-        assert ("8 loops of 32 steps" in prog.executable.source) == (split == 8 and not tiled), \
+        assert ("8 spans of 32 steps" in prog.executable.source) == (split == 8 and not tiled), \
             prog.executable.source
         close(prog.run()["y"], want, msg=f"xla_split={split}, {kw}")
     notes = [n for r in ctx.compile(bounds={N: LAYERS, T: 150}, outputs={"y": y},
@@ -691,5 +691,5 @@ def test_xla_does_not_unroll_layers_into_every_span_of_a_long_loop():
     ctx, N, T, y = _last_layer(w, tokens)
     prog = ctx.compile(bounds={N: 12, T: 128}, outputs={"y": y}, config=cfg("xla"))
     ex = prog.executable.prepared
-    assert "8 loops of 16 steps" in ex.source and not ex.unrolled and not ex.unstacked
+    assert "8 spans of 16 steps" in ex.source and not ex.unrolled and not ex.unstacked
     close(prog.run()["y"], numpy_decoder(w, tokens, HEADS))

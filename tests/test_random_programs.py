@@ -3,13 +3,16 @@ independent NumPy evaluation, plus unit tests of the generator itself."""
 from __future__ import annotations
 
 import sys
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
+from unittest import mock
 
 import numpy as np
 from hypothesis import Phase, given, note, settings
 from hypothesis import strategies as st
 
 import tempo_lab as tl
+from tempo_lab.runtime import xla
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/ is not a package
 
@@ -47,6 +50,7 @@ N_DEFAULT = 20  # the default (auto) config; every executor: below
 N_EXECUTORS = 300
 N_GROUPS = 60
 N_REFERENCE = 400
+N_SPANS = 40
 EXECUTORS = ("reference", "xla", "codegen", "interpreter")
 SWITCHES = ("simplify", "fold_constants", "cse", "contract", "dce", "tile", "vectorise",
             "incrementalise", "fuse")
@@ -115,6 +119,55 @@ def test_random_programs_with_group_vectorisation(program):
         got.pop("_calls", None)
         assert_outputs_match(program, got, what=f"executor={executor} (vectorise_groups)",
                              want=want)
+
+
+@contextmanager
+def _spans(switched: bool):
+    """The XLA executor splitting loops into spans of any length (programs here have a few
+    steps), its per-span work under one ``lax.switch`` or, not ``switched``, one loop per
+    span."""
+    with ExitStack() as stack:
+        stack.enter_context(mock.patch.object(xla, "MIN_SPAN", 1))
+        if not switched:
+            stack.enter_context(mock.patch.object(xla._Xla, "_switch_plan",
+                                                  lambda self, node: None))
+        yield
+
+
+def _run_in_spans(program, split: int, switched: bool):
+    config = tl.CompileConfig(executor="xla", check_invariants=True, xla_split=split)
+    calls: dict = {}
+    with _spans(switched):
+        prog = compile_program(program, calls, config=config)
+        got = run_tempo(program, prog, calls)
+    return prog, got
+
+
+@settings(max_examples=N_SPANS, deadline=None, derandomize=True, database=None,
+          phases=NO_EXPLAIN)
+@given(program_strategy(), st.integers(2, 4), st.booleans())
+def test_random_programs_on_xla_with_loops_split_into_spans(program, split, switched):
+    """Loops whose range reads grow, split into spans with reads padded per span (in one loop
+    under ``lax.switch`` or one loop per span), equal the independent evaluation."""
+    prog, got = _run_in_spans(program, split, switched)
+    note(prog.executable.source)
+    got.pop("_calls", None)
+    assert_outputs_match(program, got, what=f"xla, split {split}, switched {switched}")
+
+
+def test_a_program_split_into_spans_traces_its_growing_reads_once_per_span():
+    """The test above is not vacuous: a causal sum, a window max and a suffix mean over ``t``
+    split the loop; in one loop, the reads are under ``lax.switch``."""
+    program = _hand_program_1d()
+    want = numpy_eval(program)
+    for switched in (True, False):
+        prog, got = _run_in_spans(program, 2, switched)
+        src = prog.executable.source
+        assert ("one loop in 2 spans" in src) == switched, src
+        assert ("lax.switch" in src) == switched, src
+        assert ("2 loops of" in src) != switched, src
+        for name in program.outputs:
+            np.testing.assert_allclose(got[name], want[name], rtol=RTOL, err_msg=name)
 
 
 @settings(max_examples=N_REFERENCE, deadline=None, derandomize=True, database=None,

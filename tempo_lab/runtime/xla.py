@@ -29,6 +29,7 @@ import re
 import time
 from collections.abc import Mapping
 from contextlib import contextmanager
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -54,7 +55,8 @@ from .lowered import Lowered, Padded, Stmt
 _OP_SCOPE = re.compile(r"(?:^|/)op(\d+)(?=/|$)")
 UNROLL_STEPS = 32  # an inner loop of at most this many steps may be traced once per step
 UNROLL_STATEMENTS = 1024  # ... while the program then traces at most this many copies of
-# its statements (a loop split into spans traces its body once per span)
+# its statements (counted as if a loop split into spans traced all of its body once per span)
+MIN_SPAN = 16  # a loop is split into spans of at least this many steps
 BAKED_SIZE = 1024  # constants of at most this many elements become literals of the program
 MAX_PROGRAMS = 64  # jitted programs kept process-wide (each holds its compiled XLA code)
 _PROGRAMS = LRU(MAX_PROGRAMS)
@@ -115,6 +117,8 @@ class _Xla:
         self.unstacked = self._unstacked()
         self.pads = [self._static_pads(st) for st in lowered.stmts]
         self._seg_pads: dict[tuple, tuple] = {}
+        self._switch: dict[int, dict | None] = {}
+        self._described: dict[int, list] = {}  # the Seqs of switched loops (_describe)
         self._ops = sorted({n.op for n in self._nodes})
         self._slot = {i: k for k, i in enumerate(self._ops)}
         self.checked = {k for k, st in enumerate(lowered.stmts)
@@ -268,7 +272,7 @@ class _Xla:
         classes = {b: size_class(n) for b, n in self.bounds.items()}
         hi = node.hi.evaluate(classes)
         span = -(-hi // self.split)
-        if span < 16:
+        if span < MIN_SPAN:
             return []
         return [(k * span, (k + 1) * span) for k in range(self.split)]
 
@@ -324,6 +328,90 @@ class _Xla:
                         if found.setdefault(r.src, a) != a:
                             found[r.src] = None
         return {i: a for i, a in found.items() if a is not None}
+
+    def switched(self, node: For) -> dict | None:
+        """How a split loop runs as one loop: for each ``Seq`` in its body (by ``id``), its
+        children in order, a ``Run`` for those whose reads are padded per segment (traced
+        once per segment under one ``lax.switch`` on the segment of the step) with what
+        reads what they compute, a node for the rest (traced once). None keeps one loop per
+        segment: a split loop inside, or a value computed per segment read outside its run.
+        XLA compiles each copy traced, so only the work that differs per segment is copied
+        (one loop per segment compiled all of Llama's decode step eight times)."""
+        if id(node) not in self._switch:
+            self._switch[id(node)] = self._switch_plan(node)
+        return self._switch[id(node)]
+
+    def _switch_plan(self, node: For) -> dict | None:
+        segs = [((node.var, end - 1),) for _, end in self.segments(node)]
+        if any(isinstance(n, For) and self.segments(n) for n in node.body.walk()):
+            return None
+        varies = {k: len({self.pads_for(k, s) for s in segs}) > 1
+                  for k in range(len(self.lowered.stmts))}
+
+        def execs(n):
+            return [x for x in n.walk() if isinstance(x, Exec)]
+
+        def stmts(n):
+            return [k for x in execs(n) for k in self.lowered.of_exec.get(id(x), ())]
+
+        def shaped(n):  # values local to the loop whose shape differs per segment
+            out = set()
+            for k in stmts(n):
+                st = self.lowered.stmts[k]
+                m = sum(isinstance(x, Padded) for x in st.out)
+                if st.op.id in self.local and m and len(
+                        {self.pads_for(k, s)[-m:] for s in segs}) > 1:
+                    out.add(st.op.id)
+            return out
+
+        def ops(n):
+            return [x.op for x in execs(n)]
+
+        def reads(n):
+            return {r.src for k in stmts(n) for r in self.lowered.stmts[k].reads}
+
+        plan, runs, inside = {}, [], set()
+        for seq in [n for n in node.body.walk() if isinstance(n, Seq)]:
+            if id(seq) in inside:  # traced inside a run: not switched again
+                continue
+            parts, kids, i = [], _flat(seq), 0
+            inside |= {id(n) for n in _spliced(seq)}
+            while i < len(kids):  # a run starts at a statement padded per segment
+                if not (isinstance(kids[i], Exec) and any(varies[k] for k in stmts(kids[i]))):
+                    parts.append(kids[i])  # a loop or branch: its own Seqs are planned
+                    i += 1
+                    continue
+                j, made = i + 1, shaped(kids[i])
+                while True:  # ... and ends after the last node reading what it made
+                    last = max((m for m in range(j, len(kids)) if reads(kids[m]) & made),
+                               default=j - 1)
+                    if last < j:
+                        break
+                    made |= set().union(*(shaped(n) for n in kids[j:last + 1]))
+                    j = last + 1
+                run, wrote, read = [kids[i]], set(ops(kids[i])), reads(kids[i])
+                for n in kids[i + 1:j]:  # what the run does not depend on runs before it
+                    if (any(varies[k] or k in self.checked for k in stmts(n))
+                            or any(flag(self.sdg.ops[o].kind, "effect") for o in ops(n))
+                            or reads(n) & wrote or set(ops(n)) & (read | wrote)):
+                        run.append(n)
+                        wrote, read = wrote | set(ops(n)), read | reads(n)
+                    else:
+                        parts.append(n)
+                runs.append((run, made, {id(x) for n in run for x in n.walk()}))
+                inside |= runs[-1][2]
+                parts.append(len(runs) - 1)
+                i = j
+            plan[id(seq)] = parts
+        found = []
+        for run, made, members in runs:
+            after = set().union(*(reads(x) for x in execs(node.body) if id(x) not in members))
+            if after & made:
+                return None
+            mine = {o for n in run for o in ops(n)} & self.local
+            found.append(Run(tuple(run), tuple(sorted(mine & after))))
+        return {k: [found[p] if isinstance(p, int) else p for p in parts]
+                for k, parts in plan.items()}
 
     def copies_only(self, node: For) -> bool:
         """Whether a loop only copies arrays into prefilled stores: it is not run (its
@@ -383,7 +471,15 @@ class _Xla:
         """The program as traced (``lower``: the loops' ranges, as in ``_Trace``)."""
         pad = "  " * d
         if isinstance(node, Seq):
-            return [x for n in node.body for x in self._describe(n, d, lower)]
+            out = []
+            for n in self._described.get(id(node), node.body):
+                if isinstance(n, Run):
+                    out.append(f"{pad}lax.switch(the span of the step):  # traced once per "
+                               "span, its reads padded for it")
+                    out += [x for m in n.nodes for x in self._describe(m, d + 1, lower)]
+                else:
+                    out += self._describe(n, d, lower)
+            return out
         if isinstance(node, For) and self.copies_only(node):
             return [f"{pad}{' '.join(self.schedule._stmt(n).split())}  [store, filled with the "
                     "whole array at the start: no loop]" for n in node.body.walk()
@@ -395,8 +491,11 @@ class _Xla:
         if isinstance(node, For):
             kind = "lax.while_loop" if isinstance(node, While) else "lax.fori_loop"
             segs = self.segments(node)
+            plan = self.switched(node) if segs else None
+            self._described.update(plan or {})
             peeled = not segs and self.peeled(node, lower)
-            note = (f"  # {len(segs)} loops of {segs[0][1]} steps, ranges padded per loop"
+            note = (f"  # one loop in {len(segs)} spans of {segs[0][1]} steps" if plan else
+                    f"  # {len(segs)} loops of {segs[0][1]} steps, ranges padded per loop"
                     if segs else "  # the first step is traced apart; below, the others"
                     if peeled else "")
             first = as_expr(node.lo) + 1 if peeled else node.lo
@@ -577,6 +676,23 @@ def _nodes_in_loops(node, loops: tuple = ()):
         yield node, loops
 
 
+class Run(NamedTuple):
+    """Consecutive nodes of a split loop's body traced once per segment (_Xla.switched),
+    and the values local to the loop that they compute and later nodes read."""
+    nodes: tuple
+    values: tuple
+
+
+def _flat(seq: Seq) -> list:
+    """A ``Seq``'s children with the ``Seq``s among them spliced in."""
+    return [m for n in seq.body for m in (_flat(n) if isinstance(n, Seq) else [n])]
+
+
+def _spliced(seq: Seq) -> list:
+    """The ``Seq``s that ``_flat`` splices into ``seq``."""
+    return [m for n in seq.body if isinstance(n, Seq) for m in [n, *_spliced(n)]]
+
+
 def _has_exec(node) -> bool:
     return any(isinstance(n, Exec) for n in node.walk())
 
@@ -593,6 +709,8 @@ class _Trace:
     def __init__(self, ex: _Xla, hosts: dict):
         self.ex, self.hosts = ex, hosts
         self.seg: tuple = ()  # (loop variable, largest value) of the split loops being traced
+        # the split loop traced as one loop: (it, its plan (_Xla.switched), its variable)
+        self.switch: tuple | None = None
         # the loops being traced: loop variable -> (its first value, whether it is exactly
         # that), so that branches the loop's range settles are traced without a lax.cond
         self.lower: dict[Dim, tuple] = {}
@@ -602,8 +720,10 @@ class _Trace:
         if state["b"]:  # bounds as reached so far (a tl.until loop may have ended early)
             env = {**env, **{ic.bound(b): v for b, v in state["b"].items()}}
         if isinstance(node, Seq):
-            for n in node.body:
-                state = self.node(n, env, state, vals)
+            parts = self.switch[1].get(id(node), node.body) if self.switch else node.body
+            for n in parts:
+                state = (self.switched(n, env, state, vals) if isinstance(n, Run)
+                         else self.node(n, env, state, vals))
             return state
         if isinstance(node, Free):
             return state
@@ -693,6 +813,33 @@ class _Trace:
             _, _, carry = lax.while_loop(cond, wbody, init)
         return _merge(state, keys, carry)
 
+    def switched(self, run: Run, env, state, vals):
+        """A run of a split loop's body whose reads are padded per segment: traced once per
+        segment, the one of this step chosen by ``lax.switch``."""
+        ex = self.ex
+        node, plan, v = self.switch
+        segments = ex.segments(node)
+        keys = sorted({i for n in run.nodes for i in _writes(ex, n)})
+
+        def branch(first, end):
+            def f(carry):
+                st, local = _merge(state, keys, carry), dict(vals)
+                outer, self.seg, self.switch = self.seg, self.seg + ((node.var, end - 1),), None
+                old = self.lower
+                self.lower = _ranged(ex, node, old, as_expr(first), False)
+                try:
+                    for n in run.nodes:
+                        st = self.node(n, env, st, local)
+                finally:
+                    self.seg, self.switch, self.lower = outer, (node, plan, v), old
+                return _carry(st, keys), tuple(local[i] for i in run.values)
+            return f
+        span = segments[0][1] - segments[0][0]
+        which = jnp.clip((v - segments[0][0]) // span, 0, len(segments) - 1)
+        carry, ys = lax.switch(which, [branch(*s) for s in segments], _carry(state, keys))
+        vals.update(zip(run.values, ys))
+        return _merge(state, keys, carry)
+
     @contextmanager
     def _from(self, node: For, first, exact: bool):
         """While tracing ``node``'s body: its variable starts at ``first`` (or is exactly
@@ -720,6 +867,17 @@ class _Trace:
         elif not segments:
             with self._from(node, node.lo, False):
                 carry = lax.fori_loop(lo, hi, fbody, carry)
+        plan = self.ex.switched(node) if segments else None
+        if plan is not None:
+            def sw_body(v, c):
+                old, self.switch = self.switch, (node, plan, v)
+                try:
+                    return fbody(v, c)
+                finally:
+                    self.switch = old
+            with self._from(node, node.lo, False):
+                carry = lax.fori_loop(lo, hi, sw_body, carry)
+            segments = []
         outer = self.seg
         for first, end in segments:  # one loop per segment, its reads padded for it
             self.seg = outer + ((node.var, end - 1),)
