@@ -14,6 +14,7 @@ import pytest
 
 import tempo_lab as tl
 from tempo_lab.demo import decoder, make_weights, numpy_decoder
+from tempo_lab.runtime import xla
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/ is not a package
 
@@ -400,13 +401,19 @@ def test_semantic_programs_under_pass_switches_on_every_executor(weights, switch
                 close(run[k], ref[k], msg=f"{name}, {switches}, {executor}: {k}")
 
 
-def test_xla_splits_a_loop_whose_reads_grow_and_stays_exact(weights):
-    """A causal read under a loop of T = 150 (size class 256), left untiled: 8 loops of 32
-    steps, each padding ``0:t+1`` to its own largest length. Tiled, nothing grows: one loop.
-    The automatic block leaves it untiled on this executor unless the loop is not split."""
+def test_xla_splits_a_loop_whose_reads_grow_and_stays_exact(weights, monkeypatch):
+    """A causal read under a loop of T = 150 (size class 256), left untiled, with the layers
+    a loop (stacked keys): 8 spans of 32 steps, each padding ``0:t+1`` to its own largest
+    length. Tiled, nothing grows: one loop. The automatic block leaves it untiled on this
+    executor unless the loop is not split. With the layers unrolled, each layer's keys are
+    a buffer read whole in place: the loop is not split."""
     tokens = np.random.default_rng(4).standard_normal((150, EMBED)).astype(np.float32)
     ctx, N, T, y = _last_layer(weights, tokens)
     want = numpy_decoder(weights, tokens, HEADS)
+    prog = ctx.compile(bounds={N: LAYERS, T: 150}, outputs={"y": y}, config=cfg("xla"))
+    assert "not split: its growing reads are whole buffers" in prog.executable.source
+    close(prog.run()["y"], want, msg="unrolled")
+    monkeypatch.setattr(xla, "UNROLL_STEPS", 1)
     for split, kw, tiled in ((8, {"tile": False}, False), (1, {"tile": False}, False),
                              (8, {"tile_block": 32}, True), (8, {}, False), (1, {}, True)):
         prog = ctx.compile(bounds={N: LAYERS, T: 150}, outputs={"y": y},
@@ -646,9 +653,11 @@ def test_xla_holds_a_store_read_by_a_transpose_in_the_order_the_transpose_gives(
 def test_xla_unrolls_the_loop_over_layers_and_holds_each_layers_weights_apart(layers):
     """Inside the loop over steps, the loop over layers reads the weights at ``n``: it is
     traced once per layer, and each layer's weights are buffers of their own (XLA copied a
-    slice of the stacked weights out at every step); keys and values, written in the loop,
-    stay stacked. The program is compiled per number of layers (run one after another in one
-    process, none reuses another's); values are the NumPy decoder's."""
+    slice of the stacked weights out at every step), and so are its keys and values, written
+    in the loop: each step reads them whole, in place, their padding known to be zeros (not
+    written yet). The program is compiled per number of layers (run
+    one after another in one process, none reuses another's); values are the NumPy
+    decoder's."""
     w = make_weights(layers, EMBED, 2 * EMBED, seed=layers)
     tokens = np.random.default_rng(layers).standard_normal((STEPS, EMBED)).astype(np.float32)
     ctx, N, T, y = _last_layer(w, tokens)
@@ -657,9 +666,32 @@ def test_xla_unrolls_the_loop_over_layers_and_holds_each_layers_weights_apart(la
     assert list(ex.unrolled.values()) == [(0, layers)]
     assert f"for i_n in 0..{layers}:  # unrolled" in ex.source
     weights = {op_named(prog, k) for k in w}
-    assert set(ex.unstacked) == weights, ex.unstacked
+    written = set(ex.unstacked) - weights
+    assert weights <= set(ex.unstacked) and len(written) == 2, ex.unstacked  # keys, values
+    assert written <= set(ex.perms) and not written & ex.prefilled
+    assert {ex.lowered.stmts[k].reads[i].src for k, i in ex.zeroed} >= written, ex.zeroed
     assert "one buffer per point of axis 0" in prog.executable.pretty()
     close(prog.run()["y"], numpy_decoder(w, tokens, HEADS))
+
+
+def test_xla_masks_a_range_of_a_store_its_loop_wrote_in_an_earlier_outer_step():
+    """``x[i, 0:t+1]`` of a store written at ``t`` in a loop that runs again for every
+    ``i`` (a ring of one slot over ``i``): beyond ``t`` lie the last ``i``'s values (large
+    here), not zeros, so the sum masks them; as the reference."""
+    ctx = tl.Context(dims=("i", "t"))
+    (i, t), (NI, T) = ctx.dims, ctx.bounds
+    with ctx:
+        big = tl.from_array(np.array([1.0, 1e6, 3.0], np.float32), domain=(i,), name="big")
+        x = tl.placeholder((), "float32", domain=(i, t), name="x")
+        x[i, 0] = big[i]
+        x[i, t] = x[i, t - 1] * 0.5 + big[i]
+        s = tl.placeholder((), "float32", domain=(i, t), name="s")
+        s[i, t] = x[i, 0:t + 1].sum()
+    for vectorise in (False, True):
+        config = cfg("xla", vectorise=vectorise)
+        prog = ctx.compile(bounds={NI: 3, T: 20}, outputs={"s": s}, config=config)
+        want = ctx.compile(bounds={NI: 3, T: 20}, outputs={"s": s}, config=REFERENCE).run()
+        close(prog.run()["s"], want["s"], msg=f"vectorise={vectorise}")
 
 
 def test_xla_keeps_a_store_read_by_a_loop_variable_stacked():

@@ -290,8 +290,9 @@ def tile(ed: Editor):
         for i in sorted(ed.ops):
             if any(_entry(e, ed.ops[i].domain) for e in ed.in_edges(i)):
                 ed.note(i, "not tiled: the XLA executor pads a range that grows with its loop "
-                           "to a static size per span of the loop (xla_split), which ran faster "
-                           "than a loop over blocks; give CompileConfig(tile_block=...) to tile")
+                           "to a static size per span of the loop (xla_split) or reads the "
+                           "whole buffer in place, which ran faster than a loop over blocks; "
+                           "give CompileConfig(tile_block=...) to tile")
         return
     regions: list[Region] = []
     taken: set[int] = set()

@@ -8,6 +8,8 @@ rules are the reference interpreter's: operands are promoted as in ``jax.numpy``
 """
 from __future__ import annotations
 
+from contextlib import contextmanager
+
 import jax
 import jax.numpy as jnp
 from jax import lax
@@ -16,8 +18,29 @@ from ..ir.ops import BINARY, CATALOG, NONE, UNARY, promote, rule
 from ..ir.sdg import Op
 from . import counter_rng
 
+_ZEROED: set[int] = set()  # ids of the traced inputs whose padding holds zeros (zero_padded)
+
+
+@contextmanager
+def zero_padded(xs):
+    """While tracing: the padding of each of ``xs`` is known to hold zeros (a read of a store
+    beyond what its loop has written yet), so masking it with zeros is left out. An
+    attention step then reads its values in place instead of copying them masked."""
+    ids = {id(x) for x in xs} - _ZEROED
+    _ZEROED.update(ids)
+    try:
+        yield
+    finally:
+        _ZEROED.difference_update(ids)
+
+
+def is_zero_padded(x) -> bool:
+    return id(x) in _ZEROED
+
 
 def _mask(x, axis: int, n, fill):
+    if is_zero_padded(x) and fill == 0:
+        return x
     keep = lax.broadcasted_iota(jnp.int32, x.shape, axis) < n
     return jnp.where(keep, x, jnp.asarray(fill, x.dtype))
 

@@ -42,8 +42,12 @@ def _vmapped(op: Op, xs, lens, in_types, out_shape, levels):
         mapped = set(mapped_axes(levels, i))
         inner.append(tuple(n for j, n in enumerate(ln) if j not in mapped))
 
+    zeroed = [i for i, x in enumerate(xs) if jax_ops.is_zero_padded(x)]
+
     def f(*args):
-        return jax_ops.compute(base, list(args), inner, list(in_types), out_shape[len(levels):])
+        with jax_ops.zero_padded([args[i] for i in zeroed]):
+            return jax_ops.compute(base, list(args), inner, list(in_types),
+                                   out_shape[len(levels):])
     xs = list(xs)
     for i, x in enumerate(xs):  # a stacked range read comes padded to its size class
         sizes = [out_shape[k] for k, level in enumerate(levels) if level[i] is not None]
@@ -84,12 +88,13 @@ def _make_kernel(op: Op, in_types: tuple, patterns: tuple, out_shape: tuple, has
 
 
 def kernel_body(op: Op, in_types: tuple, patterns: tuple, out_shape: tuple, has_store: bool,
-                levels: tuple, perms: tuple = ()):
+                levels: tuple, perms: tuple = (), zeroed: tuple = ()):
     """The traceable body of a kernel (``kernel(bufs, ints, host_value, out_buf)``), shared by
     the jitted per-statement kernels and by the XLA-loop executor, which traces it inside a
     loop. ``levels``: per vectorised dim of the op, the axis of each input to map over.
     ``perms``: per input, the order its store's axes are held in (the XLA executor's
-    ``perms``; None or missing: the logical order)."""
+    ``perms``; None or missing: the logical order). ``zeroed``: per input, whether its
+    padding is known to hold zeros (``jax_ops.zero_padded``; missing: no)."""
     ndom = len(op.domain)
 
     def kernel(bufs, ints, host_value, out_buf):
@@ -133,10 +138,10 @@ def kernel_body(op: Op, in_types: tuple, patterns: tuple, out_shape: tuple, has_
                                   (1,) * ndom + rest).reshape(rest)
         elif flag(op.kind, "value"):
             y = jnp.asarray(host_value)
-        elif levels:
-            y = _vmapped(op, xs, lens_struct, in_types, out_shape, levels)
         else:
-            y = jax_ops.compute(op, xs, lens_struct, list(in_types), out_shape)
+            with jax_ops.zero_padded([x for x, z in zip(xs, zeroed) if z]):
+                y = (_vmapped(op, xs, lens_struct, in_types, out_shape, levels) if levels
+                     else jax_ops.compute(op, xs, lens_struct, list(in_types), out_shape))
         y = jax_ops.fit(y.astype(op.type.dtype), out_shape)
         if not has_store:
             return y

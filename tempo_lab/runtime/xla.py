@@ -46,6 +46,7 @@ from ..schedule import Exec, For, Free, If, Seq, While
 from ..symbolic import Const, Dim, as_expr
 from ..symbolic import isl as I
 from ..symbolic.cond import decide
+from ..symbolic.expr import Lin
 from ..symbolic.sizes import size_class
 from . import index_code as ic
 from .host import Host
@@ -57,6 +58,7 @@ UNROLL_STEPS = 32  # an inner loop of at most this many steps may be traced once
 UNROLL_STATEMENTS = 1024  # ... while the program then traces at most this many copies of
 # its statements (counted as if a loop split into spans traced all of its body once per span)
 MIN_SPAN = 16  # a loop is split into spans of at least this many steps
+_KEEPS_ZEROS = ("transpose", "squeeze", "expand_dims", "identity")  # zeros stay zeros
 BAKED_SIZE = 1024  # constants of at most this many elements become literals of the program
 MAX_PROGRAMS = 64  # jitted programs kept process-wide (each holds its compiled XLA code)
 _PROGRAMS = LRU(MAX_PROGRAMS)
@@ -115,6 +117,7 @@ class _Xla:
         self.split = max(1, int(split))
         self.unrolled = self._unrolled()
         self.unstacked = self._unstacked()
+        self.zeroed = self._zeroed()
         self.pads = [self._static_pads(st) for st in lowered.stmts]
         self._seg_pads: dict[tuple, tuple] = {}
         self._switch: dict[int, dict | None] = {}
@@ -203,10 +206,16 @@ class _Xla:
         if x.shape != shape:
             x = jnp.pad(x, [(0, n - m) for n, m in zip(shape, x.shape)])
         x = self._placed(op, x)
-        if op in self.unstacked:  # one buffer per point of that axis
-            a = self.unstacked[op]
-            return tuple(lax.index_in_dim(x, j, a) for j in range(shape[a]))
-        return x
+        return self._views(op, x)
+
+    def _views(self, op: int, x):
+        """An unstacked store's buffers, one per point of its axis, without that axis (carried
+        with an axis of size 1, each in-place update of keys in a loop was copied: 3.2 ms a
+        decode step against 0.6)."""
+        if op not in self.unstacked:
+            return x
+        a = self.held_axis(op)
+        return tuple(lax.index_in_dim(x, j, a, keepdims=False) for j in range(x.shape[a]))
 
     @functools.cached_property
     def static_bytes(self) -> int:
@@ -256,17 +265,21 @@ class _Xla:
             self._seg_pads[key] = self._static_pads(self.lowered.stmts[s], seg)
         return self._seg_pads[key]
 
-    def segments(self, node: For) -> list[tuple[int, int]]:
+    def segments(self, node: For, whole: bool = True) -> list[tuple[int, int]]:
         """How a loop is split so that range reads growing with its variable are padded per
         segment, not to their largest size: [(first, end)] with equal static spans, or [] to
-        keep it whole (no such read, a bound that depends on another loop). Loops inside are
+        keep it whole (no such read, a bound that depends on another loop, or, with
+        ``whole``, every such read a whole buffer read in place: a slice per segment would
+        be copied, at about twice the cost of reading the whole buffer). Loops inside are
         traced once per segment, their reads padded for it too."""
         if self.split < 2 or node.step != 1 or node.hi.dims() or node.lo.dims():
             return []
         v = Dim(node.var)
         grows = any(_offset(p, v) is not None
                     for n in node.body.walk() if isinstance(n, Exec)
-                    for st in self.lowered.stmts_of(n) for p in st.padded() if p.cap is None)
+                    for st in self.lowered.stmts_of(n) for r in st.reads
+                    if r.src in self.shapes and not (whole and self._in_place(st, r))
+                    for p in r.padded() if p.cap is None)
         if not grows:
             return []
         classes = {b: size_class(n) for b, n in self.bounds.items()}
@@ -297,7 +310,8 @@ class _Xla:
             return False
         steps = hi.evaluate(self.bounds) - lo.evaluate(self.bounds)
         execs = [n for n in node.body.walk() if isinstance(n, Exec)]
-        copies = steps * len(execs) * math.prod(max(1, len(self.segments(f))) for f in loops)
+        copies = steps * len(execs) * math.prod(max(1, len(self.segments(f, False)))
+                                                for f in loops)
         if not 0 < steps <= UNROLL_STEPS or copies > UNROLL_STATEMENTS:
             return False
         v, written = Dim(node.var), set(_writes(self, loops[-1]))
@@ -306,15 +320,16 @@ class _Xla:
                    if r.src not in written and r.src in self.shapes for e in r.entries)
 
     def _unstacked(self) -> dict[int, int]:
-        """Stores filled whole at the start that are held as one buffer per point of one
-        axis (the axis, by store): those every statement reads at a point of that axis that
-        is a constant where it is traced (in unrolled loops: the layer's weights at ``n``).
-        XLA copies a slice of a stacked buffer out at every step, even a constant slice of
-        a buffer the loop never writes; a buffer of its own is read in place (measured: a
-        two-layer MLP step 0.23 ms from a stacked buffer, 0.11 from one buffer per layer).
-        Keys and values, written in the loop, stay stacked: held as one buffer per layer the
-        decode step measured slower (1.17 ms read whole, 1.46 sliced per span, against 0.92
-        stacked; XLA copies the slices either way and adds copies of the carried buffers)."""
+        """Stores held as one buffer per point of one axis (the logical axis, by store): those
+        every statement reads, and writes, at a point of that axis that is a constant where
+        it is traced (in unrolled loops: a layer's weights, or its keys and values, at
+        ``n``). XLA copies a slice of a stacked buffer out at every step, even a constant
+        slice of a buffer the loop never writes; a buffer of its own is read in place
+        (measured: a two-layer MLP step 0.23 ms from a stacked buffer, 0.11 from one buffer
+        per layer). Not for outputs, ``tl.until`` conditions or under a mesh."""
+        if self.lowered.layout is not None:
+            return {}
+        skip = set(self.sdg.outputs.values()) | set(self.sdg.untils.values())
         found: dict[int, int | None] = {}
         for node, loops in _nodes_in_loops(self.schedule.ast):
             if not isinstance(node, Exec):
@@ -322,12 +337,89 @@ class _Xla:
             consts = {Dim(f.var) for f in loops if id(f) in self.unrolled}
             for st in self.lowered.stmts_of(node):
                 for r in st.reads:
-                    if r.src in self.prefilled and r.src not in self.perms:
-                        a = next((a for a, e in enumerate(r.entries) if e[0] == "p"
-                                  and _constant_in(as_expr(e[1]), consts)), None)
+                    if r.src in self.shapes:
+                        a = _constant_at([e[1] if e[0] == "p" else Const(0) for e in r.entries],
+                                         consts)
                         if found.setdefault(r.src, a) != a:
                             found[r.src] = None
-        return {i: a for i, a in found.items() if a is not None}
+                if node.op in self.shapes and node.op not in self.prefilled:
+                    a = None if st.slots is None else _constant_at(st.slots, consts)
+                    if found.setdefault(node.op, a) != a:
+                        found[node.op] = None
+        return {i: a for i, a in found.items() if a is not None and i not in skip}
+
+    def _zeroed(self) -> set[tuple[int, int]]:
+        """(statement, read) pairs whose padding is known to hold zeros, so that no op masks
+        it (``jax_ops.zero_padded``): a range read from the start of a store to past the
+        point written at this step, in the loop that writes that store one point a step in
+        order (a loop run once: outside any other loop but unrolled ones inside it), of a store that
+        starts as zeros (not prefilled, no ring on that axis): what lies beyond is not written
+        yet. And a value a transpose or a squeeze makes of such a read. Attention's values
+        are then read in place at full length; masked, each step copied them."""
+        written: dict[int, set | None] = {}  # store -> {(loop, axis)} every write is in order
+        where: dict[int, For] = {}  # statement -> the one loop not unrolled around it
+        for node, loops in _nodes_in_loops(self.schedule.ast):
+            if not isinstance(node, Exec):
+                continue
+            outer = [f for f in loops if id(f) not in self.unrolled]
+            if outer and outer[0] is not loops[0]:  # traced again per step of an unrolled loop
+                outer = []
+            for k in self.lowered.of_exec.get(id(node), ()):
+                if len(outer) == 1:
+                    where[k] = outer[0]
+                st = self.lowered.stmts[k]
+                if node.op not in self.shapes:
+                    continue
+                slots = self.plan.storages[node.op].slots
+                axes = set() if len(outer) != 1 or st.slots is None or node.op in (
+                    self.prefilled) else {(id(outer[0]), j) for j, e in enumerate(st.slots)
+                                         if as_expr(e) == Dim(outer[0].var) and slots[j] is None}
+                old = written.get(node.op)
+                written[node.op] = axes if node.op not in written else (old & axes)
+        found: set[tuple[int, int]] = set()
+        for _ in range(2):  # a value made of a zeroed read, read later in the same step
+            for k, st in enumerate(self.lowered.stmts):
+                for i, r in enumerate(st.reads):
+                    if r.src in self.local:
+                        made = [j for j, s2 in enumerate(self.lowered.stmts) if s2.op.id == r.src]
+                        ok = made and all(self.lowered.stmts[j].op.kind in _KEEPS_ZEROS
+                                          and (j, 0) in found for j in made)
+                    else:
+                        ok = k in where and r.src in written and self._past_written(
+                            r, where[k], written[r.src] or set())
+                    if ok:
+                        found.add((k, i))
+        return found
+
+    @staticmethod
+    def _past_written(r, loop: For, written: set) -> bool:
+        """Whether every range of a read runs from the start of an axis that ``loop`` writes
+        in order to past the point written at this step (``0:t+1``)."""
+        ranges = [(j, e) for j, e in enumerate(r.entries) if e[0] == "s"]
+        return bool(ranges) and all(c is None for c in r.cut) and all(
+            e[3] is None and as_expr(e[1]) == Const(0) and (id(loop), j) in written
+            and (_offset(e[2], Dim(loop.var)) or 0) >= 1 for j, e in ranges)
+
+    def held_axis(self, op: int) -> int:
+        """The axis of an unstacked store's buffers that is the point read (of size 1)."""
+        a = self.unstacked[op]
+        return self.perms[op].index(a) if op in self.perms else a
+
+    def _in_place(self, st: Stmt, r) -> bool:
+        """Whether a read is a whole buffer, read without a copy: of an unstacked store, at a
+        point of the unstacked axis only, every range from the start over the whole axis."""
+        if r.src not in self.unstacked or any(c is not None for c in r.cut):
+            return False
+        shape = self.shapes[r.src][0]
+        perm = self.perms.get(r.src, range(len(shape)))
+        for j, e in enumerate(r.entries):
+            if e[0] == "p" and j != self.unstacked[r.src]:
+                return False
+            if e[0] == "s" and (e[3] is not None or as_expr(e[1]) != Const(0)
+                                or e[2].pad(self._max(st.op, e[2]))
+                                != shape[list(perm).index(j)]):
+                return False
+        return True
 
     def switched(self, node: For) -> dict | None:
         """How a split loop runs as one loop: for each ``Seq`` in its body (by ``id``), its
@@ -497,7 +589,8 @@ class _Xla:
             note = (f"  # one loop in {len(segs)} spans of {segs[0][1]} steps" if plan else
                     f"  # {len(segs)} loops of {segs[0][1]} steps, ranges padded per loop"
                     if segs else "  # the first step is traced apart; below, the others"
-                    if peeled else "")
+                    if peeled else "  # not split: its growing reads are whole buffers, read "
+                    "in place" if self.segments(node, False) else "")
             first = as_expr(node.lo) + 1 if peeled else node.lo
             return [f"{pad}{kind}({ic.var(node.var)} in {ic.expr_src(node.lo)}.."
                     f"{ic.expr_src(node.hi)}):{note}"] + self._describe(
@@ -549,7 +642,7 @@ class _Xla:
     def _zeros(self, op: int, shape, dtype):
         """A store of the program, constrained to its sharding when the program has a mesh
         (XLA's partitioner then splits what computes it)."""
-        return self._placed(op, jnp.zeros(shape, dtype))
+        return self._views(op, self._placed(op, jnp.zeros(shape, dtype)))
 
     def _placed(self, op: int, x):
         """``x`` as ``op``'s store: constrained to the store's sharding under a mesh."""
@@ -927,12 +1020,18 @@ class _Trace:
             return state
         st0 = stmts[0]
         slots = [ic.jax_int(x, env) for x in st0.slots]
-        buf = state["s"][op.id]
-        upd = y.reshape((1,) * len(slots) + y.shape).astype(buf.dtype)
+        buf = views = state["s"][op.id]
+        upd = y.reshape((1,) * len(slots) + y.shape).astype(y.dtype)
         at = tuple(jnp.int32(s) for s in slots) + (0,) * y.ndim
         if op.id in ex.perms:
             upd, at = jnp.transpose(upd, ex.perms[op.id]), tuple(at[k] for k in ex.perms[op.id])
-        buf = lax.dynamic_update_slice(buf, upd, at)
+        if op.id in ex.unstacked:  # the buffer of the point written, a constant here
+            a = ex.held_axis(op.id)
+            j = _clamped(slots[ex.unstacked[op.id]], len(views))
+            upd, at, buf = jnp.squeeze(upd, a), at[:a] + at[a + 1:], views[j]
+        buf = lax.dynamic_update_slice(buf, upd.astype(buf.dtype), at)
+        if op.id in ex.unstacked:
+            buf = views[:j] + (buf,) + views[j + 1:]
         state = {**state, "s": {**state["s"], op.id: buf}}
         if op.id in state["w"]:
             p = ic.jax_int(node.args[0], env) if node.args else 0
@@ -949,7 +1048,8 @@ class _Trace:
         reads, out = st.static(pads)
         in_types = tuple(ex.sdg.ops[r.src].type for r in st.reads)
         fn = kernel_body(op, in_types, tuple(p for _, p in reads), out, False, st.levels,
-                         tuple(None if r.src in vals else ex.perms.get(r.src) for r in st.reads))
+                         tuple(None if r.src in vals else ex.perms.get(r.src) for r in st.reads),
+                         tuple((k, i) in ex.zeroed for i in range(len(st.reads))))
         bufs, ints, at = [], [ic.jax_int(x, env) for x in st.ints()], 0
         for r in st.reads:
             if r.src in vals:
@@ -958,7 +1058,8 @@ class _Trace:
             elif r.src in ex.unstacked:  # the buffer of the point read, a constant here
                 a = at + ex.unstacked[r.src]
                 views = state["s"][r.src]
-                bufs.append(views[_clamped(ints[a], len(views))])
+                bufs.append(jnp.expand_dims(views[_clamped(ints[a], len(views))],
+                                            ex.held_axis(r.src)))
                 ints[a] = 0
             else:
                 bufs.append(state["s"][r.src])
@@ -1022,6 +1123,13 @@ def _read_order(st: Stmt, nspatial: int) -> tuple | None:
 def _constant_in(e, consts: set) -> bool:
     """Whether ``e`` is a number once the variables ``consts`` are (and depends on one)."""
     return bool(e.dims()) and e.dims() <= consts and not e.bounds()
+
+
+def _constant_at(exprs, consts: set) -> int | None:
+    """The first position whose index is a number once the variables ``consts`` are, and an
+    affine one, which tracing computes in Python (``max``, ``%``: as traced values)."""
+    return next((a for a, e in enumerate(exprs) if isinstance(as_expr(e), (Dim, Lin))
+                 and _constant_in(as_expr(e), consts)), None)
 
 
 def _clamped(j, n: int) -> int:
