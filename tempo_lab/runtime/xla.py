@@ -352,12 +352,14 @@ class _Xla:
         """(statement, read) pairs whose padding is known to hold zeros, so that no op masks
         it (``jax_ops.zero_padded``): a range read from the start of a store to past the
         point written at this step, in the loop that writes that store one point a step in
-        order (a loop run once: outside any other loop but unrolled ones inside it), of a store that
-        starts as zeros (not prefilled, no ring on that axis): what lies beyond is not written
-        yet. And a value a transpose or a squeeze makes of such a read. Attention's values
-        are then read in place at full length; masked, each step copied them."""
-        written: dict[int, set | None] = {}  # store -> {(loop, axis)} every write is in order
+        order (a loop run once: outside any other loop, with only unrolled ones inside it),
+        of a store that starts as zeros (not prefilled, no ring on that axis): what lies
+        beyond is not written yet. And a value a transpose or a squeeze makes of such a read.
+        Attention's values are then read in place at full length; masked, each step copied
+        them."""
+        written: dict[int, set] = {}  # store -> {(loop, axis)} along which every write is in order
         where: dict[int, For] = {}  # statement -> the one loop not unrolled around it
+        made: dict[int, list[int]] = {}  # op -> its statements
         for node, loops in _nodes_in_loops(self.schedule.ast):
             if not isinstance(node, Exec):
                 continue
@@ -365,6 +367,7 @@ class _Xla:
             if outer and outer[0] is not loops[0]:  # traced again per step of an unrolled loop
                 outer = []
             for k in self.lowered.of_exec.get(id(node), ()):
+                made.setdefault(node.op, []).append(k)
                 if len(outer) == 1:
                     where[k] = outer[0]
                 st = self.lowered.stmts[k]
@@ -374,19 +377,18 @@ class _Xla:
                 axes = set() if len(outer) != 1 or st.slots is None or node.op in (
                     self.prefilled) else {(id(outer[0]), j) for j, e in enumerate(st.slots)
                                          if as_expr(e) == Dim(outer[0].var) and slots[j] is None}
-                old = written.get(node.op)
-                written[node.op] = axes if node.op not in written else (old & axes)
+                written[node.op] = written.get(node.op, axes) & axes
         found: set[tuple[int, int]] = set()
         for _ in range(2):  # a value made of a zeroed read, read later in the same step
             for k, st in enumerate(self.lowered.stmts):
                 for i, r in enumerate(st.reads):
                     if r.src in self.local:
-                        made = [j for j, s2 in enumerate(self.lowered.stmts) if s2.op.id == r.src]
-                        ok = made and all(self.lowered.stmts[j].op.kind in _KEEPS_ZEROS
-                                          and (j, 0) in found for j in made)
+                        ok = r.src in made and all(
+                            self.lowered.stmts[j].op.kind in _KEEPS_ZEROS and (j, 0) in found
+                            for j in made[r.src])
                     else:
                         ok = k in where and r.src in written and self._past_written(
-                            r, where[k], written[r.src] or set())
+                            r, where[k], written[r.src])
                     if ok:
                         found.add((k, i))
         return found
@@ -401,7 +403,8 @@ class _Xla:
             and (_offset(e[2], Dim(loop.var)) or 0) >= 1 for j, e in ranges)
 
     def held_axis(self, op: int) -> int:
-        """The axis of an unstacked store's buffers that is the point read (of size 1)."""
+        """The axis of an unstacked store, in the order it is held, whose point picks the
+        buffer."""
         a = self.unstacked[op]
         return self.perms[op].index(a) if op in self.perms else a
 
