@@ -714,14 +714,22 @@ def test_xla_keeps_a_store_read_by_a_loop_variable_stacked():
                                        config=REFERENCE).run()["h"])
 
 
-def test_xla_does_not_unroll_layers_into_every_span_of_a_long_loop():
-    """Twelve layers inside a loop over steps that is split into eight spans would trace the
-    layer's statements 96 times: the loop over layers stays a loop (XLA's compile time grows
-    with the copies); values are the NumPy decoder's."""
+def test_xla_does_not_unroll_layers_into_every_span_of_a_long_loop(monkeypatch):
+    """Twelve layers inside a loop over steps: unrolled, their keys and values are buffers
+    read whole, so the loop is not split and the layers' statements are traced once. Were
+    those reads copied per span, the loop would be split into eight spans, and unrolling
+    would trace the layer's statements 96 times: the loop over layers then stays a loop
+    (XLA's compile time grows with the copies). Values are the NumPy decoder's."""
     w = make_weights(12, EMBED, 2 * EMBED, seed=12)
     tokens = np.random.default_rng(12).standard_normal((128, EMBED)).astype(np.float32)
     ctx, N, T, y = _last_layer(w, tokens)
+    want = numpy_decoder(w, tokens, HEADS)
+    prog = ctx.compile(bounds={N: 12, T: 128}, outputs={"y": y}, config=cfg("xla"))
+    ex = prog.executable.prepared
+    assert ex.unrolled and "spans of" not in ex.source and "not split" in ex.source
+    close(prog.run()["y"], want)
+    monkeypatch.setattr(xla._Xla, "_in_place", lambda self, st, r: False)
     prog = ctx.compile(bounds={N: 12, T: 128}, outputs={"y": y}, config=cfg("xla"))
     ex = prog.executable.prepared
     assert "8 spans of 16 steps" in ex.source and not ex.unrolled and not ex.unstacked
-    close(prog.run()["y"], numpy_decoder(w, tokens, HEADS))
+    close(prog.run()["y"], want)
