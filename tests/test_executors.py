@@ -11,6 +11,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import tempo_lab as tl
 from tempo_lab.demo import decoder, make_weights, numpy_decoder
@@ -733,3 +735,32 @@ def test_xla_does_not_unroll_layers_into_every_span_of_a_long_loop(monkeypatch):
     ex = prog.executable.prepared
     assert "8 spans of 16 steps" in ex.source and not ex.unrolled and not ex.unstacked
     close(prog.run()["y"], want)
+
+
+@settings(max_examples=25, deadline=None, derandomize=True, database=None)
+@given(steps=st.integers(1, 40), reduce=st.sampled_from(["sum", "mean", "max", "attend"]),
+       outer=st.booleans(), vectorise=st.booleans())
+def test_xla_reads_past_what_its_loop_wrote_as_the_reference(steps, reduce, outer, vectorise):
+    """A recurrence read over ``0:t+1`` in the loop that writes it (summed, averaged, maxed,
+    or attended over as values): where that loop runs once, the padding past ``t`` is known
+    to hold zeros and the sums leave their masks out; inside a loop over ``i`` it holds the
+    last ``i``'s values and is masked. Either way, the reference's values."""
+    dims = ("i", "t") if outer else ("t",)
+    ctx = tl.Context(dims=dims)
+    *lead, t = ctx.dims
+    data = np.random.default_rng(steps).standard_normal((3, steps, 4)).astype(np.float32) * 3
+    with ctx:
+        inp = tl.from_array(data if outer else data[0], domain=tuple(ctx.dims), name="inp")
+        x = tl.placeholder((4,), "float32", domain=tuple(ctx.dims), name="x")
+        x[(*lead, 0)] = inp[(*lead, 0)]
+        x[(*lead, t)] = tl.tanh(x[(*lead, t - 1)] * 0.9 + inp[(*lead, t)]) * 5.0
+        seen = x[(*lead, slice(0, t + 1))]
+        if reduce == "attend":
+            scores = (seen @ inp[(*lead, t)].expand_dims(1)).squeeze(1)
+            y = (tl.softmax(scores, axis=-1).expand_dims(0) @ seen).squeeze(0)
+        else:
+            y = getattr(seen, reduce)(axis=0)
+    bounds = dict(zip(ctx.bounds, (3, steps) if outer else (steps,)))
+    prog = ctx.compile(bounds=bounds, outputs={"y": y}, config=cfg("xla", vectorise=vectorise))
+    want = ctx.compile(bounds=bounds, outputs={"y": y}, config=REFERENCE).run()["y"]
+    close(prog.run()["y"], want, msg=f"{reduce}, outer={outer}, vectorise={vectorise}")
