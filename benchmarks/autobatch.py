@@ -324,7 +324,20 @@ def treelstm_numpy(p: dict, xp=np, w=None):
     return xp.stack(out)
 
 
-def treelstm_tempo(p: dict, groups: int = 4, executor: str = "auto"):
+def treelstm_tempo(p: dict, executor: str = "auto"):
+    """The TreeLSTM batched level by level (``treelstm_levels_program``)."""
+    import tempo_lab as tl
+
+    ctx = tl.Context(dims=("b", "s", "k"))
+    levels = tree_levels(p)
+    _, root = treelstm_levels_program(ctx, p, levels)
+    B, S, K = ctx.bounds
+    return ctx.compile(bounds={B: len(p["lengths"]), S: levels.steps, K: levels.width},
+                       outputs={"y": root}, config=tl.CompileConfig(executor=executor))
+
+
+def treelstm_postorder_tempo(p: dict, groups: int = 4, executor: str = "auto"):
+    """The TreeLSTM node by node in post-order, trees grouped by size (``treelstm_program``)."""
     import tempo_lab as tl
 
     ctx = tl.Context(dims=("b", "n"))
@@ -335,6 +348,51 @@ def treelstm_tempo(p: dict, groups: int = 4, executor: str = "auto"):
                        outputs={"y": root},
                        config=tl.CompileConfig(ragged_buckets=groups, executor=executor,
                                                vectorise_groups=VECTORISE_GROUPS))
+
+
+def tree_levels(p: dict):
+    """The problem's trees laid out level by level (``tl.nn.tree_levels``)."""
+    import tempo_lab as tl
+
+    return tl.nn.tree_levels(np.where(p["leaf"][..., None], -1, p["kids"]), p["lengths"])
+
+
+def treelstm_levels_program(ctx, p: dict, levels):
+    """The TreeLSTM over ``ctx``'s dims ``(b, s, k)``: a loop over the steps ``s`` of
+    ``levels`` (``tl.nn.TreeLevels``), all slots ``k`` of a step at once, each gathering its
+    children's states from the steps before; the weight and each tree's root state over
+    ``b``."""
+    import tempo_lab as tl
+
+    hidden = p["x"].shape[-1]
+    b, s, k = ctx.dims
+    _, S, K = ctx.bounds
+    roots = p["lengths"] - 1                               # the last node in post-order
+    tree = np.arange(len(roots))
+    with ctx:
+        x = tl.from_array(levels.place(p["x"]), domain=(s, k))
+        at = [[tl.from_array(a[..., j], domain=(s, k)) for j in range(2)]
+              for a in (levels.child_step, levels.child_slot, levels.has_child)]
+        w = tl.constant(p["w"])
+        state = tl.placeholder((2 * hidden,), "float32", domain=(s, k))  # [h, c] per node
+        zero = tl.zeros((hidden,))
+
+        def node(x, hl, cl, hr, cr):
+            h, c = _treelstm_cell(x, hl, cl, hr, cr, w, tl,
+                                  lambda v: tl.concatenate(v, axis=-1))
+            return tl.concatenate([h, c], axis=0)
+        state[0, k] = node(x[0, k], zero, zero, zero, zero)  # the first step holds leaves
+        earlier = state[0:s, 0:K]                          # every slot of the steps before
+        kids = []
+        for j in range(2):
+            v = tl.take(earlier, (at[0][j], at[1][j]))
+            kids += [tl.where(at[2][j], v[..., :hidden], zero),
+                     tl.where(at[2][j], v[..., hidden:], zero)]
+        state[s, k] = node(x, *kids)
+        rs = tl.from_array(levels.step[tree, roots], domain=(b,))
+        rk = tl.from_array(levels.slot[tree, roots], domain=(b,))
+        root = tl.take(state[0:S, 0:K], (rs, rk))[..., :hidden]
+    return w, root
 
 
 def treelstm_program(ctx, p: dict):
@@ -402,6 +460,36 @@ def treelstm_padded(p: dict):
     return lambda: run(*args)
 
 
+def treelstm_levels_jax(p: dict):
+    """Plain JAX on the same level layout (an experiment beside the baselines, as
+    ``jax_bucketed``): a scan over the steps, a gather of each slot's children from the state
+    buffer, the cell on every slot at once."""
+    import jax
+    import jax.numpy as jnp
+
+    lv = tree_levels(p)
+    hidden = p["x"].shape[-1]
+    x, cs, ck, has = (jnp.asarray(a) for a in (lv.place(p["x"]), lv.child_step,
+                                                 lv.child_slot, lv.has_child))
+    tree = np.arange(len(p["lengths"]))
+    rs, rk = (jnp.asarray(a[tree, p["lengths"] - 1]) for a in (lv.step, lv.slot))
+    w = jnp.asarray(p["w"])
+
+    @jax.jit
+    def run():
+        def step(buf, i):
+            kid = buf[cs[i], ck[i]]                        # (width, 2, 2H)
+            kid = jnp.where(has[i][..., None], kid, 0.0)
+            h, c = _treelstm_cell(x[i], kid[:, 0, :hidden], kid[:, 0, hidden:],
+                                  kid[:, 1, :hidden], kid[:, 1, hidden:], w, jnp,
+                                  lambda v: jnp.concatenate(v, axis=-1))
+            return buf.at[i].set(jnp.concatenate([h, c], axis=-1)), None
+        buf0 = jnp.zeros((lv.steps, lv.width, 2 * hidden), x.dtype)
+        buf, _ = jax.lax.scan(step, buf0, jnp.arange(lv.steps))
+        return buf[rs, rk, :hidden]
+    return run
+
+
 def treelstm_per_instance(p: dict):
     import jax
     import jax.numpy as jnp
@@ -447,7 +535,7 @@ def measure_model(model: str, args) -> list[dict]:
         useful = float(exits.sum() / (len(exits) * exits.max()))
         size = {"layers": args.layers, "exit_layers_mean": float(exits.mean())}
     records = []
-    systems = list(args.systems) + (["jax_bucketed"] if model == "birnn" and args.bucketed
+    systems = list(args.systems) + (["jax_bucketed"] if model != "berxit" and args.bucketed
                                     else [])
     for system in systems:
         t0 = time.perf_counter()
@@ -455,7 +543,7 @@ def measure_model(model: str, args) -> list[dict]:
             prog = tempo(p)
             fn = lambda prog=prog: prog.run()["y"]  # noqa: E731
         elif system == "jax_bucketed":
-            fn = birnn_bucketed(p)
+            fn = birnn_bucketed(p) if model == "birnn" else treelstm_levels_jax(p)
         else:
             fn = (padded if system == "jax_padded" else per_instance)(p)
         got = np.asarray(fn())                              # compiles (every shape), checks

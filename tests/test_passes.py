@@ -183,6 +183,43 @@ def test_a_sum_over_a_middle_vectorised_dim(executor):
     np.testing.assert_allclose(prog.run()["y"], np.exp(data * 0.01).sum(axis=1), rtol=1e-6)
 
 @pytest.mark.parametrize("executor", ["reference", "interpreter", "codegen", "xla"])
+@pytest.mark.parametrize("order", [("s", "k"), ("k", "s")])
+def test_a_dim_read_whole_after_a_range_of_a_loop_is_batched(executor, order):
+    """Each slot ``k`` of step ``s`` gathers from every slot of the steps before
+    (``state[0:s, 0:K]``, a tree level by level): ``k`` is batched, the loop over ``s``
+    stays. Read whole *before* the other range (``state[0:K, 0:s]``), batching ``k`` would
+    put its axis after the range's, so ``k`` stays a loop; both equal NumPy."""
+    S, K = 5, 4
+    rs = np.random.RandomState(0)
+    data = rs.randn(S, K, 3).astype(np.float32)
+    src_s = np.array([[rs.randint(0, max(s, 1)) for _ in range(K)] for s in range(S)])
+    src_k = rs.randint(0, K, size=(S, K))
+    want = data.copy()
+    for s in range(1, S):
+        want[s] = 0.5 * data[s] + np.tanh(want[src_s[s], src_k[s]])
+    ctx = tl.Context(dims=order)
+    dims = dict(zip(order, ctx.dims))
+    s_, k_ = dims["s"], dims["k"]
+    bound = dict(zip(order, ctx.bounds))
+    lay = (lambda a: a) if order == ("s", "k") else (lambda a: np.swapaxes(a, 0, 1))
+    with ctx:
+        x = tl.from_array(lay(data), domain=ctx.dims)
+        ps, pk = (tl.from_array(lay(a), domain=ctx.dims) for a in (src_s, src_k))
+        state = tl.placeholder((3,), "float32", ctx.dims, "state")
+        first = {s_: 0, k_: k_}
+        state[tuple(first[d] for d in ctx.dims)] = x[tuple(first[d] for d in ctx.dims)]
+        whole = {s_: slice(0, s_), k_: slice(0, bound["k"])}
+        earlier = state[tuple(whole[d] for d in ctx.dims)]
+        at = (ps, pk) if order == ("s", "k") else (pk, ps)
+        state[ctx.dims] = 0.5 * x + tl.tanh(tl.take(earlier, at))
+    prog = ctx.compile(bounds={bound["s"]: S, bound["k"]: K}, outputs={"y": state[ctx.dims]},
+                       config=config(executor))
+    vd = prog.sdg.ops[prog.sdg.outputs["y"]].attrs.get("vdims", ())
+    assert ("k" in vd) == (order == ("s", "k")) and "s" not in vd
+    np.testing.assert_allclose(lay(prog.run()["y"]), want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("executor", ["reference", "interpreter", "codegen", "xla"])
 def test_the_ops_off_a_recurrence_are_batched_over_its_dim(executor):
     """A forward recurrence over t (h), a per-step network off it (y), and a backward
     recurrence reading y (g, GAE's shape): t stays a loop for h and g while y runs once,

@@ -397,10 +397,10 @@ def test_gradient_through_ragged_trees_matches_jax_grad(executor):
 
 @pytest.mark.parametrize("executor", EXECUTORS[1:])
 def test_trees_grouped_by_size_match_numpy(executor):
-    from benchmarks.autobatch import treelstm_numpy, treelstm_problem, treelstm_tempo
+    from benchmarks.autobatch import treelstm_numpy, treelstm_postorder_tempo, treelstm_problem
 
     p = treelstm_problem(10, 6, 8, seed=1)
-    prog = treelstm_tempo(p, executor=executor)
+    prog = treelstm_postorder_tempo(p, executor=executor)
     assert prog.passes.orders  # ten trees of different sizes: grouped
     np.testing.assert_allclose(prog.run()["y"], treelstm_numpy(p), rtol=1e-4, atol=1e-5)
     if executor == "xla":  # the gates, used only inside the step's branch

@@ -31,9 +31,10 @@ from .layers import (
 from .llama import Llama, load_llama
 from .params import as_tensors
 from .sampling import sample
+from .trees import TreeLevels, tree_levels
 
 __all__ = [
     "ACTIVATIONS", "MLP", "Embedding", "LayerNorm", "Linear", "Llama", "MultiHeadAttention",
-    "ParamError", "RMSNorm", "SwiGLU", "TransformerBlock", "as_tensors", "attention", "gelu",
-    "load_llama", "rope", "sample", "silu",
+    "ParamError", "RMSNorm", "SwiGLU", "TransformerBlock", "TreeLevels", "as_tensors",
+    "attention", "gelu", "load_llama", "rope", "sample", "silu", "tree_levels",
 ]

@@ -3,7 +3,7 @@
 If every read of every op over ``d`` happens at the reader's own ``d`` (no ``b - 1``, no partial
 slice or constant point along ``d``, no condition or index that mentions ``d``), the points along
 ``d`` are independent: the whole range can run at once. A read of the *whole* range ``0:D`` (a
-reduction over the batch) is allowed when it is the read's only slice: it then reads the
+reduction over the batch) is allowed when it is the read's last slice: it then reads the
 producer's leading axis as it is, and a reader over ``d`` gets it whole rather than one element
 (``attrs["whole"]`` lists those input slots). Each op over ``d`` then drops ``d`` from its
 domain and gains a leading axis of size ``D``; it keeps its own attributes and is applied per
@@ -199,18 +199,21 @@ def _own_point(ed: Editor, e, d: Dim) -> bool:
     range along it as the read's one range), under a condition free of ``d``."""
     if _mentions(e.cond, d):
         return False
-    for pd, x in zip(ed.ops[e.src].domain, e.index):
+    for pos, (pd, x) in enumerate(zip(ed.ops[e.src].domain, e.index)):
         if pd == d:
-            if not _only_whole(e, x, d) and (isinstance(x, Slice) or x != d):
+            if not _only_whole(e, pos, d) and (isinstance(x, Slice) or x != d):
                 return False
         elif _mentions(x, d):
             return False
     return True
 
 
-def _only_whole(e, x, d: Dim) -> bool:
-    """``x``, read ``e``'s entry for ``d``, is ``d``'s whole range and the read's one range."""
-    return _whole(x, d) and sum(isinstance(y, Slice) for y in e.index) == 1
+def _only_whole(e, pos: int, d: Dim) -> bool:
+    """Read ``e``'s entry ``pos`` is ``d``'s whole range and the read's last range. A batched
+    producer's axis follows the axes of the read's other ranges (``ir/vmap.py``), so the value
+    keeps its layout: ``x[0:t, 0:K]`` over ``(t, k)`` is ``(t, K, ...)`` either way, which
+    lets the nodes of a step be batched while they gather from all the steps before."""
+    return _whole(e.index[pos], d) and not any(isinstance(y, Slice) for y in e.index[pos + 1:])
 
 
 def _recurrent(ed: Editor, d: Dim, over: set[int]) -> set[int]:
@@ -327,7 +330,7 @@ def vectorise_group(ed: Editor, d: Dim, size: int, ops: set[int]):
 def _direct(ed: Editor, e, d: Dim) -> bool:
     """A read of the whole range of ``d`` as its one range (a reduction): it reads the
     batched value as it is."""
-    return _only_whole(e, e.index[ed.ops[e.src].domain.index(d)], d)
+    return _only_whole(e, ed.ops[e.src].domain.index(d), d)
 
 
 def _worth(ed: Editor, ops: set[int]) -> bool:
