@@ -8,6 +8,8 @@ Models, each on ``--batch`` instances whose work differs per instance:
 - ``birnn``: a bidirectional tanh RNN over sequences with lengths uniform in ``[T/8, T]``; each
   instance's output is a linear read-out of its forward state at its own last step and its
   backward state at step 0. tempo_lab: ``bounds={T: tl.lengths(lengths, over=b)}``.
+- ``treelstm``: a binary TreeLSTM over random binary trees; tempo_lab batches it level by level
+  (``tl.nn.tree_levels``: a loop over steps, the slots of a step at once).
 - ``berxit``: a stack of up to ``--layers`` residual MLP layers with an exit classifier after
   each; an instance leaves at the first layer whose classifier is confident (max softmax >
   ``--threshold``), and its output is that layer's logits. tempo_lab:
@@ -18,8 +20,9 @@ longest instance, mask, one ``jax.jit`` of a ``lax.scan`` over the padded steps,
 one array); ``jax_per_instance`` (one jitted call per instance -- per step for berxit, whose
 exit is a host decision -- the DyNet-like baseline, every instance shape compiled before
 timing). With ``--bucketed``, birnn is also timed sorted into 4 length buckets in plain JAX
-(``jax_bucketed``), to measure what compaction could gain. Every system's outputs are checked against a NumPy per-instance reference before
-anything is timed.
+(``jax_bucketed``), to measure what compaction could gain, and treelstm on the same level
+layout as tempo_lab's in plain JAX (``jax_levels``). Every system's outputs are checked
+against a NumPy per-instance reference before anything is timed.
 
 Records: ``{"model", "system", "batch", "seq_len" | "layers", "hidden", "ms_per_batch"
 (median of --runs warm runs), "ms_min", "ms_max", "max_abs_err", "useful_fraction" (real work /
@@ -461,8 +464,8 @@ def treelstm_padded(p: dict):
 
 
 def treelstm_levels_jax(p: dict):
-    """Plain JAX on the same level layout (an experiment beside the baselines, as
-    ``jax_bucketed``): a scan over the steps, a gather of each slot's children from the state
+    """``jax_levels``: plain JAX on the same level layout (an experiment beside the baselines,
+    as ``jax_bucketed``): a scan over the steps, a gather of each slot's children from the state
     buffer, the cell on every slot at once."""
     import jax
     import jax.numpy as jnp
@@ -535,15 +538,17 @@ def measure_model(model: str, args) -> list[dict]:
         useful = float(exits.sum() / (len(exits) * exits.max()))
         size = {"layers": args.layers, "exit_layers_mean": float(exits.mean())}
     records = []
-    systems = list(args.systems) + (["jax_bucketed"] if model != "berxit" and args.bucketed
-                                    else [])
+    extra = {"birnn": "jax_bucketed", "treelstm": "jax_levels"}
+    systems = list(args.systems) + ([extra[model]] if model in extra and args.bucketed else [])
     for system in systems:
         t0 = time.perf_counter()
         if system == "tempo_lab":
             prog = tempo(p)
             fn = lambda prog=prog: prog.run()["y"]  # noqa: E731
         elif system == "jax_bucketed":
-            fn = birnn_bucketed(p) if model == "birnn" else treelstm_levels_jax(p)
+            fn = birnn_bucketed(p)
+        elif system == "jax_levels":
+            fn = treelstm_levels_jax(p)
         else:
             fn = (padded if system == "jax_padded" else per_instance)(p)
         got = np.asarray(fn())                              # compiles (every shape), checks
@@ -562,6 +567,10 @@ def measure_model(model: str, args) -> list[dict]:
         if system == "tempo_lab":
             rec["executor"] = prog.executor
             rec["vectorise_groups"] = VECTORISE_GROUPS
+        if system in ("tempo_lab", "jax_levels") and model == "treelstm":
+            lv = tree_levels(p)
+            rec["levels"] = {"steps": lv.steps, "width": lv.width,
+                             "slots_used": lv.useful_fraction}
         records.append(rec)
         print(f"{model:7s} {system:17s} {rec['ms_per_batch']:9.2f} ms/batch  err "
               f"{err:.1e}  useful {useful:.2f}", flush=True)
@@ -588,7 +597,8 @@ def main(argv=None) -> int:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--bucketed", action="store_true",
                     help="also time birnn sorted into 4 length buckets in plain JAX "
-                         "(jax_bucketed: what a compacting executor could gain)")
+                         "(jax_bucketed: what a compacting executor could gain) and treelstm "
+                         "on tempo_lab's level layout in plain JAX (jax_levels)")
     ap.add_argument("--out")
     args = ap.parse_args(argv)
     if args.quick:

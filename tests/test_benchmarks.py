@@ -62,3 +62,7 @@ def test_autobatch_benchmark_tiny(tmp_path):
         assert 0 < r["useful_fraction"] <= 1 and r["tempo_lab_ratio"] > 0
     assert {r["system"] for r in records if r["model"] == "birnn"} == {
         "tempo_lab", "jax_padded", "jax_per_instance", "jax_bucketed"}
+    tree = {r["system"]: r for r in records if r["model"] == "treelstm"}
+    assert set(tree) == {"tempo_lab", "jax_padded", "jax_per_instance", "jax_levels"}
+    assert tree["tempo_lab"]["levels"] == tree["jax_levels"]["levels"]
+    assert tree["tempo_lab"]["levels"]["steps"] < tree["tempo_lab"]["nodes_max"]
