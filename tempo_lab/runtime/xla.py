@@ -646,7 +646,9 @@ class _Xla:
                              {i: self._literal(i) for i in self.baked})
             outs = {i: _logical(state["s"][i], self.perms.get(i))
                     for i in self.sdg.outputs.values() if i in state["s"]}
-            return outs, _calls(state), state["b"], state["err"]
+            # the counters, the bounds as reached and the error in one array: one transfer
+            reached = [jnp.asarray(state["b"][p], jnp.int32)[None] for p in self.sdg.untils]
+            return outs, jnp.concatenate([_calls(state), *reached, state["err"]])
 
         return program
 
@@ -725,7 +727,10 @@ class _Xla:
         _ACTIVE.append(host)
         try:
             # waits for the program; one transfer of everything it returns
-            outs, calls, reached, err = jax.device_get(fn(bvec, self._hosts(host)))
+            outs, ints = jax.device_get(fn(bvec, self._hosts(host)))
+            n = len(self._ops)
+            calls, err = ints[:n], ints[n + len(self.sdg.untils):]
+            reached = dict(zip(self.sdg.untils, ints[n:n + len(self.sdg.untils)]))
         finally:
             _ACTIVE.pop()
         host.raise_error()
