@@ -379,11 +379,7 @@ def treelstm_levels_program(ctx, p: dict, levels):
         w = tl.constant(p["w"])
         state = tl.placeholder((2 * hidden,), "float32", domain=(s, k))  # [h, c] per node
         zero = tl.zeros((hidden,))
-
-        def node(x, hl, cl, hr, cr):
-            h, c = _treelstm_cell(x, hl, cl, hr, cr, w, tl,
-                                  lambda v: tl.concatenate(v, axis=-1))
-            return tl.concatenate([h, c], axis=0)
+        node = _tempo_node(w)
         state[0, k] = node(x[0, k], zero, zero, zero, zero)  # the first step holds leaves
         earlier = state[0:s, 0:K]                          # every slot of the steps before
         kids = []
@@ -396,6 +392,16 @@ def treelstm_levels_program(ctx, p: dict, levels):
         rk = tl.from_array(levels.slot[tree, roots], domain=(b,))
         root = tl.take(state[0:S, 0:K], (rs, rk))[..., :hidden]
     return w, root
+
+
+def _tempo_node(w):
+    """The TreeLSTM cell in tempo_lab: a node's ``[h, c]`` from its input and children's."""
+    import tempo_lab as tl
+
+    def node(x, hl, cl, hr, cr):
+        h, c = _treelstm_cell(x, hl, cl, hr, cr, w, tl, lambda v: tl.concatenate(v, axis=-1))
+        return tl.concatenate([h, c], axis=0)
+    return node
 
 
 def treelstm_program(ctx, p: dict):
@@ -413,11 +419,7 @@ def treelstm_program(ctx, p: dict):
         w = tl.constant(p["w"])
         state = tl.placeholder((2 * hidden,), "float32", domain=(b, n))  # [h, c] per node
         zero = tl.zeros((hidden,))
-
-        def node(x, hl, cl, hr, cr):
-            h, c = _treelstm_cell(x, hl, cl, hr, cr, w, tl,
-                                  lambda v: tl.concatenate(v, axis=-1))
-            return tl.concatenate([h, c], axis=0)
+        node = _tempo_node(w)
         state[b, 0] = node(x[b, 0], zero, zero, zero, zero)
         earlier = state[b, 0:n]                            # the nodes before, in post-order
         sl, sr = tl.take(earlier, left, axis=0), tl.take(earlier, right, axis=0)

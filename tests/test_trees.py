@@ -99,6 +99,8 @@ def test_layout_scales_to_a_large_batch():
     (np.array([[[5, -1], [-1, -1]]]), None, None, "past the tree's 2 nodes"),
     (np.array([[[1, -1], [0, -1]]]), None, None, "cycle"),
     (np.array([[[-1, -1]]]), [3], None, "lengths must be"),
+    (np.array([[[-1, -1]]]), [0.5], None, "integer counts"),
+    (np.array([[[-1, -1]]]), None, True, "width must be a positive int"),
     (np.array([[[-1, -1]]]), None, 0, "width must be a positive int"),
     (np.zeros((2, 2, 2), np.float32), None, None, "integers of shape"),
 ])

@@ -90,10 +90,11 @@ def tree_levels(children, lengths=None, width: int | None = None) -> TreeLevels:
         raise ArgumentError(f"tree_levels takes children as integers of shape (trees, nodes, "
                             f"arity), -1 for no child; got {kids.dtype.name} {kids.shape}")
     trees, nodes, _ = kids.shape
-    lens = np.full(trees, nodes) if lengths is None else np.asarray(lengths).astype(np.int64)
-    if lens.shape != (trees,) or (lens < 0).any() or (lens > nodes).any():
-        raise ArgumentError(f"tree_levels: lengths must be {trees} counts in 0..{nodes}, got "
-                            f"{np.asarray(lengths).tolist()}")
+    lens = np.full(trees, nodes) if lengths is None else np.asarray(lengths)
+    if lens.shape != (trees,) or not np.issubdtype(lens.dtype, np.integer) \
+            or (lens < 0).any() or (lens > nodes).any():
+        raise ArgumentError(f"tree_levels: lengths must be {trees} integer counts in "
+                            f"0..{nodes}, got {lens.tolist()}")
     parent, label = _parents(kids, lens), {}
     for b in range(trees):
         for n in _top_down(parent, b, int(lens[b])):
@@ -102,7 +103,7 @@ def tree_levels(children, lengths=None, width: int | None = None) -> TreeLevels:
     total = int(lens.sum())
     if width is None:
         width = _best_width(kids, lens, parent, label, total)
-    elif not isinstance(width, int | np.integer) or width < 1:
+    elif isinstance(width, bool) or not isinstance(width, int | np.integer) or width < 1:
         raise ArgumentError(f"tree_levels: width must be a positive int, got {width!r}")
     where = _hu(kids, lens, parent, label, int(width))
     return _grid(kids, lens, where, int(width))
