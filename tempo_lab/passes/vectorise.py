@@ -196,7 +196,7 @@ def _pin_bound(ed: Editor, bound: Bound, value: int):
 # -- per op group -------------------------------------------------------------------------------
 def _own_point(ed: Editor, e, d: Dim) -> bool:
     """Whether read ``e`` sees ``d`` only at the reader's own point (or the producer's whole
-    range along it as the read's one range), under a condition free of ``d``."""
+    range along it as the read's last range), under a condition free of ``d``."""
     if _mentions(e.cond, d):
         return False
     for pos, (pd, x) in enumerate(zip(ed.ops[e.src].domain, e.index)):
@@ -328,7 +328,7 @@ def vectorise_group(ed: Editor, d: Dim, size: int, ops: set[int]):
 
 
 def _direct(ed: Editor, e, d: Dim) -> bool:
-    """A read of the whole range of ``d`` as its one range (a reduction): it reads the
+    """A read of the whole range of ``d`` as its last range (a reduction): it reads the
     batched value as it is."""
     return _only_whole(e, ed.ops[e.src].domain.index(d), d)
 
