@@ -374,8 +374,8 @@ def treelstm_levels_program(ctx, p: dict, levels):
     tree = np.arange(len(roots))
     with ctx:
         x = tl.from_array(levels.place(p["x"]), domain=(s, k))
-        at = [[tl.from_array(a[..., j], domain=(s, k)) for j in range(2)]
-              for a in (levels.child_step, levels.child_slot, levels.has_child)]
+        step, slot, has = ([tl.from_array(a[..., j], domain=(s, k)) for j in range(2)]
+                           for a in (levels.child_step, levels.child_slot, levels.has_child))
         w = tl.constant(p["w"])
         state = tl.placeholder((2 * hidden,), "float32", domain=(s, k))  # [h, c] per node
         zero = tl.zeros((hidden,))
@@ -384,9 +384,9 @@ def treelstm_levels_program(ctx, p: dict, levels):
         earlier = state[0:s, 0:K]                          # every slot of the steps before
         kids = []
         for j in range(2):
-            v = tl.take(earlier, (at[0][j], at[1][j]))
-            kids += [tl.where(at[2][j], v[..., :hidden], zero),
-                     tl.where(at[2][j], v[..., hidden:], zero)]
+            v = tl.take(earlier, (step[j], slot[j]))
+            kids += [tl.where(has[j], v[..., :hidden], zero),
+                     tl.where(has[j], v[..., hidden:], zero)]
         state[s, k] = node(x, *kids)
         rs = tl.from_array(levels.step[tree, roots], domain=(b,))
         rk = tl.from_array(levels.slot[tree, roots], domain=(b,))
@@ -540,6 +540,7 @@ def measure_model(model: str, args) -> list[dict]:
         useful = float(exits.sum() / (len(exits) * exits.max()))
         size = {"layers": args.layers, "exit_layers_mean": float(exits.mean())}
     records = []
+    layout = tree_levels(p) if model == "treelstm" else None   # recorded with its systems
     extra = {"birnn": "jax_bucketed", "treelstm": "jax_levels"}
     systems = list(args.systems) + ([extra[model]] if model in extra and args.bucketed else [])
     for system in systems:
@@ -569,10 +570,9 @@ def measure_model(model: str, args) -> list[dict]:
         if system == "tempo_lab":
             rec["executor"] = prog.executor
             rec["vectorise_groups"] = VECTORISE_GROUPS
-        if system in ("tempo_lab", "jax_levels") and model == "treelstm":
-            lv = tree_levels(p)
-            rec["levels"] = {"steps": lv.steps, "width": lv.width,
-                             "slots_used": lv.useful_fraction}
+        if system in ("tempo_lab", "jax_levels") and layout is not None:
+            rec["levels"] = {"steps": layout.steps, "width": layout.width,
+                             "slots_used": layout.useful_fraction}
         records.append(rec)
         print(f"{model:7s} {system:17s} {rec['ms_per_batch']:9.2f} ms/batch  err "
               f"{err:.1e}  useful {useful:.2f}", flush=True)

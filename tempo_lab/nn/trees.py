@@ -97,12 +97,11 @@ def tree_levels(children, lengths=None, width: int | None = None) -> TreeLevels:
                             f"0..{nodes}, got {lens.tolist()}")
     parent, label = _parents(kids, lens), {}
     for b in range(trees):
-        for n in _top_down(parent, b, int(lens[b])):
+        for n in _top_down(kids, parent, b, int(lens[b])):
             up = parent.get((b, n))
             label[b, n] = 0 if up is None else label[up] + 1
-    total = int(lens.sum())
     if width is None:
-        width = _best_width(kids, lens, parent, label, total)
+        width = _best_width(kids, lens, parent, label)
     elif isinstance(width, bool) or not isinstance(width, int | np.integer) or width < 1:
         raise ArgumentError(f"tree_levels: width must be a positive int, got {width!r}")
     where = _hu(kids, lens, parent, label, int(width))
@@ -130,18 +129,15 @@ def _parents(kids: np.ndarray, lens: np.ndarray) -> dict:
     return parent
 
 
-def _top_down(parent: dict, b: int, n: int) -> list[int]:
-    """Tree ``b``'s nodes, each after its parent (roots first); a cycle is an error."""
-    kids: dict[int, list[int]] = {}
-    roots = []
-    for i in range(n):
-        up = parent.get((b, i))
-        (roots if up is None else kids.setdefault(up[1], [])).append(i)
-    order, todo = [], list(roots)
+def _top_down(kids: np.ndarray, parent: dict, b: int, n: int) -> list[int]:
+    """Tree ``b``'s nodes, each after its parent (roots first); a cycle is an error (its
+    nodes all have parents, so none is reached from a root)."""
+    order = []
+    todo = [i for i in range(n) if (b, i) not in parent]
     while todo:
         i = todo.pop()
         order.append(i)
-        todo.extend(kids.get(i, ()))
+        todo.extend(int(c) for c in kids[b, i] if c >= 0)
     if len(order) < n:
         lost = sorted(set(range(n)) - set(order))[:5]
         raise ArgumentError(f"tree_levels: nodes {lost} of tree {b} are on a cycle of "
@@ -174,9 +170,10 @@ def _hu(kids, lens, parent, label, width: int) -> dict:
     return where
 
 
-def _best_width(kids, lens, parent, label, total: int) -> int:
+def _best_width(kids, lens, parent, label) -> int:
     """The width of least estimated time among a few: from the one the trees' height needs
     at full slots up to the widest set of leaves."""
+    total = int(lens.sum())
     if total == 0:
         return 1
     height = 1 + max(label.values())

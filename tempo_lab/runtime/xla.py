@@ -729,8 +729,8 @@ class _Xla:
             # waits for the program; one transfer of everything it returns
             outs, ints = jax.device_get(fn(bvec, self._hosts(host)))
             n = len(self._ops)
-            calls, err = ints[:n], ints[n + len(self.sdg.untils):]
-            reached = dict(zip(self.sdg.untils, ints[n:n + len(self.sdg.untils)]))
+            calls, ends, err = np.split(ints, [n, n + len(self.sdg.untils)])
+            reached = dict(zip(self.sdg.untils, ends))
         finally:
             _ACTIVE.pop()
         host.raise_error()
