@@ -374,7 +374,7 @@ def compile_context(ctx, bounds, outputs, config: CompileConfig | None = None) -
             st.times["schedule"] -= st.times["memory"]  # its own stage, timed inside
             if config.device_memory_budget is not None:
                 with st.stage("offload"):
-                    ast, chosen = offload.place(schedule.ast, sdg, plan.storages, bounds,
+                    ast, chosen = offload.place(schedule.ast, schedule, plan.storages, bounds,
                                                 config.device_memory_budget, plan.peak_bytes)
                     if chosen:
                         schedule = schedule.with_ast(ast)

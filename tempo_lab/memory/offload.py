@@ -8,6 +8,11 @@ before the later one (``Fetch``). Candidates are every such gap in every ``Seq``
 when the simulated device peak (the same simulation as the plan's) falls, until it is within
 the budget. What cannot be offloaded (a store read in every phase) stays, and the plan says
 how far above the budget the program remains.
+
+Before any copy, the cheaper move: a store whose values are all read in the iteration of a
+loop that made them is freed in every iteration instead of after the last
+(``schedule.build.iteration_frees``), at the price of a fresh buffer per iteration; that too is
+kept only where it lowers the simulated peak (or, at the same peak, the bytes held over time).
 """
 from __future__ import annotations
 
@@ -15,21 +20,28 @@ import dataclasses
 from dataclasses import dataclass
 
 from ..ir.sdg import SDG
-from ..schedule import Exec, Fetch, For, Free, If, Node, Offload, Seq
+from ..schedule import Exec, Fetch, For, Free, If, Node, Offload, Seq, While
+from ..schedule.build import insert_frees, iteration_frees
 from ..symbolic import Dim
 from .simulate import simulate
+
+SMALL = 64  # a store below 1/64 of what the peak is over the budget is not copied
 
 
 @dataclass(frozen=True)
 class Gap:
     """Store ``op`` is idle between children ``after`` and ``before`` of the ``Seq`` at
     ``path`` (indices from the root through ``Seq`` bodies, ``For`` bodies and ``If``
-    branches)."""
+    branches). A gap in a loop's body may wrap around (``after >= before``): from ``after`` to
+    the end of one iteration and from the start of the next to ``before``; the store then ends
+    the loop on the host and is fetched before each child at ``back`` (``(path, index)``) that
+    can touch it next."""
 
     path: tuple
     after: int
     before: int
     op: int
+    back: tuple = ()
 
 
 def _touches(node: Node, sdg: SDG, memo: dict) -> frozenset[int]:
@@ -54,11 +66,14 @@ def _touches(node: Node, sdg: SDG, memo: dict) -> frozenset[int]:
 
 def gaps(ast: Node, sdg: SDG, stored: set[int]) -> list[Gap]:
     """Every stretch of a sequence over which a stored op is not touched, between two parts
-    that touch it, and not freed within it."""
+    that touch it, and not freed within it; and in a loop's body, the stretch from its last
+    touch in one iteration to its first in the next (inside the branch that touches it, when
+    that is one ``if``)."""
     memo: dict = {}
     out: list[Gap] = []
+    keep = set(sdg.outputs.values()) | set(sdg.untils.values())
 
-    def visit(node, path):
+    def visit(node, path, up):
         if isinstance(node, Seq):
             seen: dict[int, int] = {}
             for k, child in enumerate(node.body):
@@ -69,23 +84,98 @@ def gaps(ast: Node, sdg: SDG, stored: set[int]) -> list[Gap]:
                     if o in seen and k > seen[o] + 1:
                         out.append(Gap(path, seen[o], k, o))
                     seen[o] = k
-                visit(child, path + (k,))
+                visit(child, path + (k,), up + ((node, path, k),))
         elif isinstance(node, For):
-            visit(node.body, path + ("body",))
+            visit(node.body, path + ("body",), up + ((node, path, None),))
+            if not isinstance(node, While) and isinstance(node.body, Seq):
+                out.extend(_wrapped(node, path, up, sdg, stored, memo, keep))
         elif isinstance(node, If):
-            visit(node.then, path + ("then",))
+            visit(node.then, path + ("then",), up)
             if node.orelse is not None:
-                visit(node.orelse, path + ("else",))
+                visit(node.orelse, path + ("else",), up)
 
-    visit(ast, ())
+    visit(ast, (), ())
     return out
 
 
+def _wrapped(loop_node: For, loop: tuple, up: tuple, sdg: SDG, stored: set[int], memo: dict,
+             keep: set[int]) -> list[Gap]:
+    """The gaps of a loop's body that wrap around from one iteration to the next."""
+    body = loop_node.body
+    touched = [_touches(c, sdg, memo) & stored for c in body.body]
+    out = []
+    for o in set().union(*touched):
+        at = [k for k, t in enumerate(touched) if o in t]
+        first, last = at[0], at[-1]
+        child = body.body[first]
+        back = _back(o, loop_node, up, sdg, memo, keep)
+        if (first == last and isinstance(child, If) and isinstance(child.then, Seq)
+                and child.then.body and (child.orelse is None
+                                         or o not in _touches(child.orelse, sdg, memo))):
+            # only a branch touches it: around that branch, idle whenever it does not run
+            out.append(Gap(loop + ("body", first, "then"), len(child.then.body) - 1, 0, o,
+                           back))
+        elif first > 0 or last < len(body.body) - 1:
+            out.append(Gap(loop + ("body",), last, first, o, back))
+    return out
+
+
+def _back(o: int, loop: For, up: tuple, sdg: SDG, memo: dict, keep: set[int]) -> tuple:
+    """Where a store that ends ``loop`` on the host must come back: before the next child of
+    each enclosing sequence that touches it after the loop, and before the first that touches
+    it in the next iteration of an enclosing loop (unless that is ``loop`` itself, which
+    fetches it on its own); at the end of the program for an output."""
+    found = []
+    k = None
+    for node, path, index in reversed(up):
+        if isinstance(node, Seq):
+            k = index
+            later = [j for j in range(k + 1, len(node.body))
+                     if o in _touches(node.body[j], sdg, memo)]
+            if later:
+                return tuple(found) + ((path, later[0]),)
+        elif isinstance(node.body, Seq) and k is not None:  # a loop: its next iteration
+            first = next(j for j, c in enumerate(node.body.body)
+                         if o in _touches(c, sdg, memo))
+            if first < k or (first == k and _before(node.body.body[k], loop, o, sdg, memo)):
+                found.append((path + ("body",), first))
+    if o in keep:
+        found.append(((), len(up[0][0].body) if up and isinstance(up[0][0], Seq) else 0))
+    return tuple(found)
+
+
+def _before(node: Node, target: Node, o: int, sdg: SDG, memo: dict) -> bool | None:
+    """Whether something touches store ``o`` before ``target`` runs in ``node`` (None:
+    ``target`` is not in it)."""
+    if node is target:
+        return False
+    if isinstance(node, Seq):
+        for c in node.body:
+            found = _before(c, target, o, sdg, memo)
+            if found is not None:
+                return found
+            if o in _touches(c, sdg, memo):
+                return True
+        return None
+    if isinstance(node, For):
+        return _before(node.body, target, o, sdg, memo)
+    if isinstance(node, If):
+        found = _before(node.then, target, o, sdg, memo)
+        if found is None and node.orelse is not None:
+            found = _before(node.orelse, target, o, sdg, memo)
+        return found
+    return None
+
+
 def insert(ast: Node, chosen: list[Gap]) -> Node:
-    """``ast`` with an ``Offload`` after and a ``Fetch`` before each chosen gap."""
+    """``ast`` with an ``Offload`` after and a ``Fetch`` before each chosen gap (and, for a
+    gap that wraps around a loop, ``Fetch``es where it comes back)."""
     by_path: dict[tuple, list[Gap]] = {}
+    back: dict[tuple, set[int]] = {}
     for g in chosen:
         by_path.setdefault(g.path, []).append(g)
+        for where in g.back:
+            back.setdefault(where, set()).add(g.op)
 
     def rebuild(node, path):
         if isinstance(node, Seq):
@@ -93,14 +183,16 @@ def insert(ast: Node, chosen: list[Gap]) -> Node:
             here = by_path.get(path, [])
             out = []
             for k, c in enumerate(body):
-                fetch = tuple(sorted(g.op for g in here if g.before == k))
+                fetch = tuple(sorted({g.op for g in here if g.before == k}
+                                     | back.get((path, k), set())))
                 if fetch:
                     out.append(Fetch(fetch))
                 out.append(c)
                 off = tuple(sorted(g.op for g in here if g.after == k))
                 if off:
                     out.append(Offload(off))
-            return Seq(tuple(out))
+            end = tuple(sorted(back.get((path, len(body)), ())))
+            return Seq(tuple(out) + ((Fetch(end),) if end else ()))
         if isinstance(node, For):
             return dataclasses.replace(node, body=rebuild(node.body, path + ("body",)))
         if isinstance(node, If):
@@ -111,21 +203,78 @@ def insert(ast: Node, chosen: list[Gap]) -> Node:
     return rebuild(ast, ())
 
 
-def place(ast: Node, sdg: SDG, storages: dict, bounds: dict, budget: int,
-          peak: int) -> tuple[Node, list[Gap]]:
-    """The loop AST with offloads that bring the simulated device peak to ``budget`` if they
-    can (largest store first, each kept only if it lowers the peak), and the gaps chosen."""
+def refree(ast: Node, op: int, frees: list[tuple], sdg: SDG) -> Node:
+    """``ast`` with store ``op`` freed where ``frees`` (``[(reader, cond)]``) says instead of
+    where it was."""
+    def strip(node):
+        if isinstance(node, Free):
+            ops = tuple(o for o in node.ops if o != op)
+            return Free(ops) if ops else None
+        if isinstance(node, Seq):
+            return Seq(tuple(n for n in map(strip, node.body) if n is not None))
+        if isinstance(node, For):
+            return dataclasses.replace(node, body=strip(node.body))
+        if isinstance(node, If):
+            then = strip(node.then)
+            orelse = None if node.orelse is None else strip(node.orelse)
+            if then is None and orelse is None:
+                return None
+            return If(node.cond, Seq(()) if then is None else then, orelse)
+        return node
+
+    out: dict[int, list[tuple]] = {}
+    for reader, cond in frees:
+        out.setdefault(reader, []).append((op, cond))
+    return insert_frees(strip(ast), out, sdg)
+
+
+def _score(ast: Node, storages: dict, bounds: dict) -> tuple[int, int, int]:
+    """What a move must lower: the simulated peak, then how many steps reach it (two phases
+    at the same peak each need a move before it falls), then the bytes held over time."""
+    _, timeline, _, _, peak, _ = simulate(ast, storages, bounds)
+    return peak, timeline.count(peak), sum(timeline)
+
+
+def place(ast: Node, schedule, storages: dict, bounds: dict, budget: int,
+          peak: int) -> tuple[Node, list]:
+    """The loop AST with early frees and offloads that bring the simulated device peak to
+    ``budget`` if they can (largest store first, each kept only if it lowers the peak, or the
+    steps at the peak), and the moves chosen (``(op, frees)`` for an early free, a ``Gap`` for
+    an offload)."""
     if peak <= budget:
         return ast, []
+    sdg = schedule.sdg
     item = {i: s.bytes_for(tuple(bounds[Dim(d).bound.name] for d in s.dims))
             for i, s in storages.items()}
-    chosen: list[Gap] = []
-    best = ast
-    for g in sorted(gaps(ast, sdg, set(storages)), key=lambda g: (-item[g.op], g.path)):
-        trial = insert(ast, chosen + [g])
-        p = simulate(trial, storages, bounds)[4]
-        if p < peak:
-            chosen, best, peak = chosen + [g], trial, p
-            if peak <= budget:
-                break
-    return best, chosen
+    chosen: list = []
+    best, score = ast, _score(ast, storages, bounds)
+    for op in sorted(storages, key=lambda o: (-item[o], o)):
+        frees = iteration_frees(sdg, schedule.order, schedule.domains, op)
+        if not frees:
+            continue
+        trial = refree(best, op, frees, sdg)
+        got = _score(trial, storages, bounds)
+        if got < score:
+            chosen, best, score = chosen + [(op, tuple(frees))], trial, got
+            if score[0] <= budget:
+                return best, chosen
+    # copies of stores too small to matter at the peak are not worth their transfers
+    least = (score[0] - budget) // SMALL
+    todo = sorted((g for g in gaps(best, sdg, set(storages)) if item[g.op] >= least),
+                  key=lambda g: (-item[g.op], g.path))
+    start, gapped = best, []
+    while todo:  # passes until none helps: a phase at the same peak may need a later move first
+        left = []
+        for g in todo:
+            trial = insert(start, gapped + [g])
+            got = _score(trial, storages, bounds)
+            if got[:2] < score[:2]:  # a copy that only lowers bytes away from the peak: no
+                gapped, best, score = gapped + [g], trial, got
+                if score[0] <= budget:
+                    return best, chosen + gapped
+            else:
+                left.append(g)
+        if len(left) == len(todo):
+            break
+        todo = left
+    return best, chosen + gapped

@@ -94,6 +94,7 @@ def _run(node, env, st: _State):
     elif isinstance(node, Free):
         for o in node.ops:
             st.host.pop(o, None)
+            st.extents.pop(o, None)  # written again later (freed each iteration): it regrows
             st.total -= st.live.pop(o, 0)
             if o in st.first:
                 st.last[o] = st.step

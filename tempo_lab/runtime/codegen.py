@@ -37,9 +37,11 @@ class _Writer:
 
 
 # what a store's Free, Offload (to the host, the device bytes released) and Fetch emit
-_STORE_LINES = {Free: ("b{o} = None", "total -= L{o}", "L{o} = 0"),
-                Offload: ("R.offload({o}, b{o})", "b{o} = None", "total -= L{o}"),
-                Fetch: ("b{o} = R.fetch({o})", "total += L{o}")}
+# (a store not written yet, or freed, has nothing to move; one not on the host nothing to fetch)
+_STORE_LINES = {Free: ("b{o} = None", "R.on_host.pop({o}, None)", "total -= L{o}", "L{o} = 0"),
+                Offload: ("if b{o} is not None:", "    R.offload({o}, b{o})", "    b{o} = None",
+                          "    total -= L{o}"),
+                Fetch: ("if {o} in R.on_host:", "    b{o} = R.fetch({o})", "    total += L{o}")}
 
 
 def _comment(text: str) -> str:
@@ -239,9 +241,11 @@ class _Codegen:
         store = i in self.lowered.stores
         if store:
             grow = [k for k, x in enumerate(self.lowered.stores[i].slots) if x is None]
+            caps = "".join(f", cap{i}_{k}" for k in grow)
+            w(d, f"if b{i} is None:")  # freed in an earlier iteration: a fresh buffer
+            w(d + 1, f"b{i}{caps}, z{i} = R.alloc({i})")
             if grow:
                 test = " or ".join(f"{ic.expr_src(st.point[k])} >= cap{i}_{k}" for k in grow)
-                caps = "".join(f", cap{i}_{k}" for k in grow)
                 w(d, f"if {test}:")
                 w(d + 1, f"b{i}{caps}, z{i} = R.grow({i}, b{i}, {point})")
         pads = [str(p.cap) if p.cap is not None else f"sc({names[p]})" for p in st.padded()]

@@ -63,6 +63,7 @@ class _Interpreter:
                     elif isinstance(node, Free):
                         total -= held.pop(o, 0)
                         bufs.pop(o, None)
+                        host.on_host.pop(o, None)
                 timeline.append(total)
                 continue
             stmts = low.of_exec[id(node)]

@@ -665,6 +665,59 @@ def _last_reads_of(sdg: SDG, i: int, edges, by_op, domains, maps, params) -> lis
     return found
 
 
+def iteration_frees(sdg: SDG, order: isl.UnionMap, domains, i: int) -> list[tuple] | None:
+    """``[(reader, cond)]``: where store ``i`` can be freed in *every* iteration of the
+    deepest loop within whose iterations all its values are read (the next iteration writes
+    it afresh), or None: a value is read in a later iteration (a recurrence along every
+    loop), the store is an output, or a ``tl.until`` bound is involved (a loop that ends early
+    frees only what its last iteration would). Freeing each iteration costs a fresh buffer per
+    iteration, so the memory objective (``memory/offload.py``) asks for it where it helps."""
+    if i in set(sdg.outputs.values()) | set(sdg.untils.values()) or domains[i].is_empty():
+        return None
+    edges = [e for e in sdg.out_edges(i) if not domains[e.dst].is_empty()]
+    ops = {i} | {e.dst for e in edges}
+    if not edges or any(d.bound.name in sdg.untils for k in ops for d in sdg.ops[k].domain):
+        return None
+    by_op = {int(m.get_tuple_name(isl.dim_type.in_)[2:]): m for m in I.maps_of(order)}
+    if not ops <= set(by_op):
+        return None
+    # dependences in time: the reader's time -> the time the value it reads was made
+    deps = [sdg.isl_map(e).intersect_domain(domains[e.dst]).intersect_range(domains[i])
+            .apply_domain(by_op[e.dst]).apply_range(by_op[i]) for e in edges]
+    deps = [m for d in deps for m in (I.maps_of(d) if isinstance(d, isl.UnionMap) else [d])
+            if not m.is_empty()]
+    if not deps:
+        return None
+    n, depth = deps[0].dim(isl.dim_type.out), 0
+    while depth < n:  # the longest prefix of the time vector every dependence stays within
+        same = isl.Map.universe(deps[0].get_space())
+        for j in range(depth + 1):
+            same = same.equate(isl.dim_type.in_, j, isl.dim_type.out, j)
+        if not all(m.is_subset(same.align_params(m.get_space())) for m in deps):
+            break
+        depth += 1
+    if depth == 0:
+        return None
+    local = I.union_of([by_op[k] for k in sorted(ops)])
+    readers = [sdg.isl_map(e).intersect_domain(domains[e.dst]).domain() for e in edges]
+    times = I.sets_of(I.union_of(readers + [domains[i]]).apply(local))
+    touched = times[0]
+    for s in times[1:]:
+        touched = touched.union(s)
+    last = (isl.Map.from_range(touched).move_dims(isl.dim_type.in_, 0, isl.dim_type.out, 0,
+                                                  depth).lexmax()
+            .move_dims(isl.dim_type.out, 0, isl.dim_type.in_, 0, depth).range())
+    if last.is_equal(touched.lexmax()):  # the prefix is the same throughout: no loop in it
+        return None
+    found = []
+    for s in I.sets_of(isl.UnionSet.from_set(last).apply(local.reverse())):
+        reader = int(s.get_tuple_name()[2:])
+        s = I.named(s.gist(domains[reader]), sdg.ops[reader].domain)
+        found.append((reader, I.cond_from_set(s.gist_params(param_context(sdg))
+                                              .reset_tuple_id())))
+    return found
+
+
 _AT = LRU(8192)
 
 
