@@ -75,6 +75,83 @@ def test_auto_runs_a_budget_on_codegen_and_xla_says_why_not():
         tl.CompileConfig(device_memory_budget=-1)
 
 
+def _iterations():
+    """An outer loop over ``i``: ``w`` (4096 floats) is updated once per iteration and idle
+    while the inner loop over ``t`` fills ``x``, which is read whole at the end of the same
+    iteration; ``w`` is read again after the loop."""
+    ctx = tl.Context(dims=("i", "t"))
+    (i, t), (I, T) = ctx.dims, ctx.bounds
+    with ctx:
+        w = tl.placeholder((4096,), domain=(i,), name="w")
+        s = tl.placeholder((64,), domain=(i,), name="s")
+        w[0] = tl.ones((4096,))
+        w[i] = w[i - 1] * 0.9 + s[i - 1].sum() * 0.001
+        x = tl.placeholder((64,), domain=(i, t), name="x")
+        x[i, 0] = tl.ones((64,)) * 2.0
+        x[i, t] = x[i, t - 1] * 0.5 + 1.0
+        s[i] = x[i, 0:T].sum(axis=0)
+        out = w[I - 1].sum()
+    return ctx, {I: 4, T: 100}, {"out": out}
+
+
+def test_a_store_read_in_the_iteration_that_made_it_can_be_freed_every_iteration():
+    from tempo_lab.schedule.build import iteration_frees
+
+    ctx, bounds, outs = _iterations()
+    prog = ctx.compile(bounds=bounds, outputs=outs, config=tl.CompileConfig(executor="codegen"))
+    sch, by = prog.schedule, {op.label: i for i, op in prog.sdg.ops.items()}
+    frees = iteration_frees(prog.sdg, sch.order, sch.domains, by["x"])
+    # after the sum of its iteration (and, in the last iteration, where that sum is not
+    # computed, after its last write): never only in the last iteration
+    assert frees and all("i == I - 1" not in str(c) or "t == T - 1" in str(c)
+                         for _, c in frees)
+    assert any(prog.sdg.ops[r].label == "s" for r, _ in frees)
+    # w and s are read in the next iteration: no such free
+    assert iteration_frees(prog.sdg, sch.order, sch.domains, by["w"]) is None
+    assert iteration_frees(prog.sdg, sch.order, sch.domains, by["s"]) is None
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_a_store_idle_for_most_of_each_iteration_wraps_around_to_the_host(executor):
+    ctx, bounds, outs = _iterations()
+    want = ctx.compile(bounds=bounds, outputs=outs,
+                       config=tl.CompileConfig(executor="reference")).run()["out"]
+    free = ctx.compile(bounds=bounds, outputs=outs, config=tl.CompileConfig(executor=executor))
+    prog = ctx.compile(bounds=bounds, outputs=outs, config=tl.CompileConfig(
+        executor=executor, device_memory_budget=free.memory.peak_bytes // 2))
+    code = prog.schedule.code().splitlines()
+    # w leaves after its update in every iteration, comes back before the next update and,
+    # after the loop, before the output reads it
+    loop = code.index("for i in 0..I:")
+    assert "  fetch w" in code[loop + 1:] and "  offload w" in code
+    assert code.index("fetch w", loop + 5) < code.index("out = sum(w[I - 1])")
+    # x is freed at the end of every iteration: the sum that reads it, then no condition
+    at = code.index("    s[i] = sum(x[i, 0:T])")
+    assert code[at + 1] == "    free x"
+    run = prog.run()
+    np.testing.assert_allclose(run["out"], want, rtol=1e-5)
+    assert run.profile.peak_bytes == prog.memory.peak_bytes < 0.65 * free.memory.peak_bytes
+    assert run.profile.offloaded_bytes == prog.memory.offloaded_bytes == 4096 * 2 * 4
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_an_output_that_ends_a_loop_on_the_host_comes_back(executor):
+    """The whole program is one loop nest; under the smallest budget the output leaves the
+    device in every iteration and must be fetched after the loop (found by hypothesis)."""
+    ctx = tl.Context(dims=("b", "t"))
+    (b, t), (B, T) = ctx.dims, ctx.bounds
+    data = np.random.RandomState(0).uniform(-1, 1, size=(2, 1)).astype("float32")
+    with ctx:
+        v0 = tl.from_array(data, domain=(b, t))
+        v1 = v0[b, tl.max(0, t - 1)]
+        tl.sink(v0, lambda p, v: None)
+    prog = ctx.compile(bounds={B: 2, T: 1}, outputs={"v1": v1}, config=tl.CompileConfig(
+        executor=executor, device_memory_budget=1))
+    code = prog.schedule.code().splitlines()
+    assert code[0].startswith("for ") and code[-1].startswith("fetch ")
+    np.testing.assert_array_equal(prog.run()["v1"], data)
+
+
 @settings(max_examples=40, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(program_strategy())

@@ -25,7 +25,7 @@ from ..schedule.build import insert_frees, iteration_frees
 from ..symbolic import Dim
 from .simulate import simulate
 
-SMALL = 64  # a store below 1/64 of what the peak is over the budget is not copied
+SMALL = 64
 
 
 @dataclass(frozen=True)
@@ -139,8 +139,8 @@ def _back(o: int, loop: For, up: tuple, sdg: SDG, memo: dict, keep: set[int]) ->
                          if o in _touches(c, sdg, memo))
             if first < k or (first == k and _before(node.body.body[k], loop, o, sdg, memo)):
                 found.append((path + ("body",), first))
-    if o in keep:
-        found.append(((), len(up[0][0].body) if up and isinstance(up[0][0], Seq) else 0))
+    if o in keep:  # (``place`` makes the root a sequence)
+        found.append(((), len(up[0][0].body)))
     return tuple(found)
 
 
@@ -244,11 +244,14 @@ def place(ast: Node, schedule, storages: dict, bounds: dict, budget: int,
     if peak <= budget:
         return ast, []
     sdg = schedule.sdg
+    ast = ast if isinstance(ast, Seq) else Seq((ast,))  # an output may come back at its end
     item = {i: s.bytes_for(tuple(bounds[Dim(d).bound.name] for d in s.dims))
             for i, s in storages.items()}
     chosen: list = []
     best, score = ast, _score(ast, storages, bounds)
-    for op in sorted(storages, key=lambda o: (-item[o], o)):
+    # a store below 1/SMALL of the excess is not worth a fresh buffer per iteration or a copy
+    least = (score[0] - budget) // SMALL
+    for op in sorted((o for o in storages if item[o] >= least), key=lambda o: (-item[o], o)):
         frees = iteration_frees(sdg, schedule.order, schedule.domains, op)
         if not frees:
             continue
@@ -258,8 +261,6 @@ def place(ast: Node, schedule, storages: dict, bounds: dict, budget: int,
             chosen, best, score = chosen + [(op, tuple(frees))], trial, got
             if score[0] <= budget:
                 return best, chosen
-    # copies of stores too small to matter at the peak are not worth their transfers
-    least = (score[0] - budget) // SMALL
     todo = sorted((g for g in gaps(best, sdg, set(storages)) if item[g.op] >= least),
                   key=lambda g: (-item[g.op], g.path))
     start, gapped = best, []
