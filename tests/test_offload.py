@@ -80,7 +80,7 @@ def _iterations():
     while the inner loop over ``t`` fills ``x``, which is read whole at the end of the same
     iteration; ``w`` is read again after the loop."""
     ctx = tl.Context(dims=("i", "t"))
-    (i, t), (I, T) = ctx.dims, ctx.bounds
+    (i, t), (n_iter, T) = ctx.dims, ctx.bounds
     with ctx:
         w = tl.placeholder((4096,), domain=(i,), name="w")
         s = tl.placeholder((64,), domain=(i,), name="s")
@@ -90,8 +90,8 @@ def _iterations():
         x[i, 0] = tl.ones((64,)) * 2.0
         x[i, t] = x[i, t - 1] * 0.5 + 1.0
         s[i] = x[i, 0:T].sum(axis=0)
-        out = w[I - 1].sum()
-    return ctx, {I: 4, T: 100}, {"out": out}
+        out = w[n_iter - 1].sum()
+    return ctx, {n_iter: 4, T: 100}, {"out": out}
 
 
 def test_a_store_read_in_the_iteration_that_made_it_can_be_freed_every_iteration():
