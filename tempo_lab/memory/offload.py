@@ -1,18 +1,23 @@
-"""Offloading under a device memory budget: stores idle between two phases move to host memory.
+"""Meeting a device memory budget: stores freed every iteration, or moved to host memory while
+they are idle.
 
-``CompileConfig(device_memory_budget=BYTES)``: when the memory plan's peak is above the budget,
-a store that one part of a sequence writes or reads and a later part reads again, with parts in
-between that do not touch it, is copied to the host after the first part (``Offload``) and back
-before the later one (``Fetch``). Candidates are every such gap in every ``Seq`` of the loop AST
-(inside loops too: an iteration's phases); they are tried largest store first, and one is kept
-when the simulated device peak (the same simulation as the plan's) falls, until it is within
-the budget. What cannot be offloaded (a store read in every phase) stays, and the plan says
-how far above the budget the program remains.
+``CompileConfig(device_memory_budget=BYTES)``: while the memory plan's peak is above the budget,
+moves are tried largest store first, and one is kept only where the simulated device peak (the
+same simulation as the plan's) falls, or fewer steps reach it (two phases at the same peak each
+need a move before it falls):
 
-Before any copy, the cheaper move: a store whose values are all read in the iteration of a
-loop that made them is freed in every iteration instead of after the last
-(``schedule.build.iteration_frees``), at the price of a fresh buffer per iteration; that too is
-kept only where it lowers the simulated peak (or, at the same peak, the bytes held over time).
+1. the cheap move first: a store whose values are all read in the iteration of a loop that made
+   them is freed at the end of every iteration instead of after the last
+   (``schedule.build.iteration_frees``), at the price of a fresh buffer per iteration;
+2. then copies: a store that one part of a sequence touches and a later part touches again, with
+   parts in between that do not, goes to the host after the first (``Offload``) and comes back
+   before the later one (``Fetch``); in a loop's body the idle stretch may wrap around, from the
+   store's last touch in one iteration to its first in the next (an optimizer's moments during
+   the forward pass), and the store then comes back after the loop where it is touched next.
+
+Stores below 1/64 of the excess are left alone: a copy or a fresh buffer per iteration costs
+time that so few bytes do not repay. What cannot move (a store read in every phase) stays, and
+the plan says how far above the budget the program remains.
 """
 from __future__ import annotations
 
@@ -25,7 +30,7 @@ from ..schedule.build import insert_frees, iteration_frees
 from ..symbolic import Dim
 from .simulate import simulate
 
-SMALL = 64
+SMALL = 64  # stores below 1/SMALL of the excess are not moved
 
 
 @dataclass(frozen=True)
@@ -249,7 +254,6 @@ def place(ast: Node, schedule, storages: dict, bounds: dict, budget: int,
             for i, s in storages.items()}
     chosen: list = []
     best, score = ast, _score(ast, storages, bounds)
-    # a store below 1/SMALL of the excess is not worth a fresh buffer per iteration or a copy
     least = (score[0] - budget) // SMALL
     for op in sorted((o for o in storages if item[o] >= least), key=lambda o: (-item[o], o)):
         frees = iteration_frees(sdg, schedule.order, schedule.domains, op)
