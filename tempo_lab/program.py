@@ -58,9 +58,11 @@ class CompileConfig:
     tile / tile_block: the tiling pass (``passes/tile.py``) and its points per block (None:
         about 32 blocks at the longest range, 32 to 256 points; on the XLA executor, which
         pads a growing range per span of its loop instead, None leaves ranges untiled).
-    device_memory_budget: bytes the stores may hold on the device at once; above it the
-        stores idle between phases move to host memory and back (``memory/offload.py``). The
-        XLA executor holds every store for the whole run, so a budget runs on "codegen" (or
+    device_memory_budget: bytes the stores may hold on the device at once; above it stores
+        are freed every iteration where they can be, and stores idle for a while move to host
+        memory and back (``memory/offload.py``); a dim whose vectorised values would take more
+        than half of it runs in blocks (incrementalisation, ``value_budget``). The XLA
+        executor holds every store for the whole run, so a budget runs on "codegen" (or
         "interpreter").
     mesh / shard: several devices (``runtime/sharding.py``): ``shard={"b": "data"}`` splits the
         points of the vectorised dim ``b`` over the devices of the ``jax.sharding.Mesh`` axis
@@ -100,6 +102,15 @@ class CompileConfig:
     device_memory_budget: int | None = None
     mesh: Any = None
     shard: Any = None
+
+    @property
+    def value_budget(self) -> int:
+        """The most bytes one vectorised value may take: ``vectorise_budget_bytes``, and under a
+        device memory budget at most half of that (a value must fit beside the stores it is
+        made from); above it, incrementalisation runs the dim in blocks that fit."""
+        if self.device_memory_budget is None:
+            return self.vectorise_budget_bytes
+        return min(self.vectorise_budget_bytes, self.device_memory_budget // 2)
 
     def __hash__(self):  # a mesh and a shard dict are not hashable fields
         return hash((self.executor, self.passes, tuple(sorted((self.shard or {}).items()))))

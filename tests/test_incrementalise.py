@@ -95,3 +95,18 @@ def test_where_it_does_not_apply():
         prog = compile_(ctx, outs, **kw)
         assert "B_BLK" not in prog.bounds and prog.sdg.dims[0].name == "b"
         assert any(op.domain for op in prog.sdg.ops.values())  # b stayed a loop
+
+
+@pytest.mark.parametrize("executor", ["interpreter", "codegen"])
+def test_a_device_memory_budget_runs_a_dim_too_large_for_it_in_blocks(executor):
+    """A value vectorised over ``b`` would take 256 KiB: under a 200 KiB device budget it may
+    take half of that, so ``b`` runs in blocks of 4 points and the peak is within the budget
+    (unfused, so that the big values are stored)."""
+    ctx, y, want = outer_program()
+    whole = compile_(ctx, {"y": y}, executor, fuse=False)
+    assert whole.memory.peak_bytes > 200 * 2**10 and "B_BLK" not in whole.bounds
+    prog = compile_(ctx, {"y": y}, executor, fuse=False, device_memory_budget=200 * 2**10)
+    assert prog.config.value_budget == 100 * 2**10 and prog.bounds["B_BLK"] == 4
+    run = prog.run()
+    np.testing.assert_allclose(run["y"], want, rtol=1e-5, atol=1e-3)
+    assert run.profile.peak_bytes == prog.memory.peak_bytes <= 200 * 2**10

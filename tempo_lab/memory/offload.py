@@ -150,8 +150,8 @@ def _back(o: int, loop: For, up: tuple, sdg: SDG, memo: dict, keep: set[int]) ->
 
 
 def _before(node: Node, target: Node, o: int, sdg: SDG, memo: dict) -> bool | None:
-    """Whether something touches store ``o`` before ``target`` runs in ``node`` (None:
-    ``target`` is not in it)."""
+    """Whether something may touch store ``o`` before ``target`` runs in ``node``: before it,
+    or in the other branch of an ``if`` around it (None: ``target`` is not in ``node``)."""
     if node is target:
         return False
     if isinstance(node, Seq):
@@ -164,11 +164,12 @@ def _before(node: Node, target: Node, o: int, sdg: SDG, memo: dict) -> bool | No
         return None
     if isinstance(node, For):
         return _before(node.body, target, o, sdg, memo)
-    if isinstance(node, If):
-        found = _before(node.then, target, o, sdg, memo)
-        if found is None and node.orelse is not None:
-            found = _before(node.orelse, target, o, sdg, memo)
-        return found
+    if isinstance(node, If):  # the other branch may run instead, touching it first
+        for branch, other in ((node.then, node.orelse), (node.orelse, node.then)):
+            found = None if branch is None else _before(branch, target, o, sdg, memo)
+            if found is not None:
+                return found or (other is not None and o in _touches(other, sdg, memo))
+        return None
     return None
 
 
@@ -233,6 +234,26 @@ def refree(ast: Node, op: int, frees: list[tuple], sdg: SDG) -> Node:
     return insert_frees(strip(ast), out, sdg)
 
 
+def _sequences(node: Node) -> Seq:
+    """``node`` as a ``Seq``, with every loop body and every branch in it one too: a gap and
+    the place a store comes back are positions in a sequence (an output may come back at the
+    program's end)."""
+    if isinstance(node, For):
+        node = dataclasses.replace(node, body=_sequences(node.body))
+    elif isinstance(node, If):
+        node = If(node.cond, _sequences(node.then),
+                  None if node.orelse is None else _sequences(node.orelse))
+    if isinstance(node, Seq):
+        return Seq(tuple(n if isinstance(n, (Exec, Free, Offload, Fetch)) else
+                         _unwrap(_sequences(n)) for n in node.body))
+    return Seq((node,))
+
+
+def _unwrap(s: Seq) -> Node:
+    """A child of a sequence: a loop or branch made a sequence above goes back to itself."""
+    return s.body[0] if len(s.body) == 1 and isinstance(s.body[0], (For, If)) else s
+
+
 def _score(ast: Node, storages: dict, bounds: dict) -> tuple[int, int, int]:
     """What a move must lower: the simulated peak, then how many steps reach it (two phases
     at the same peak each need a move before it falls), then the bytes held over time."""
@@ -249,7 +270,7 @@ def place(ast: Node, schedule, storages: dict, bounds: dict, budget: int,
     if peak <= budget:
         return ast, []
     sdg = schedule.sdg
-    ast = ast if isinstance(ast, Seq) else Seq((ast,))  # an output may come back at its end
+    ast = _sequences(ast)
     item = {i: s.bytes_for(tuple(bounds[Dim(d).bound.name] for d in s.dims))
             for i, s in storages.items()}
     chosen: list = []

@@ -11,7 +11,7 @@ element of that axis (``vdims`` lists the vectorised dims, outermost leading axi
 semantics need no batching rules: the JAX executor uses ``jax.vmap``, the reference a loop.
 
 Rejected when ``d`` is data-dependent (``tl.until``), read by a sink or a ``tl.source``, or when
-the largest value would exceed the memory budget (``CompileConfig.vectorise_budget_bytes``).
+the largest value would exceed the budget for one value (``CompileConfig.value_budget``).
 
 The innermost dim some reads cross (a recurrence: ``x[t - 1]``) is vectorised per op group
 (``vectorise_group``): the ops on no cycle that crosses ``d`` and that read ``d`` only at their
@@ -86,7 +86,7 @@ def _unbatchable(op: Op, d: Dim, size: int, budget: int | None) -> str:
         return f"its shape {op.type} depends on {d}"
     if budget is not None and largest_point(op) * size > budget:
         return (f"a batch of {size} points would take {largest_point(op) * size} B, over "
-                f"vectorise_budget_bytes={budget}")
+                f"the {budget} B one value may take (CompileConfig.value_budget)")
     return ""
 
 
@@ -354,7 +354,7 @@ def _outer(ed: Editor, d: Dim) -> bool:
 def vectorise(ed: Editor):
     """Vectorisation: dims with no read across them become leading spatial axes; of a dim
     that some reads cross, the ops outside the recurrence become a batched group."""
-    budget = ed.config.vectorise_budget_bytes
+    budget = ed.config.value_budget
     for d in reversed(ed.dims):  # innermost first, so leading axes end up in universe order
         size = ed.bounds.get(d.bound.name)
         if size is None or d.bound.name in ed.dynamic:
@@ -383,7 +383,7 @@ def incrementalise(ed: Editor):
     block is the largest divisor of the bound whose values fit the budget, so no block is
     padded. Not for a dim some op reduces over whole (``x[0:B]``) or with a block under 2.
     """
-    budget = ed.config.vectorise_budget_bytes
+    budget = ed.config.value_budget
     for d in reversed(ed.dims):
         size = ed.bounds.get(d.bound.name)
         ops = [op for op in ed.ops.values() if d in op.domain]

@@ -37,8 +37,10 @@ class _Writer:
 
 
 # what a store's Free, Offload (to the host, the device bytes released) and Fetch emit
-# (a store not written yet, or freed, has nothing to move; one not on the host nothing to fetch)
-_STORE_LINES = {Free: ("b{o} = None", "R.on_host.pop({o}, None)", "total -= L{o}", "L{o} = 0"),
+# (a store not written yet, freed or on the host holds no device bytes and has nothing to move;
+# one not on the host has nothing to fetch)
+_STORE_LINES = {Free: ("if b{o} is not None:", "    total -= L{o}", "b{o} = None",
+                       "R.on_host.pop({o}, None)", "L{o} = 0"),
                 Offload: ("if b{o} is not None:", "    R.offload({o}, b{o})", "    b{o} = None",
                           "    total -= L{o}"),
                 Fetch: ("if {o} in R.on_host:", "    b{o} = R.fetch({o})", "    total += L{o}")}

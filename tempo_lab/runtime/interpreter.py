@@ -61,8 +61,9 @@ class _Interpreter:
                         bufs[o] = host.fetch(o)
                         total += held.get(o, 0)
                     elif isinstance(node, Free):
-                        total -= held.pop(o, 0)
-                        bufs.pop(o, None)
+                        if bufs.pop(o, None) is not None:  # on the device, not the host
+                            total -= held.get(o, 0)
+                        held.pop(o, None)
                         host.on_host.pop(o, None)
                 timeline.append(total)
                 continue
