@@ -656,12 +656,19 @@ def _last_reads_of(sdg: SDG, i: int, edges, by_op, domains, maps, params) -> lis
     ops = {i} | {int(r.get_tuple_name()[2:]) for r in readers}
     local = I.union_of([by_op[k] for k in sorted(ops) if k in by_op])
     times = I.union_of(readers + [domains[i]]).apply(local)
-    last = times.lexmax().apply(local.reverse())
+    return _where(sdg, times.lexmax().apply(local.reverse()), params)
+
+
+def _where(sdg: SDG, instances: isl.UnionSet, params, domains=None) -> list[tuple]:
+    """``[(op, cond)]``: statement instances as the condition on each op's point (simplified
+    within its domain, when ``domains`` are given)."""
     found = []
-    for s in I.sets_of(last):
-        reader = int(s.get_tuple_name()[2:])
-        s = I.named(s, sdg.ops[reader].domain)
-        found.append((reader, I.cond_from_set(s.gist_params(params).reset_tuple_id())))
+    for s in I.sets_of(instances):
+        op = int(s.get_tuple_name()[2:])
+        if domains is not None:
+            s = s.gist(domains[op])
+        s = I.named(s, sdg.ops[op].domain)
+        found.append((op, I.cond_from_set(s.gist_params(params).reset_tuple_id())))
     return found
 
 
@@ -709,13 +716,8 @@ def iteration_frees(sdg: SDG, order: isl.UnionMap, domains, i: int) -> list[tupl
             .move_dims(isl.dim_type.out, 0, isl.dim_type.in_, 0, depth).range())
     if last.is_equal(touched.lexmax()):  # the prefix is the same throughout: no loop in it
         return None
-    found = []
-    for s in I.sets_of(isl.UnionSet.from_set(last).apply(local.reverse())):
-        reader = int(s.get_tuple_name()[2:])
-        s = I.named(s.gist(domains[reader]), sdg.ops[reader].domain)
-        found.append((reader, I.cond_from_set(s.gist_params(param_context(sdg))
-                                              .reset_tuple_id())))
-    return found
+    return _where(sdg, isl.UnionSet.from_set(last).apply(local.reverse()), param_context(sdg),
+                  domains)
 
 
 _AT = LRU(8192)
