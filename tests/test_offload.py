@@ -32,15 +32,22 @@ def _phases():
     return ctx, {T: 100}, {"out": out}
 
 
-@pytest.mark.parametrize("executor", EXECUTORS)
-def test_a_store_idle_in_the_middle_phase_goes_to_the_host(executor):
-    ctx, bounds, outs = _phases()
+def _with_half_budget(program, executor):
+    """The reference's ``out``, the program compiled without a budget, and under half of its
+    peak."""
+    ctx, bounds, outs = program
     want = ctx.compile(bounds=bounds, outputs=outs,
                        config=tl.CompileConfig(executor="reference")).run()["out"]
     free = ctx.compile(bounds=bounds, outputs=outs, config=tl.CompileConfig(executor=executor))
-    budget = free.memory.peak_bytes // 2
     prog = ctx.compile(bounds=bounds, outputs=outs, config=tl.CompileConfig(
-        executor=executor, device_memory_budget=budget))
+        executor=executor, device_memory_budget=free.memory.peak_bytes // 2))
+    return want, free, prog
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_a_store_idle_in_the_middle_phase_goes_to_the_host(executor):
+    want, free, prog = _with_half_budget(_phases(), executor)
+    budget = free.memory.peak_bytes // 2
     code = prog.schedule.code()
     assert "offload a" in code and "fetch a" in code
     run = prog.run()
@@ -95,30 +102,26 @@ def _iterations():
 
 
 def test_a_store_read_in_the_iteration_that_made_it_can_be_freed_every_iteration():
-    from tempo_lab.schedule.build import iteration_frees
+    from tempo_lab.schedule.build import iteration_frees, maps_by_op
 
     ctx, bounds, outs = _iterations()
     prog = ctx.compile(bounds=bounds, outputs=outs, config=tl.CompileConfig(executor="codegen"))
     sch, by = prog.schedule, {op.label: i for i, op in prog.sdg.ops.items()}
-    frees = iteration_frees(prog.sdg, sch.order, sch.domains, by["x"])
+    by_op = maps_by_op(sch.order)
+    frees = iteration_frees(prog.sdg, by_op, sch.domains, by["x"])
     # after the sum of its iteration (and, in the last iteration, where that sum is not
     # computed, after its last write): never only in the last iteration
     assert frees and all("i == I - 1" not in str(c) or "t == T - 1" in str(c)
                          for _, c in frees)
     assert any(prog.sdg.ops[r].label == "s" for r, _ in frees)
     # w and s are read in the next iteration: no such free
-    assert iteration_frees(prog.sdg, sch.order, sch.domains, by["w"]) is None
-    assert iteration_frees(prog.sdg, sch.order, sch.domains, by["s"]) is None
+    assert iteration_frees(prog.sdg, by_op, sch.domains, by["w"]) is None
+    assert iteration_frees(prog.sdg, by_op, sch.domains, by["s"]) is None
 
 
 @pytest.mark.parametrize("executor", EXECUTORS)
 def test_a_store_idle_for_most_of_each_iteration_wraps_around_to_the_host(executor):
-    ctx, bounds, outs = _iterations()
-    want = ctx.compile(bounds=bounds, outputs=outs,
-                       config=tl.CompileConfig(executor="reference")).run()["out"]
-    free = ctx.compile(bounds=bounds, outputs=outs, config=tl.CompileConfig(executor=executor))
-    prog = ctx.compile(bounds=bounds, outputs=outs, config=tl.CompileConfig(
-        executor=executor, device_memory_budget=free.memory.peak_bytes // 2))
+    want, free, prog = _with_half_budget(_iterations(), executor)
     code = prog.schedule.code().splitlines()
     # w leaves after its update in every iteration, comes back before the next update and,
     # after the loop, before the output reads it

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from ..ir.sdg import SDG
 from ..schedule import Exec, Fetch, For, Free, If, Node, Offload, Seq, While
-from ..schedule.build import insert_frees, iteration_frees
+from ..schedule.build import insert_frees, iteration_frees, maps_by_op
 from ..symbolic import Dim
 from .simulate import simulate
 
@@ -69,11 +69,11 @@ def _touches(node: Node, sdg: SDG, memo: dict) -> frozenset[int]:
     return memo[key]
 
 
-def gaps(ast: Node, sdg: SDG, stored: set[int]) -> list[Gap]:
-    """Every stretch of a sequence over which a stored op is not touched, between two parts
-    that touch it, and not freed within it; and in a loop's body, the stretch from its last
-    touch in one iteration to its first in the next (inside the branch that touches it, when
-    that is one ``if``)."""
+def gaps(ast: Seq, sdg: SDG, stored: set[int]) -> list[Gap]:
+    """In ``ast`` (every loop body and branch a sequence: ``_sequences``), every stretch of a
+    sequence over which a stored op is not touched, between two parts that touch it, and not
+    freed within it; and in a loop's body, the stretch from its last touch in one iteration to
+    its first in the next (inside the branch that touches it, when that is one ``if``)."""
     memo: dict = {}
     out: list[Gap] = []
     keep = set(sdg.outputs.values()) | set(sdg.untils.values())
@@ -92,7 +92,7 @@ def gaps(ast: Node, sdg: SDG, stored: set[int]) -> list[Gap]:
                 visit(child, path + (k,), up + ((node, path, k),))
         elif isinstance(node, For):
             visit(node.body, path + ("body",), up + ((node, path, None),))
-            if not isinstance(node, While) and isinstance(node.body, Seq):
+            if not isinstance(node, While):
                 out.extend(_wrapped(node, path, up, sdg, stored, memo, keep))
         elif isinstance(node, If):
             visit(node.then, path + ("then",), up)
@@ -114,9 +114,8 @@ def _wrapped(loop_node: For, loop: tuple, up: tuple, sdg: SDG, stored: set[int],
         first, last = at[0], at[-1]
         child = body.body[first]
         back = _back(o, loop_node, up, sdg, memo, keep)
-        if (first == last and isinstance(child, If) and isinstance(child.then, Seq)
-                and child.then.body and (child.orelse is None
-                                         or o not in _touches(child.orelse, sdg, memo))):
+        if (first == last and isinstance(child, If) and child.then.body
+                and (child.orelse is None or o not in _touches(child.orelse, sdg, memo))):
             # only a branch touches it: around that branch, idle whenever it does not run
             out.append(Gap(loop + ("body", first, "then"), len(child.then.body) - 1, 0, o,
                            back))
@@ -131,15 +130,14 @@ def _back(o: int, loop: For, up: tuple, sdg: SDG, memo: dict, keep: set[int]) ->
     it in the next iteration of an enclosing loop (unless that is ``loop`` itself, which
     fetches it on its own); at the end of the program for an output."""
     found = []
-    k = None
-    for node, path, index in reversed(up):
+    for node, path, index in reversed(up):  # innermost first; a loop's body is a sequence
         if isinstance(node, Seq):
             k = index
             later = [j for j in range(k + 1, len(node.body))
                      if o in _touches(node.body[j], sdg, memo)]
             if later:
                 return tuple(found) + ((path, later[0]),)
-        elif isinstance(node.body, Seq) and k is not None:  # a loop: its next iteration
+        else:  # a loop: its next iteration
             first = next(j for j, c in enumerate(node.body.body)
                          if o in _touches(c, sdg, memo))
             if first < k or (first == k and _before(node.body.body[k], loop, o, sdg, memo)):
@@ -275,9 +273,10 @@ def place(ast: Node, schedule, storages: dict, bounds: dict, budget: int,
             for i, s in storages.items()}
     chosen: list = []
     best, score = ast, _score(ast, storages, bounds)
+    by_op = maps_by_op(schedule.order)
     least = (score[0] - budget) // SMALL
     for op in sorted((o for o in storages if item[o] >= least), key=lambda o: (-item[o], o)):
-        frees = iteration_frees(sdg, schedule.order, schedule.domains, op)
+        frees = iteration_frees(sdg, by_op, schedule.domains, op)
         if not frees:
             continue
         trial = refree(best, op, frees, sdg)

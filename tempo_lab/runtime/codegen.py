@@ -244,8 +244,10 @@ class _Codegen:
         if store:
             grow = [k for k, x in enumerate(self.lowered.stores[i].slots) if x is None]
             caps = "".join(f", cap{i}_{k}" for k in grow)
-            w(d, f"if b{i} is None:")  # freed in an earlier iteration: a fresh buffer
-            w(d + 1, f"b{i}{caps}, z{i} = R.alloc({i})")
+            if self.lowered.plan.budget is not None:  # a store freed every iteration (only
+                # under a budget, memory/offload.py) gets a fresh buffer in the next
+                w(d, f"if b{i} is None:")
+                w(d + 1, f"b{i}{caps}, z{i} = R.alloc({i})")
             if grow:
                 test = " or ".join(f"{ic.expr_src(st.point[k])} >= cap{i}_{k}" for k in grow)
                 w(d, f"if {test}:")

@@ -612,6 +612,11 @@ def time_map(root: Node, sdg: SDG) -> isl.UnionMap:
 
 
 # -- frees --------------------------------------------------------------------------------------
+def maps_by_op(order: isl.UnionMap) -> dict[int, isl.Map]:
+    """The schedule's map of each op (``op12[...] -> [time]``), by op id."""
+    return {int(m.get_tuple_name(isl.dim_type.in_)[2:]): m for m in I.maps_of(order)}
+
+
 def last_reads(sdg: SDG, smap: isl.UnionMap, domains, maps) -> dict[int, list[tuple]]:
     """For each op, the stores it frees and where: ``{op: [(store, cond)]}``.
 
@@ -620,8 +625,7 @@ def last_reads(sdg: SDG, smap: isl.UnionMap, domains, maps) -> dict[int, list[tu
     """
     params = param_context(sdg)
     keep = set(sdg.outputs.values()) | set(sdg.untils.values())
-    by_op = {int(m.get_tuple_name(isl.dim_type.in_)[2:]): m
-             for m in I.maps_of(smap)}
+    by_op = maps_by_op(smap)
     keys = canon.Keys(by_op, str(params))
     out: dict[int, list[tuple]] = {}
     for i in sdg.ops:
@@ -672,10 +676,11 @@ def _where(sdg: SDG, instances: isl.UnionSet, params, domains=None) -> list[tupl
     return found
 
 
-def iteration_frees(sdg: SDG, order: isl.UnionMap, domains, i: int) -> list[tuple] | None:
+def iteration_frees(sdg: SDG, by_op: dict[int, isl.Map], domains,
+                    i: int) -> list[tuple] | None:
     """``[(reader, cond)]``: where store ``i`` can be freed in *every* iteration of the
-    deepest loop within whose iterations all its values are read (the next iteration writes
-    it afresh), or None: a value is read in a later iteration (a recurrence along every
+    deepest loop (of the schedule whose maps are ``by_op``: ``maps_by_op``) within whose
+    iterations all its values are read (the next iteration writes it afresh), or None: a value is read in a later iteration (a recurrence along every
     loop), the store is an output, or a ``tl.until`` bound is involved (a loop that ends early
     frees only what its last iteration would). Freeing each iteration costs a fresh buffer per
     iteration, so the memory objective (``memory/offload.py``) asks for it where it helps."""
@@ -685,12 +690,12 @@ def iteration_frees(sdg: SDG, order: isl.UnionMap, domains, i: int) -> list[tupl
     ops = {i} | {e.dst for e in edges}
     if not edges or any(d.bound.name in sdg.untils for k in ops for d in sdg.ops[k].domain):
         return None
-    by_op = {int(m.get_tuple_name(isl.dim_type.in_)[2:]): m for m in I.maps_of(order)}
     if not ops <= set(by_op):
         return None
+    reads = {e: sdg.isl_map(e).intersect_domain(domains[e.dst]) for e in edges}
     # dependences in time: the reader's time -> the time the value it reads was made
-    deps = [sdg.isl_map(e).intersect_domain(domains[e.dst]).intersect_range(domains[i])
-            .apply_domain(by_op[e.dst]).apply_range(by_op[i]) for e in edges]
+    deps = [m.intersect_range(domains[i]).apply_domain(by_op[e.dst]).apply_range(by_op[i])
+            for e, m in reads.items()]
     deps = [m for d in deps for m in (I.maps_of(d) if isinstance(d, isl.UnionMap) else [d])
             if not m.is_empty()]
     if not deps:
@@ -706,8 +711,8 @@ def iteration_frees(sdg: SDG, order: isl.UnionMap, domains, i: int) -> list[tupl
     if depth == 0:
         return None
     local = I.union_of([by_op[k] for k in sorted(ops)])
-    readers = [sdg.isl_map(e).intersect_domain(domains[e.dst]).domain() for e in edges]
-    times = I.sets_of(I.union_of(readers + [domains[i]]).apply(local))
+    times = I.sets_of(I.union_of([m.domain() for m in reads.values()] + [domains[i]])
+                      .apply(local))
     touched = times[0]
     for s in times[1:]:
         touched = touched.union(s)
