@@ -12,14 +12,14 @@ from .errors import ArgumentError, DTypeError, user_location
 from .frontend.api import lift, static_shape
 from .frontend.context import current_context
 from .frontend.tensor import RecurrentTensor, apply, as_tensor
-from .ir.ops import canonical_dtype
+from .ir.ops import canonical_dtype, is_floating
 
 
 def _random(dist: str, shape, domain, seed: int, dtype, **params) -> RecurrentTensor:
     ctx = current_context()
     domain = ctx.check_domain(domain)
     dt = canonical_dtype(dtype)
-    if dt.kind != "f":
+    if not is_floating(dt):
         raise DTypeError(f"tl.random.{dist} makes floating values; got dtype {dt.name}",
                          user_location())
     if isinstance(seed, bool) or not isinstance(seed, (int, np.integer)):

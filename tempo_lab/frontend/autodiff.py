@@ -33,7 +33,7 @@ import numpy as np
 
 from ..errors import GradientError, user_location
 from ..ir.demand import demand
-from ..ir.ops import CATALOG, NONE, TensorType, flag, norm_dim
+from ..ir.ops import CATALOG, NONE, TensorType, flag, is_floating, norm_dim
 from ..symbolic import TRUE, Cond, Const, Slice, and_, eq, not_, or_
 from ..symbolic import isl as I
 from . import vjp  # noqa: F401  (registers every op's VJP in the catalog)
@@ -55,7 +55,7 @@ def grad(loss: RT, wrt):
     targets = [wrt] if single else list(wrt)
     if not isinstance(loss, RT):
         raise GradientError("tl.grad needs a recurrent tensor as the loss", loc)
-    if loss.dtype.kind != "f":
+    if not is_floating(loss.dtype):
         raise GradientError(f"the loss is {loss.dtype.name}; tl.grad needs a floating loss", loc)
     if loss.shape != ():
         raise GradientError(f"the loss {loss.name} has shape {tuple(loss.shape)}; tl.grad needs "
@@ -68,7 +68,7 @@ def grad(loss: RT, wrt):
         if x.index is not None:
             raise GradientError(f"{x._ref()} is a read of {x.name}, not a tensor; differentiate "
                                 f"with respect to {x.name} itself", loc)
-        if x.dtype.kind != "f":
+        if not is_floating(x.dtype):
             raise GradientError(f"{x.name} is {x.dtype.name}; only floating tensors have "
                                 "gradients", loc)
     ctx = loss.ctx
@@ -102,7 +102,7 @@ class _Backward:
         seen, stack = set(), [x.node.id for x in self.targets if x.node.id in self.graph]
         while stack:
             i = stack.pop()
-            if i in seen or self.graph[i].type.dtype.kind != "f":
+            if i in seen or not is_floating(self.graph[i].type.dtype):
                 continue
             if flag(self.graph[i].kind, "no_grad") \
                     and i not in {x.node.id for x in self.targets}:

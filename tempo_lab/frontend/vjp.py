@@ -13,7 +13,7 @@ import numpy as np
 
 from ..errors import GradientError
 from ..ir.cotangent import Cotangent
-from ..ir.ops import BINARY, CATALOG, NONE, UNARY, norm_axes, norm_dim, rule
+from ..ir.ops import BINARY, CATALOG, NONE, UNARY, is_floating, norm_axes, norm_dim, rule
 from .tensor import apply, as_tensor
 
 
@@ -144,7 +144,7 @@ def _lift(node, g, xs, y):
     from .api import lift
 
     fn, k = node.attrs["jax_fn"], node.attrs["out"]
-    return [lift(Cotangent(fn, k, j))(*xs, g) if x.dtype.kind == "f" else None
+    return [lift(Cotangent(fn, k, j))(*xs, g) if is_floating(x.dtype) else None
             for j, x in enumerate(xs)]
 
 
@@ -205,7 +205,7 @@ CATALOG["fused"].vjp = NONE  # gradients are built before any pass fuses ops
 rule("vjp", "identity")(lambda node, g, xs, y: [g])
 rule("vjp", "div")(_elementwise(lambda g, a, b, y: [g / b, -g * y / b]))
 rule("vjp", "pow")(_pow)
-rule("vjp", "cast")(lambda node, g, xs, y: [g if xs[0].dtype.kind == "f" else None])
+rule("vjp", "cast")(lambda node, g, xs, y: [g if is_floating(xs[0].dtype) else None])
 rule("vjp", "where")(_elementwise(lambda g, c, a, b, y: [None, _where(c, g, _zero_like_scalar(g)),
                                                          _where(c, _zero_like_scalar(g), g)]))
 rule("vjp", "sum")(_sum)

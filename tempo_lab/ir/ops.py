@@ -106,15 +106,27 @@ def infer(kind: str, inputs: list[TensorType], attrs: dict) -> TensorType:
 
 
 # -- dtypes -------------------------------------------------------------------------------------
+def is_floating(dtype) -> bool:
+    """Whether ``dtype`` is a floating type, the 16-bit ones included: NumPy gives
+    ``ml_dtypes.bfloat16`` the kind ``'V'``, so ``dtype.kind == 'f'`` would miss it."""
+    return bool(jnp.issubdtype(np.dtype(dtype), jnp.floating))
+
+
+def is_numeric(dtype) -> bool:
+    dt = np.dtype(dtype)
+    return dt.kind in "biufc" or is_floating(dt)
+
+
 def canonical_dtype(dtype) -> np.dtype:
-    """A dtype as JAX will hold it (float64 -> float32 unless x64 is on)."""
+    """A dtype as JAX will hold it (float64 -> float32 unless x64 is on; bfloat16 and
+    float16 stay as they are)."""
     try:
         dt = np.dtype(dtype)
     except (TypeError, ValueError):
         dt = None
-    if dt is None or dt.kind not in "biufc":
-        raise DTypeError(f"{dtype!r} is not a numeric dtype; use e.g. 'float32', 'int32', "
-                         "'bool'")
+    if dt is None or not is_numeric(dt):
+        raise DTypeError(f"{dtype!r} is not a numeric dtype; use e.g. 'float32', 'bfloat16', "
+                         "'int32', 'bool'")
     return np.dtype(jax.dtypes.canonicalize_dtype(dt))
 
 
@@ -130,7 +142,7 @@ def promote(types: list[TensorType]) -> tuple[np.dtype, bool]:
 
 
 def _floatish(dtype: np.dtype) -> np.dtype:
-    return dtype if dtype.kind in "fc" else canonical_dtype(np.float32)
+    return dtype if is_floating(dtype) or dtype.kind == "c" else canonical_dtype(np.float32)
 
 
 # -- shapes -------------------------------------------------------------------------------------
@@ -586,9 +598,14 @@ def _concatenate(ins, attrs):
 
 @_register("matmul", "linalg", ("along",), combine="add")
 def _matmul(ins, attrs):
+    """``a @ b``; with ``tb`` (set by ``simplify`` for a transposed weight), ``a @ b.swapaxes(-1,
+    -2)`` reading ``b`` as it is stored (XLA contracts either axis; a transposed copy of a
+    GB-sized embedding table would be a second table)."""
     a, b = ins
     if a.ndim == 0 or b.ndim == 0:
         raise ShapeError("matmul needs operands of rank >= 1; use * for scalars")
+    if attrs.get("tb"):
+        b = TensorType(b.shape[:-2] + (b.shape[-1], b.shape[-2]), b.dtype, b.weak)
     ash = a.shape if a.ndim > 1 else (1,) + a.shape
     bsh = b.shape if b.ndim > 1 else b.shape + (1,)
     if norm_dim(ash[-1]) != norm_dim(bsh[-2]):

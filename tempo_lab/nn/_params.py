@@ -10,7 +10,7 @@ import numpy as np
 
 from ..errors import DTypeError, ShapeError, TempoLabError
 from ..frontend.tensor import RecurrentTensor, as_tensor
-from ..ir.ops import norm_dim, shape_str
+from ..ir.ops import is_floating, norm_dim, shape_str
 
 
 class ParamError(TempoLabError):
@@ -50,7 +50,7 @@ def check_input(x, owner: str, size: int, what: str = "the last axis") -> Recurr
     if not shape or shape[-1] != size:
         raise ShapeError(f"{owner} expects {what} of its input to have size {size}, got an input "
                          f"of shape {shape_str(shape)}")
-    if x.dtype.kind != "f":
+    if not is_floating(x.dtype):
         raise DTypeError(f"{owner} expects a floating input, got {x.dtype.name}; convert it with "
                          ".astype('float32')")
     return x

@@ -11,7 +11,7 @@ import numpy as np
 from ..errors import DTypeError, ExprError, ShapeError
 from ..frontend import api
 from ..frontend.tensor import RecurrentTensor, as_tensor, constant
-from ..ir.ops import shape_str
+from ..ir.ops import is_floating, shape_str
 from ..symbolic import Dim, Expr
 from ._params import check_input, child_seed, nest, normal, param, rng, spatial_shape, sub
 from .layers import RMSNorm, SwiGLU
@@ -30,7 +30,7 @@ def rope(x: RT, pos, base: float = 10000.0) -> RT:
     if not shape or not isinstance(shape[-1], int) or shape[-1] % 2:
         raise ShapeError(f"rope needs an even-sized last axis, got an input of shape "
                          f"{shape_str(shape)}")
-    if x.dtype.kind != "f":
+    if not is_floating(x.dtype):
         raise DTypeError(f"rope expects a floating input, got {x.dtype.name}")
     p = _position(pos, x.ctx)
     half = shape[-1] // 2

@@ -30,9 +30,10 @@ from ..errors import ArgumentError, DTypeError, ShapeError
 from ..frontend import api
 from ..frontend.api import from_array, placeholder, take
 from ..frontend.tensor import RecurrentTensor as RT
-from ..ir.ops import shape_str
+from ..ir.ops import canonical_dtype, is_floating, shape_str
+from ..runtime.host import aligned_empty
 from ..symbolic import Dim
-from ._params import ParamError, child_seed, normal, param, rng, spatial_shape, sub
+from ._params import ParamError, param, rng, spatial_shape, sub
 from .attention import TransformerBlock
 from .layers import Embedding, RMSNorm
 from .sampling import sample
@@ -86,16 +87,24 @@ class Llama:
             out["head.w"] = (d, self.vocab)
         return out
 
-    def init(self, seed: int = 0) -> dict[str, np.ndarray]:
-        """Small random weights: N(0, 1/fan_in) matrices, unit norm scales, N(0, 1/embed)
-        embeddings (so that tied logits start near unit scale)."""
-        blocks = [self.block.init(child_seed(seed, 1 + k)) for k in range(self.layers)]
-        out = {"embed.w": normal(rng(seed, 0), (self.vocab, self.embed), self.embed ** -0.5)}
-        out.update({f"layers.{k}": np.stack([b[k] for b in blocks]) for k in blocks[0]})
-        out["norm.scale"] = np.ones((self.embed,), np.float32)
-        if not self.tied:
-            out["head.w"] = normal(rng(seed, self.layers + 1), (self.embed, self.vocab),
-                                   self.embed ** -0.5)
+    def init(self, seed: int = 0, dtype="float32") -> dict[str, np.ndarray]:
+        """Random weights in ``dtype`` (e.g. ``"bfloat16"``): N(0, 1/fan_in) matrices, unit
+        norm scales, N(0, 1/embed) embeddings (so that tied logits start near unit scale).
+        Each array is allocated once, aligned so that JAX uses it in place, and drawn into
+        layer by layer in float32 (no float64 draws, no stacking copy)."""
+        dt = canonical_dtype(dtype)
+        if not is_floating(dt):
+            raise DTypeError(f"Llama.init: dtype must be floating (float32, bfloat16, "
+                             f"float16), got {dt.name}")
+        out = {}
+        for k, (name, shape) in enumerate(self.shapes().items()):
+            buf = out[name] = aligned_empty(shape, dt)
+            if name.endswith("scale"):
+                buf[...] = 1
+                continue
+            std = self.embed ** -0.5 if name in ("embed.w", "head.w") else shape[-2] ** -0.5
+            for j, part in enumerate(buf if name.startswith("layers.") else [buf]):
+                _draw(rng(seed, k, j), part, std)
         return out
 
     # -- the program ------------------------------------------------------------------------------
@@ -161,6 +170,15 @@ class Llama:
             raise ShapeError(f"{me}: parameter '{key}' must stack the {self.layers} layers on its "
                              f"first axis, got shape {shape_str(shape)}")
         return from_array(np.asarray(value), domain=(n,), name=key.replace(".", "_"))
+
+
+def _draw(gen: np.random.Generator, out: np.ndarray, std: float) -> None:
+    """``out`` filled with N(0, std^2) draws made in float32 (in place when it is float32)."""
+    tmp = out if out.dtype == np.float32 else np.empty(out.shape, np.float32)
+    gen.standard_normal(out.shape, np.float32, out=tmp)
+    tmp *= np.float32(std)
+    if tmp is not out:
+        out[...] = tmp
 
 
 def _check_dims(ids, t: Dim, n: Dim, me: str):

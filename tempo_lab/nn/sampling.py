@@ -8,6 +8,7 @@ import jax.numpy as jnp
 from ..errors import ArgumentError, DTypeError, ShapeError
 from ..frontend.api import lift
 from ..frontend.tensor import RecurrentTensor as RT
+from ..ir.ops import is_floating
 from ..random import uniform
 
 
@@ -27,7 +28,7 @@ def sample(logits: RT, temperature: float = 0.0, seed: int = 0) -> RT:
     if not isinstance(logits, RT) or not logits.ndim:
         raise ShapeError(f"sample takes a recurrent tensor of logits with the vocabulary as its "
                          f"last axis, got {getattr(logits, 'type', type(logits).__name__)}")
-    if logits.dtype.kind != "f":
+    if not is_floating(logits.dtype):
         raise DTypeError(f"sample expects floating logits, got {logits.dtype.name}")
     if not isinstance(temperature, (int, float)) or temperature < 0:
         raise ArgumentError(f"sample: temperature must be a number >= 0 (0: greedy), got "

@@ -2,12 +2,13 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Hashable
 
 import numpy as np
 
 from ..ir.ops import CATALOG, flag
-from ..ir.sdg import Op
+from ..ir.sdg import Edge, Op
 from ..symbolic import TRUE
 from .manager import Editor, register
 
@@ -96,15 +97,21 @@ def _differ(ed: Editor, a, b) -> str:
     return f"input {a.slot} reads {read(a)} here, {read(b)} there{same}"
 
 
+FOLD_BYTES = 1 << 20  # a folded value of more bytes stays an op (see fold_constants)
+
+
 @register("fold", "fold_constants")
 def fold_constants(ed: Editor):
     """Constant folding: an op over the empty domain whose inputs are all constants becomes a
     constant, computed with the reference interpreter's NumPy semantics. A value whose shape
-    depends on a bound (``T``) stays an op: constants have static shapes."""
+    depends on a bound (``T``) stays an op: constants have static shapes. So does a value of
+    more than ``FOLD_BYTES``, computed once when the program runs: folded, it was a second copy
+    of a weight held by the SDG (a transposed embedding table, 1 GB at Llama's widths)."""
     for i in sorted(ed.ops):
         op = ed.ops.get(i)
         if (op is None or op.domain or not op.type.is_static
-                or op.kind == "merge" or flag(op.kind, "value") or flag(op.kind, "effect")):
+                or op.kind == "merge" or flag(op.kind, "value") or flag(op.kind, "effect")
+                or math.prod(op.type.shape) * op.type.dtype.itemsize > FOLD_BYTES):
             continue
         ins = ed.in_edges(i)
         if not all(ed.ops[e.src].kind == "const" and e.cond == TRUE for e in ins):
@@ -151,13 +158,32 @@ def _reaches(ed: Editor, start: int, target: int, same_point: bool) -> bool:
     return False
 
 
+def _transposed_array(ed: Editor, e):
+    """The read of an array (a ``const`` or ``from_array``) that ``e`` reads through a
+    transpose of its last two axes, at the transpose's own point; else None."""
+    t = ed.ops[e.src]
+    if t.kind != "transpose" or e.cond != TRUE or t.type.ndim < 2:
+        return None
+    perm = tuple(t.attrs["perm"])
+    n = len(perm)
+    if perm != tuple(range(n - 2)) + (n - 1, n - 2):
+        return None
+    (inner,) = ed.in_edges(t.id)
+    src = ed.ops[inner.src]
+    if (not flag(src.kind, "array") or inner.cond != TRUE or src.domain != t.domain
+            or tuple(inner.index) != tuple(src.domain)):
+        return None
+    return inner
+
+
 @register("simplify", "simplify")
 def simplify(ed: Editor):
     """Algebraic simplification. Rules (each only when the result has the operand's exact
     domain, shape, dtype and weak type, so no broadcast or promotion is lost):
     x + 0, 0 + x, x - 0 -> x;  x * 1, 1 * x, x / 1 -> x;  -(-x) -> x;  ~~x -> x;
     identity(x) -> x;  reshape/broadcast_to to x's own shape, transpose by the identity
-    permutation, cast to x's own dtype -> x;  a placeholder with one unconditional branch
+    permutation, cast to x's own dtype -> x;  a @ swapaxes(w, -1, -2) of an array ``w`` ->
+    a matmul that reads ``w`` as stored (``tb``: no transposed copy of a weight);  a placeholder with one unconditional branch
     -> that branch (so ops on it and on the branch become duplicates: ``tl.rl``'s loss reuses
     the acting forward pass), unless the branch reads the placeholder back other than through
     another placeholder, or at the same point (a cycle the scheduler reports as written)."""
@@ -182,6 +208,12 @@ def simplify(ed: Editor):
         elif k in ("identity", "reshape", "broadcast_to", "cast") or (
                 k == "transpose" and tuple(op.attrs["perm"]) == tuple(range(op.type.ndim))):
             keep = _passthrough(ed, op, 0)
+        elif k == "matmul" and _transposed_array(ed, ins[1]) is not None:
+            src = _transposed_array(ed, ins[1])
+            ed.rewrite(i, Op(i, k, op.domain, op.type, {**op.attrs, "tb": True}, op.loc,
+                             op.name, op.scope),
+                       [ins[0], Edge(i, src.src, 1, ins[1].index, TRUE, ins[1].loc)],
+                       "reads the array it transposed as stored (tb)")
         elif k == "merge" and len(ins) == 1 and not any(
                 _reaches(ed, ins[0].src, i, same) for same in (False, True)):
             keep = _passthrough(ed, op, 0)

@@ -24,10 +24,11 @@ sources over a ragged domain are refused with an error that says so.
 from __future__ import annotations
 
 import islpy as isl
+import ml_dtypes
 import numpy as np
 
 from ..errors import BoundsError
-from ..ir.ops import BINARY, UNARY, TensorType, infer
+from ..ir.ops import BINARY, UNARY, TensorType, infer, is_floating
 from ..ir.sdg import Edge, Op, Ragged, read_type
 from ..symbolic import TRUE, Bound, Const, Dim, Expr, Slice
 from ..symbolic import isl as I
@@ -402,20 +403,21 @@ class _Lower:
             self.forward(i, mask, out, origin)
         elif op.kind == "softmax":
             if (op.attrs["axis"] % rank) - rank in axes:
-                lowest = np.finfo(op.type.dtype).min
+                lowest = ml_dtypes.finfo(op.type.dtype).min
                 self.mask_input(op, slot, mask, axes, rank, lowest)
             self.forward(i, mask, axes, origin)
         elif op.kind == "matmul":
             other = ed.in_edges(i)[1 - slot]
             rank_o = read_type(ed.ops[other.src], other).ndim
             rank_y = rank if slot == 1 else rank_o
-            contract = -1 if slot == 0 or rank_y == 1 else -2
+            tb = op.attrs.get("tb", False)  # y stored transposed: its axes -1 and -2 swap
+            contract = -1 if slot == 0 or rank_y == 1 or tb else -2
             if contract in axes:
                 self.mask_input(op, slot, mask, axes, rank, 0)
                 return
             if axes == [-2] and slot == 0:
                 self.forward(i, mask, [-2 if rank_y >= 2 else -1], origin)
-            elif axes == [-1] and slot == 1 and rank_y >= 2:
+            elif axes == [-2 if tb else -1] and slot == 1 and rank_y >= 2:
                 self.forward(i, mask, [-1], origin)
             else:
                 self.unsupported(op, where, origin)
@@ -531,11 +533,11 @@ def _axes(axis, rank: int) -> list[int]:
 
 
 def _lowest(dt):
-    return np.finfo(dt).min if np.dtype(dt).kind == "f" else np.iinfo(dt).min
+    return ml_dtypes.finfo(dt).min if is_floating(dt) else np.iinfo(dt).min
 
 
 def _highest(dt):
-    return np.finfo(dt).max if np.dtype(dt).kind == "f" else np.iinfo(dt).max
+    return ml_dtypes.finfo(dt).max if is_floating(dt) else np.iinfo(dt).max
 
 
 # -- buckets ------------------------------------------------------------------------------------

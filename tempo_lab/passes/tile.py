@@ -20,6 +20,7 @@ read as it is. A range that never exceeds one block is left alone.
 """
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 
 from ..ir.ops import CATALOG, TensorType, flag, infer
@@ -249,7 +250,7 @@ def _online_softmax(ed: Editor, reg: Region, b: _Builder, new: dict[int, int]):
                                                         b.block, "block scores")
     dt = soft.type.dtype
     lowest = ed.add(Op(-1, "const", (), TensorType((), dt), {"value": np.array(
-        np.finfo(dt).min, dt)}, soft.loc), [], reg.softmax, "lowest finite score")
+        ml_dtypes.finfo(dt).min, dt)}, soft.loc), [], reg.softmax, "lowest finite score")
     m = b.op("maximum", [b.op("max", [scores], {"axis": (ax,), "keepdims": True}),
                          (lowest, ())], note="block maximum (finite: an all -inf block adds 0)")
     p = b.op("exp", [b.op("sub", [scores, m])])

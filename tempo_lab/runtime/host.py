@@ -25,6 +25,26 @@ from .lowered import Lowered, grown_shape, initial_shape
 from .profile import KernelEvent, Profile
 
 
+ALIGN = 64  # bytes: JAX's CPU client uses a NumPy array this aligned in place, without a copy
+
+
+def aligned_empty(shape, dtype) -> np.ndarray:
+    """An uninitialised C-contiguous array whose data starts on an ``ALIGN``-byte boundary.
+    On the CPU, ``jax.device_put`` of such an array is the array itself; of NumPy's own
+    arrays (16-byte aligned) it is a copy, so weights made here are held once, not twice."""
+    dt = np.dtype(dtype)
+    n = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+    raw = np.empty(n + ALIGN, np.uint8)
+    start = -raw.ctypes.data % ALIGN
+    return raw[start:start + n].view(dt).reshape(shape)
+
+
+def device_value(value):
+    """A host array on the default device, in place where JAX allows it (an aligned array on
+    the CPU; see ``aligned_empty``) and copied otherwise."""
+    return jax.device_put(np.asarray(value))
+
+
 def _outermost(node) -> list:
     """The loops of the AST that no other loop encloses."""
     if isinstance(node, For):
@@ -123,8 +143,18 @@ class Host:
         arr = self._device.get(op)
         if arr is None:
             value, layout = self.lowered.host_array(op), self.lowered.layout
-            arr = self._device[op] = (jnp.asarray(value) if layout is None else
+            arr = self._device[op] = (device_value(value) if layout is None else
                                       layout.place(value, layout.host(op, np.ndim(value))))
+        return arr
+
+    def host_points(self, op: int) -> tuple:
+        """A ``from_array`` op's array on the device as one array per point of its first axis
+        (views of the host array: in place where ``device_value`` is)."""
+        key = (op, "points")
+        arr = self._device.get(key)
+        if arr is None:
+            value = np.asarray(self.lowered.host_array(op))
+            arr = self._device[key] = tuple(device_value(value[j]) for j in range(len(value)))
         return arr
 
     def dimval(self, s: int, value):

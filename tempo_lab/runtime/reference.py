@@ -139,7 +139,8 @@ def _np_where(op, ins, types, env):
 @rule("numpy", "matmul")
 def _np_matmul(op, ins, types, env):
     dt, _ = promote(types)
-    return np.matmul(ins[0].astype(dt), ins[1].astype(dt))
+    b = np.swapaxes(ins[1], -1, -2) if op.attrs.get("tb") else ins[1]
+    return np.matmul(ins[0].astype(dt), b.astype(dt))
 
 
 @rule("numpy", "concatenate")

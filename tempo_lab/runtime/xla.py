@@ -123,6 +123,7 @@ class _Xla:
                 break
             self.unrolled = {k: v for k, v in self.unrolled.items() if k in kept}
         self.zeroed = self._zeroed()
+        self.by_point = self._by_point()
         self.pads = [self._static_pads(st) for st in lowered.stmts]
         self._seg_pads: dict[tuple, tuple] = {}
         self._switch: dict[int, dict | None] = {}
@@ -202,8 +203,14 @@ class _Xla:
 
     def _prefill(self, op: int, host):
         """The store of a prefilled ``from_array`` op: its array cut or padded with zeros to
-        the store's shape."""
+        the store's shape; for an op in ``by_point``, its buffers, one argument per point
+        (and zeros past the array's end)."""
         shape, dtype = self.shapes[op]
+        if op in self.by_point:
+            a = self.held_axis(op)
+            rest = shape[:a] + shape[a + 1:]
+            return tuple(host) + tuple(jnp.zeros(rest, dtype)
+                                       for _ in range(shape[a] - len(host)))
         x = host.astype(self.sdg.ops[op].type.dtype).astype(dtype)
         if op in self.perms:
             x = jnp.transpose(x, self.perms[op])
@@ -542,6 +549,7 @@ class _Xla:
                 tuple(sorted((i, s.slots) for i, s in self.plan.storages.items())),
                 tuple(sorted((i, sh, str(dt)) for i, (sh, dt) in self.shapes.items())),
                 tuple(sorted(self.perms.items())), tuple(sorted(self.unstacked.items())),
+                tuple(sorted(self.by_point)),
                 tuple(sorted(self.local)), tuple(sorted(self.sdg.untils.items())),
                 tuple((i, np.asarray(self.sdg.ops[i].attrs["value"]).tobytes())
                       for i in sorted(self.baked)),
@@ -670,7 +678,22 @@ class _Xla:
 
     def _hosts(self, host: Host | None = None) -> tuple:
         host = host or Host(self.lowered)
-        return tuple(host.host_array(i) for i in self.lowered.hosts)
+        return tuple(host.host_points(i) if i in self.by_point else host.host_array(i)
+                     for i in self.lowered.hosts)
+
+    def _by_point(self) -> set[int]:
+        """Prefilled stores held one buffer per point of their first axis whose array has the
+        store's layout there: each point's array is an argument of its own (a view of the
+        user's array, in place on the CPU), not a slice the program cuts out, which XLA
+        copies (every layer's weights a second time)."""
+        out = set()
+        for i in self.prefilled & set(self.unstacked):
+            shape, dtype = self.shapes[i]
+            arr = self.lowered.host_array(i)
+            if (self.held_axis(i) == 0 and i not in self.perms and np.dtype(dtype) == arr.dtype
+                    and tuple(arr.shape[1:]) == tuple(shape[1:]) and arr.shape[0] <= shape[0]):
+                out.add(i)
+        return out
 
     def _args(self) -> tuple:
         """The program's arguments for the compiled bounds: bound values and host inputs."""
@@ -1016,6 +1039,11 @@ class _Trace:
                 taken.append(k)
             if settled:
                 break
+        # counted in Python, added to the counters in one step at the next carry (_carry):
+        # a scatter per statement would multiply the XLA program's size
+        state = {**state, "pending": state.get("pending", ()) + (ex._slot[op.id],)}
+        if op.id in ex.prefilled or op.id in ex.baked:  # already there: counted only
+            return state
         ys = []
         with jax.named_scope(f"op{op.id}"):  # names its instructions (xla_profile)
             for k in taken:
@@ -1024,11 +1052,6 @@ class _Trace:
         y = ys[-1]
         for k, v in zip(taken[-2::-1], ys[-2::-1]):
             y = jnp.where(ic.jax_bool(ex.lowered.stmts[k].cond, env), v, y)
-        # counted in Python, added to the counters in one step at the next carry (_carry):
-        # a scatter per statement would multiply the XLA program's size
-        state = {**state, "pending": state.get("pending", ()) + (ex._slot[op.id],)}
-        if op.id in ex.prefilled or op.id in ex.baked:  # already there: counted only
-            return state
         if op.id in ex.local:
             vals[op.id] = y
             return state
