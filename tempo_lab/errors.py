@@ -227,6 +227,11 @@ class ShardingError(TempoLabError):
     still a loop (it carries a recurrence), a mesh axis that does not divide the bound."""
 
 
+class CheckpointError(TempoLabError):
+    """A checkpoint (``tl.nn.Llama.from_pretrained``, ``tl.nn.load_llama``) that cannot be read
+    or does not fit the model: the message names the file and the field or tensor."""
+
+
 class InternalError(TempoLabError):
     """A bug in tempo_lab itself, reported at the user's line with the original exception as
     its ``__cause__``: please report it with the program."""

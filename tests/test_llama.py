@@ -1,7 +1,6 @@
 """``tl.nn.Llama`` (layers as a dim, grouped-query attention, RoPE, SwiGLU, tied head) against
 its plain-JAX twin in ``benchmarks.llama``: logits on every executor, greedy and sampled
-generation, a gradient against ``jax.grad``, the safetensors loader on a checkpoint written
-here, and errors."""
+generation, a gradient against ``jax.grad``, and errors (checkpoints: ``test_checkpoint``)."""
 from __future__ import annotations
 
 import jax
@@ -131,41 +130,6 @@ def test_gradient_of_a_next_token_loss_matches_jax_grad():
     for k in keys:
         np.testing.assert_allclose(res[k.replace(".", "_")], want[k], rtol=2e-3, atol=2e-4,
                                    err_msg=k)
-
-
-def _hf_checkpoint(path, p, model, bf16=()):
-    """``p`` written in the Hugging Face Llama layout (linear weights (out, in))."""
-    from safetensors.numpy import save_file
-
-    out = {"model.embed_tokens.weight": p["embed.w"], "model.norm.weight": p["norm.scale"]}
-    for ours, (theirs, transpose) in tl.nn.llama.HF_NAMES.items():
-        for k in range(model.layers):
-            w = p[f"layers.{ours}"][k]
-            out[f"model.layers.{k}.{theirs}"] = np.ascontiguousarray(w.T if transpose else w)
-    for name in bf16:
-        out[name] = out[name].astype(jnp.bfloat16)
-    save_file(out, str(path))
-
-
-def test_load_llama_reads_a_safetensors_checkpoint(tmp_path):
-    p = params()
-    bf = "model.layers.1.mlp.down_proj.weight"
-    _hf_checkpoint(tmp_path / "model.safetensors", p, MODEL, bf16=(bf,))
-    got = tl.nn.load_llama(tmp_path / "model.safetensors", MODEL)
-    assert set(got) == set(p) and all(got[k].dtype == np.float32 for k in got)
-    for k in p:
-        if k != "layers.mlp.w_down":
-            np.testing.assert_array_equal(got[k], p[k], err_msg=k)
-    np.testing.assert_allclose(got["layers.mlp.w_down"], p["layers.mlp.w_down"], rtol=1e-2,
-                               atol=1e-2)
-    np.testing.assert_array_equal(got["layers.mlp.w_down"][0], p["layers.mlp.w_down"][0])
-    with pytest.raises(tl.ShapeError, match="k_proj.*needs"):
-        tl.nn.load_llama(tmp_path / "model.safetensors",
-                         tl.nn.Llama(23, 16, 2, 4, 4, 24))
-    with pytest.raises(tl.nn.ParamError, match="model.layers.2"):
-        tl.nn.load_llama(tmp_path / "model.safetensors", tl.nn.Llama(23, 16, 3, 4, 2, 24))
-    with pytest.raises(tl.ArgumentError, match="no checkpoint file"):
-        tl.nn.load_llama(tmp_path / "missing.safetensors", MODEL)
 
 
 def test_errors_name_the_problem():

@@ -16,7 +16,15 @@ Errors for wrong sizes, dtypes or missing parameters are ``tl.TempoLabError`` su
 at the user's call.
 """
 from ._params import ParamError
-from .attention import MultiHeadAttention, TransformerBlock, attention, rope
+from .attention import (
+    MultiHeadAttention,
+    RopeScaling,
+    TransformerBlock,
+    attention,
+    rope,
+    rope_frequencies,
+)
+from .checkpoint import load_llama
 from .layers import (
     ACTIVATIONS,
     MLP,
@@ -28,13 +36,14 @@ from .layers import (
     gelu,
     silu,
 )
-from .llama import Llama, load_llama
+from .llama import Llama
 from .params import as_tensors
 from .sampling import sample
 from .trees import TreeLevels, tree_levels
 
 __all__ = [
     "ACTIVATIONS", "MLP", "Embedding", "LayerNorm", "Linear", "Llama", "MultiHeadAttention",
-    "ParamError", "RMSNorm", "SwiGLU", "TransformerBlock", "TreeLevels", "as_tensors",
-    "attention", "gelu", "load_llama", "rope", "sample", "silu", "tree_levels",
+    "ParamError", "RMSNorm", "RopeScaling", "SwiGLU", "TransformerBlock", "TreeLevels",
+    "as_tensors", "attention", "gelu", "load_llama", "rope", "rope_frequencies", "sample",
+    "silu", "tree_levels",
 ]

@@ -20,10 +20,50 @@ RT = RecurrentTensor
 
 
 # -- rotary position embeddings ---------------------------------------------------------------------
-def rope(x: RT, pos, base: float = 10000.0) -> RT:
+@dataclass(frozen=True)
+class RopeScaling:
+    """Llama 3's scaling of the RoPE frequencies for long contexts (``rope_type: "llama3"`` in a
+    Hugging Face ``config.json``): wavelengths longer than ``original_max_position_embeddings /
+    low_freq_factor`` are divided by ``factor``, those shorter than ``... / high_freq_factor``
+    kept, and the band between interpolated. Llama-3.2 uses factor 32, low 1, high 4, 8192."""
+
+    factor: float
+    low_freq_factor: float
+    high_freq_factor: float
+    original_max_position_embeddings: int
+
+    def __post_init__(self):
+        ok = (self.factor > 0 and self.original_max_position_embeddings > 0
+              and 0 < self.low_freq_factor < self.high_freq_factor)
+        if not ok:
+            raise ShapeError(f"RopeScaling needs factor > 0, original_max_position_embeddings > 0 "
+                             f"and 0 < low_freq_factor < high_freq_factor, got {self}")
+
+
+def rope_frequencies(dim: int, base: float = 10000.0,
+                     scaling: RopeScaling | None = None) -> np.ndarray:
+    """The ``dim // 2`` angular frequencies ``base^(-2j/dim)`` of RoPE (float32, computed as
+    ``transformers`` does), with Llama 3's ``scaling`` applied when given."""
+    inv = (1.0 / (np.float32(base) ** (np.arange(0, dim, 2, dtype=np.float32) / np.float32(dim))))
+    inv = inv.astype(np.float32)
+    if scaling is None:
+        return inv
+    old = np.float32(scaling.original_max_position_embeddings)
+    low, high = np.float32(scaling.low_freq_factor), np.float32(scaling.high_freq_factor)
+    factor = np.float32(scaling.factor)
+    wavelen = np.float32(2 * np.pi) / inv
+    scaled = np.where(wavelen > old / low, inv / factor, inv)
+    smooth = (old / wavelen - low) / (high - low)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = ~(wavelen < old / high) & ~(wavelen > old / low)
+    return np.where(medium, smoothed, scaled).astype(np.float32)
+
+
+def rope(x: RT, pos, base: float = 10000.0, scaling: RopeScaling | None = None) -> RT:
     """Rotate pairs ``(x[..., j], x[..., j + d/2])`` of the last axis by ``pos * base^(-2j/d)``
-    (the half-split layout of GPT-NeoX and Llama). ``pos`` is a dim or index expression (its
-    value at the point, e.g. ``t``) or an integer scalar tensor."""
+    (the half-split layout of GPT-NeoX and Llama; frequencies from ``rope_frequencies``, with
+    Llama 3's ``scaling`` when given). ``pos`` is a dim or index expression (its value at the
+    point, e.g. ``t``) or an integer scalar tensor."""
     if not isinstance(x, RT):
         raise ShapeError(f"rope takes a recurrent tensor, got {type(x).__name__}")
     shape = spatial_shape(x)
@@ -32,9 +72,12 @@ def rope(x: RT, pos, base: float = 10000.0) -> RT:
                          f"{shape_str(shape)}")
     if not is_floating(x.dtype):
         raise DTypeError(f"rope expects a floating input, got {x.dtype.name}")
+    if scaling is not None and not isinstance(scaling, RopeScaling):
+        raise ShapeError(f"rope: scaling must be a tl.nn.RopeScaling or None, got "
+                         f"{type(scaling).__name__}")
     p = _position(pos, x.ctx)
     half = shape[-1] // 2
-    inv_freq = constant(base ** (-np.arange(half) / half), x.ctx, "float32")
+    inv_freq = constant(rope_frequencies(shape[-1], base, scaling), x.ctx, "float32")
     angle = p.astype("float32") * inv_freq
     cos, sin = api.cos(angle), api.sin(angle)
     x1, x2 = x[..., :half], x[..., half:]
@@ -116,9 +159,11 @@ def _check_attention(q, k, v, t, window):
 class MultiHeadAttention:
     """Multi-head self-attention over the dim ``t``: q, k, v projections at every point of the
     input's domain, keys and values read causally (or over a window) along ``t``, an output
-    projection. ``kv_heads`` below ``heads`` gives grouped-query attention (Llama). Parameters:
-    ``wq, wo`` are ``(embed, embed)``, ``wk, wv`` ``(embed, kv_heads * head_dim)``, init
-    ``N(0, 1/fan_in)``. ``rope=True`` rotates q and k by their position along ``t``."""
+    projection. ``kv_heads`` below ``heads`` gives grouped-query attention (Llama); ``head_dim``
+    defaults to ``embed // heads``. Parameters: ``wq`` is ``(embed, heads * head_dim)``, ``wk,
+    wv`` ``(embed, kv_heads * head_dim)``, ``wo`` ``(heads * head_dim, embed)``, init
+    ``N(0, 1/fan_in)``. ``rope=True`` rotates q and k by their position along ``t`` (with
+    ``rope_scaling``, Llama 3's frequencies)."""
 
     embed: int
     heads: int
@@ -126,21 +171,24 @@ class MultiHeadAttention:
     rope: bool = False
     rope_base: float = 10000.0
     kv_heads: int | None = None     # None: one key/value head per query head
+    head_dim: int | None = None     # None: embed // heads (set so after construction)
+    rope_scaling: RopeScaling | None = None
 
     def __post_init__(self):
-        if self.heads < 1 or self.embed % self.heads:
-            raise ShapeError(f"MultiHeadAttention: embed {self.embed} must be a multiple of "
-                             f"heads {self.heads}")
+        if self.head_dim is None:
+            if self.heads < 1 or self.embed % self.heads:
+                raise ShapeError(f"MultiHeadAttention: embed {self.embed} must be a multiple of "
+                                 f"heads {self.heads} (or give head_dim)")
+            object.__setattr__(self, "head_dim", self.embed // self.heads)
+        if self.heads < 1 or self.head_dim < 1:
+            raise ShapeError(f"MultiHeadAttention: heads {self.heads} and head_dim "
+                             f"{self.head_dim} must be positive")
         if self.kv < 1 or self.heads % self.kv:
             raise ShapeError(f"MultiHeadAttention: heads {self.heads} must be a multiple of "
                              f"kv_heads {self.kv}")
-        if self.rope and (self.embed // self.heads) % 2:
+        if self.rope and self.head_dim % 2:
             raise ShapeError(f"MultiHeadAttention: rope needs an even head size, got "
-                             f"{self.embed // self.heads}")
-
-    @property
-    def head_dim(self) -> int:
-        return self.embed // self.heads
+                             f"{self.head_dim}")
 
     @property
     def kv(self) -> int:
@@ -149,8 +197,8 @@ class MultiHeadAttention:
 
     @property
     def shapes(self) -> dict[str, tuple[int, int]]:
-        e, kv = self.embed, self.kv * self.head_dim
-        return {"wq": (e, e), "wk": (e, kv), "wv": (e, kv), "wo": (e, e)}
+        e, q, kv = self.embed, self.heads * self.head_dim, self.kv * self.head_dim
+        return {"wq": (e, q), "wk": (e, kv), "wv": (e, kv), "wo": (q, e)}
 
     def init(self, seed: int = 0) -> dict[str, np.ndarray]:
         g = rng(seed)
@@ -166,8 +214,8 @@ class MultiHeadAttention:
         q = (x @ w["wq"]).reshape(self.heads, self.head_dim)
         k, v = ((x @ w[m]).reshape(self.kv, self.head_dim) for m in ("wk", "wv"))
         if self.rope:
-            q, k = rope(q, t, self.rope_base), rope(k, t, self.rope_base)
-        return attention(q, k, v, t, self.window).reshape(self.embed) @ w["wo"]
+            q, k = (rope(y, t, self.rope_base, self.rope_scaling) for y in (q, k))
+        return attention(q, k, v, t, self.window).reshape(self.heads * self.head_dim) @ w["wo"]
 
 
 @dataclass(frozen=True)
@@ -184,12 +232,15 @@ class TransformerBlock:
     kv_heads: int | None = None
     rope_base: float = 10000.0
     eps: float = 1e-6
+    head_dim: int | None = None
+    rope_scaling: RopeScaling | None = None
 
     @property
     def parts(self) -> dict:
         return {"norm1": RMSNorm(self.embed, self.eps),
                 "attn": MultiHeadAttention(self.embed, self.heads, self.window, self.rope,
-                                           self.rope_base, self.kv_heads),
+                                           self.rope_base, self.kv_heads, self.head_dim,
+                                           self.rope_scaling),
                 "norm2": RMSNorm(self.embed, self.eps), "mlp": SwiGLU(self.embed, self.hidden)}
 
     def init(self, seed: int = 0) -> dict[str, np.ndarray]:

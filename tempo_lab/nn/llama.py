@@ -6,22 +6,24 @@ stacked over layers, and layer ``n`` reads layer ``n - 1``'s output at the same 
 values are read along ``t`` over ``0:t+1`` (causal) or the last ``window`` steps, so the
 compiler sees the KV cache as a dependence, not a buffer the user manages.
 
-Parameters (float32 NumPy arrays; layer entries stacked over a leading ``layers`` axis)::
+Parameters (NumPy arrays of one floating dtype, float32 or bfloat16/float16, which the program
+keeps: the residual stream and every matmul accumulate in float32; layer entries stacked over a
+leading ``layers`` axis; ``q = heads * head_dim``, ``kv = kv_heads * head_dim``)::
 
     embed.w                (vocab, embed)          token embedding; also the output head (tied)
     layers.norm1.scale     (layers, embed)
-    layers.attn.wq / wo    (layers, embed, embed)
-    layers.attn.wk / wv    (layers, embed, kv_heads * head_dim)
+    layers.attn.wq         (layers, embed, q),     layers.attn.wo  (layers, q, embed)
+    layers.attn.wk / wv    (layers, embed, kv)
     layers.norm2.scale     (layers, embed)
     layers.mlp.w_gate/w_up (layers, embed, hidden),  layers.mlp.w_down (layers, hidden, embed)
     norm.scale             (embed,)
     head.w                 (embed, vocab)          only with tied=False
 
-``load_llama`` reads them from a checkpoint in the Hugging Face safetensors layout.
+``Llama.from_pretrained(path)`` builds the model and its parameters from a Hugging Face
+checkpoint directory (see ``tl.nn.checkpoint``).
 """
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,8 +35,8 @@ from ..frontend.tensor import RecurrentTensor as RT
 from ..ir.ops import canonical_dtype, is_floating, shape_str
 from ..runtime.host import aligned_empty
 from ..symbolic import Dim
-from ._params import ParamError, param, rng, spatial_shape, sub
-from .attention import TransformerBlock
+from ._params import param, rng, spatial_shape, sub
+from .attention import RopeScaling, TransformerBlock
 from .layers import Embedding, RMSNorm
 from .sampling import sample
 
@@ -43,8 +45,9 @@ from .sampling import sample
 class Llama:
     """The decoder's sizes. ``model(params, ids, t, n)`` gives the logits at every point of
     ``ids``; ``model.generate(params, prompt, t, n)`` decodes autoregressively. Defaults follow
-    Llama 3.2 (RoPE base 500 000, RMSNorm eps 1e-5, tied embeddings); its RoPE frequency
-    scaling for long contexts is not applied."""
+    Llama 3.2 (RoPE base 500 000, RMSNorm eps 1e-5, tied embeddings, ``head_dim = embed //
+    heads``); ``rope_scaling`` is Llama 3's frequency scaling, as its checkpoints configure
+    it (``from_pretrained`` reads it from ``config.json``)."""
 
     vocab: int
     embed: int
@@ -56,23 +59,31 @@ class Llama:
     rope_base: float = 500000.0
     eps: float = 1e-5
     tied: bool = True
+    head_dim: int | None = None     # None: embed // heads (set so after construction)
+    rope_scaling: RopeScaling | None = None
 
     def __post_init__(self):
         for name in ("vocab", "embed", "layers", "heads", "kv_heads", "hidden"):
             if not isinstance(getattr(self, name), (int, np.integer)) or getattr(self, name) < 1:
                 raise ShapeError(f"Llama: {name} must be a positive int, got "
                                  f"{getattr(self, name)!r}")
-        _ = self.block.parts    # checks the head sizes
+        object.__setattr__(self, "head_dim", self.block.parts["attn"].head_dim)  # checks sizes
+
+    @classmethod
+    def from_pretrained(cls, path, dtype=None) -> tuple[Llama, dict[str, np.ndarray]]:
+        """``(model, params)`` from a Hugging Face checkpoint directory (``config.json`` and
+        ``model.safetensors`` or shards listed in ``model.safetensors.index.json``), the
+        checkpoint's dtype kept unless ``dtype`` is given; see ``tl.nn.checkpoint``."""
+        from .checkpoint import from_pretrained
+
+        return from_pretrained(path, dtype)
 
     @property
     def block(self) -> TransformerBlock:
         """One layer (its parameters are the ``layers.*`` entries at one layer)."""
         return TransformerBlock(self.embed, self.heads, self.hidden, self.window, rope=True,
-                                kv_heads=self.kv_heads, rope_base=self.rope_base, eps=self.eps)
-
-    @property
-    def head_dim(self) -> int:
-        return self.embed // self.heads
+                                kv_heads=self.kv_heads, rope_base=self.rope_base, eps=self.eps,
+                                head_dim=self.head_dim, rope_scaling=self.rope_scaling)
 
     def shapes(self) -> dict[str, tuple[int, ...]]:
         """Every parameter's shape, layer entries with their leading ``layers`` axis."""
@@ -92,10 +103,7 @@ class Llama:
         norm scales, N(0, 1/embed) embeddings (so that tied logits start near unit scale).
         Each array is allocated once, aligned so that JAX uses it in place, and drawn into
         layer by layer in float32 (no float64 draws, no stacking copy)."""
-        dt = canonical_dtype(dtype)
-        if not is_floating(dt):
-            raise DTypeError(f"Llama.init: dtype must be floating (float32, bfloat16, "
-                             f"float16), got {dt.name}")
+        dt = floating_dtype(dtype, "Llama.init")
         out = {}
         for k, (name, shape) in enumerate(self.shapes().items()):
             buf = out[name] = aligned_empty(shape, dt)
@@ -119,7 +127,8 @@ class Llama:
                       for k, v in params.items() if k.startswith("layers.")}
             h_in = placeholder((self.embed,), "float32", domain=dom, name="h_in")
             h_out = placeholder((self.embed,), "float32", domain=dom, name="h_out")
-            h_in[_at(dom, {n: 0})] = Embedding(self.vocab, self.embed)(sub(params, "embed"), ids)
+            h_in[_at(dom, {n: 0})] = Embedding(self.vocab, self.embed)(
+                sub(params, "embed"), ids).astype("float32")
             h_in[_at(dom, {})] = h_out[_at(dom, {n: n - 1})]
             h_out[_at(dom, {})] = self.block(blocks, h_in, t)
             last = RMSNorm(self.embed, self.eps)(sub(params, "norm"),
@@ -172,6 +181,14 @@ class Llama:
         return from_array(np.asarray(value), domain=(n,), name=key.replace(".", "_"))
 
 
+def floating_dtype(dtype, me: str) -> np.dtype:
+    dt = canonical_dtype(dtype)
+    if not is_floating(dt):
+        raise DTypeError(f"{me}: dtype must be floating (float32, bfloat16, float16), got "
+                         f"{dt.name}")
+    return dt
+
+
 def _draw(gen: np.random.Generator, out: np.ndarray, std: float) -> None:
     """``out`` filled with N(0, std^2) draws made in float32 (in place when it is float32)."""
     tmp = out if out.dtype == np.float32 else np.empty(out.shape, np.float32)
@@ -199,56 +216,3 @@ def _check_dims(ids, t: Dim, n: Dim, me: str):
 def _at(domain, subs: dict) -> tuple:
     """An index of ``domain``: each dim at itself unless ``subs`` gives its expression."""
     return tuple(subs.get(d, d) for d in domain)
-
-
-# -- checkpoints ------------------------------------------------------------------------------------
-HF_NAMES = {   # ours (per layer) -> the Hugging Face name and whether it is stored (out, in)
-    "norm1.scale": ("input_layernorm.weight", False),
-    "attn.wq": ("self_attn.q_proj.weight", True),
-    "attn.wk": ("self_attn.k_proj.weight", True),
-    "attn.wv": ("self_attn.v_proj.weight", True),
-    "attn.wo": ("self_attn.o_proj.weight", True),
-    "norm2.scale": ("post_attention_layernorm.weight", False),
-    "mlp.w_gate": ("mlp.gate_proj.weight", True),
-    "mlp.w_up": ("mlp.up_proj.weight", True),
-    "mlp.w_down": ("mlp.down_proj.weight", True),
-}
-
-
-def load_llama(paths, model: Llama) -> dict[str, np.ndarray]:
-    """``model``'s parameters (float32) from safetensors files in the Hugging Face Llama layout
-    (``model.layers.{k}.self_attn.q_proj.weight``, ...; one file or a list of shards). Linear
-    weights are stored ``(out, in)`` there and transposed here; bfloat16/float16 are widened.
-    Read with the ``safetensors`` package; every shape is checked against ``model``."""
-    from safetensors import safe_open
-
-    paths = [paths] if isinstance(paths, (str, os.PathLike)) else list(paths)
-    tensors = {}
-    for path in paths:
-        if not os.path.exists(path):
-            raise ArgumentError(f"load_llama: no checkpoint file {os.fspath(path)!r}")
-        with safe_open(os.fspath(path), framework="numpy") as f:
-            for k in f.keys():
-                tensors[k] = f.get_tensor(k)
-
-    def get(name, transpose, shape):
-        if name not in tensors:
-            raise ParamError(f"load_llama: the checkpoint has no tensor '{name}' (it has "
-                             f"{len(tensors)} tensors, e.g. {', '.join(sorted(tensors)[:3])})")
-        x = np.asarray(tensors[name], np.float32)
-        x = x.T if transpose else x
-        if x.shape != tuple(shape):
-            raise ShapeError(f"load_llama: '{name}' gives shape {shape_str(x.shape)} but "
-                             f"{model!r} needs {shape_str(tuple(shape))}")
-        return np.ascontiguousarray(x)
-
-    shapes = model.shapes()
-    out = {"embed.w": get("model.embed_tokens.weight", False, shapes["embed.w"])}
-    for ours, (theirs, transpose) in HF_NAMES.items():
-        one = shapes[f"layers.{ours}"][1:]
-        out[f"layers.{ours}"] = np.stack([get(f"model.layers.{k}.{theirs}", transpose, one)
-                                          for k in range(model.layers)])
-    out["norm.scale"] = get("model.norm.weight", False, shapes["norm.scale"])
-    if not model.tied:
-        out["head.w"] = get("lm_head.weight", True, shapes["head.w"])
-    return out

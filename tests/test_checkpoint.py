@@ -1,0 +1,165 @@
+"""Hugging Face checkpoints: ``tl.nn.Llama.from_pretrained`` against what ``transformers``
+computed on the same files (``tests/fixtures/make_hf_checkpoints.py`` made them; neither
+``transformers`` nor ``torch`` is needed here), the real Llama-3.2-1B ``config.json``, and every
+way a checkpoint can fail to fit: a located ``CheckpointError`` naming the file and field."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+from safetensors.numpy import load_file, save_file
+
+import tempo_lab as tl
+
+HF = Path(__file__).parent / "fixtures" / "hf"
+CONFIGS = Path(__file__).parent / "fixtures" / "configs"
+FIXTURES = ("llama3_tied", "untied_bf16", "sharded_v4")
+
+
+def _decode(model, params, expected, steps=25):
+    ctx = tl.Context(dims=("b", "n", "t"))
+    b, n, t = ctx.dims
+    B, N, T = ctx.bounds
+    with ctx:
+        logits = model(params, tl.from_array(expected["ids"], domain=(b, t)), t, n)
+        ids, _ = model.generate(params, tl.from_array(expected["prompt"], domain=(b,)), t, n)
+    bounds = {B: 2, N: model.layers}
+    got = ctx.compile(bounds={**bounds, T: expected["ids"].shape[1]},
+                      outputs={"logits": logits}).run()["logits"]
+    tokens = ctx.compile(bounds={**bounds, T: steps}, outputs={"ids": ids}).run()["ids"]
+    return got, tokens[:, expected["prompt"].shape[1]:]
+
+
+@pytest.mark.parametrize("name", FIXTURES)
+def test_a_checkpoint_matches_transformers(name):
+    model, params = tl.nn.Llama.from_pretrained(HF / name)
+    expected = np.load(HF / name / "expected.npz")
+    logits, greedy = _decode(model, params, expected)
+    np.testing.assert_allclose(logits, expected["logits"], rtol=1e-4, atol=1e-4)
+    np.testing.assert_array_equal(greedy, expected["greedy"])
+
+
+def test_the_config_is_read_in_both_layouts_and_the_dtype_is_kept():
+    tied, p = tl.nn.Llama.from_pretrained(HF / "llama3_tied")           # transformers 5
+    assert tied.tied and tied.rope_base == 10000.0 and "head.w" not in p
+    assert tied.rope_scaling == tl.nn.RopeScaling(8.0, 1.0, 4.0, 32)
+    v4, p4 = tl.nn.Llama.from_pretrained(HF / "sharded_v4")             # transformers 4, shards
+    assert (v4.layers, v4.tied, v4.rope_base) == (3, False, 500000.0)
+    assert v4.rope_scaling == tied.rope_scaling and p4["head.w"].shape == (32, 96)
+    bf, pb = tl.nn.Llama.from_pretrained(HF / "untied_bf16")
+    assert bf.head_dim == 16 and bf.rope_scaling is None
+    assert pb["layers.attn.wq"].shape == (2, 32, 64) and pb["layers.attn.wo"].shape == (2, 64, 32)
+    assert {v.dtype for v in pb.values()} == {np.dtype(ml_dtypes.bfloat16)}
+    _, p32 = tl.nn.Llama.from_pretrained(HF / "untied_bf16", dtype="float32")
+    assert {v.dtype for v in p32.values()} == {np.dtype(np.float32)}
+    np.testing.assert_array_equal(p32["embed.w"], pb["embed.w"].astype(np.float32))
+    assert all(v.ctypes.data % 64 == 0 for v in pb.values())  # used in place by JAX
+
+
+def test_the_rope_scaling_changes_the_logits():
+    """Without Llama 3's scaling (as before it was read) the logits are off: the fixture
+    checks the scaling, not only the rest of the model."""
+    model, params = tl.nn.Llama.from_pretrained(HF / "llama3_tied")
+    expected = np.load(HF / "llama3_tied" / "expected.npz")
+    plain = dataclasses.replace(model, rope_scaling=None)
+    logits, _ = _decode(plain, params, expected, steps=6)
+    assert np.abs(logits - expected["logits"]).max() > 1e-2
+
+
+def test_the_real_llama_3_2_1b_config():
+    cfg = tl.nn.checkpoint.read_config(CONFIGS / "llama-3.2-1b.json")
+    model = tl.nn.checkpoint.llama_from_config(cfg)
+    assert model == tl.nn.Llama(128256, 2048, 16, 32, 8, 8192, rope_base=500000.0, eps=1e-5,
+                                tied=True, head_dim=64,
+                                rope_scaling=tl.nn.RopeScaling(32.0, 1.0, 4.0, 8192))
+    freq = tl.nn.rope_frequencies(64, 500000.0, model.rope_scaling)
+    plain = tl.nn.rope_frequencies(64, 500000.0)
+    assert freq[0] == plain[0] and freq[-1] == pytest.approx(plain[-1] / 32)
+
+
+def _copy(tmp_path, name="llama3_tied") -> Path:
+    dst = tmp_path / name
+    shutil.copytree(HF / name, dst)
+    return dst
+
+
+def _edit_config(path: Path, **changes):
+    cfg = json.loads((path / "config.json").read_text())
+    cfg.update(changes)
+    (path / "config.json").write_text(json.dumps(cfg))
+
+
+def _raises(fn, *match):
+    with pytest.raises(tl.CheckpointError) as e:
+        fn()
+    text = str(e.value)
+    assert text.startswith(f"{__file__}:"), text        # located at the user's call
+    for m in match:
+        assert m in text, (m, text)
+    return text
+
+
+@pytest.mark.parametrize("field,value,named", [
+    ("attention_bias", True, "attention_bias"),
+    ("mlp_bias", True, "mlp_bias"),
+    ("hidden_act", "gelu", "hidden_act"),
+    ("model_type", "mistral", "model_type"),
+    ("rope_parameters", {"rope_type": "yarn", "rope_theta": 1e4, "factor": 2.0}, "yarn"),
+    ("rope_parameters", {"rope_type": "llama3", "rope_theta": 1e4}, "original_max_position"),
+    ("num_hidden_layers", "2", "num_hidden_layers"),
+    ("vocab_size", None, "vocab_size"),
+])
+def test_a_config_field_it_cannot_honour_is_named(tmp_path, field, value, named):
+    path = _copy(tmp_path)
+    _edit_config(path, **{field: value})
+    _raises(lambda: tl.nn.Llama.from_pretrained(path), "config.json", named)
+
+
+def test_files_that_do_not_fit_are_named(tmp_path):
+    _raises(lambda: tl.nn.Llama.from_pretrained(tmp_path / "nowhere"), "nowhere")
+    (tmp_path / "empty").mkdir()
+    _raises(lambda: tl.nn.Llama.from_pretrained(tmp_path / "empty"), "config.json")
+    path = _copy(tmp_path)
+    (path / "config.json").write_text("{not json")
+    _raises(lambda: tl.nn.Llama.from_pretrained(path), "config.json", "JSON")
+
+    path = _copy(tmp_path / "a")
+    weights = path / "model.safetensors"
+    data = weights.read_bytes()
+    for broken in (b"", data[:len(data) // 2], b"\x08" + data[1:64]):
+        weights.write_bytes(broken)
+        _raises(lambda: tl.nn.Llama.from_pretrained(path), "model.safetensors")
+
+    path = _copy(tmp_path / "b", "sharded_v4")
+    (path / "model-00002-of-00004.safetensors").unlink()
+    _raises(lambda: tl.nn.Llama.from_pretrained(path), "model-00002-of-00004")
+    (path / "model.safetensors.index.json").write_text('{"weight_map": 3}')
+    _raises(lambda: tl.nn.Llama.from_pretrained(path), "model.safetensors.index.json")
+
+
+def test_tensors_that_do_not_fit_the_model_are_named(tmp_path):
+    path = _copy(tmp_path)
+    tensors = load_file(path / "model.safetensors")
+    model, _ = tl.nn.Llama.from_pretrained(path)
+    extra = {**tensors, "lm_head.weight": tensors["model.embed_tokens.weight"]}
+    save_file(extra, path / "model.safetensors")
+    _raises(lambda: tl.nn.Llama.from_pretrained(path), "lm_head.weight", "untied")
+    # an untied head is read when the model says so
+    got = tl.nn.load_llama(path, dataclasses.replace(model, tied=False))
+    np.testing.assert_array_equal(got["head.w"], tensors["model.embed_tokens.weight"].T)
+
+    fewer = dataclasses.replace(model, layers=1)
+    save_file(tensors, path / "model.safetensors")
+    _raises(lambda: tl.nn.load_llama(path, fewer), "model.layers.1.", "more layers")
+    more = dataclasses.replace(model, layers=3)
+    _raises(lambda: tl.nn.load_llama(path, more), "model.layers.2.", "needs")
+    narrow = dataclasses.replace(model, kv_heads=4)
+    _raises(lambda: tl.nn.load_llama(path, narrow), "k_proj", "shape")
+    ints = {**tensors, "model.norm.weight": np.arange(32, dtype=np.int32)}
+    save_file(ints, path / "model.safetensors")
+    _raises(lambda: tl.nn.load_llama(path, model), "model.norm.weight", "dtype")
