@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import importlib.util
 import json
 import os
 import platform
@@ -51,7 +52,13 @@ import numpy as np
 # spawns the runs and prints the table, and stays small, because a child process starts with
 # its parent's peak RSS as its own ru_maxrss (Linux keeps it across fork and exec).
 
-SYSTEMS = ("tempo_lab", "jax_scan", "jax_step")
+SYSTEMS = ("tempo_lab", "jax_scan", "jax_step", "hf_generate")
+PRESETS = {  # real models' sizes (config.json); head_dim and rope_scaling are not flags
+    "llama-3.2-1b": {"model": "llama", "vocab": 128256, "embed": 2048, "layers": 16,
+                     "heads": 32, "kv_heads": 8, "hidden": 8192, "head_dim": 64,
+                     "rope_scaling": (32.0, 1.0, 4.0, 8192), "batch": 1, "seq_len": [64],
+                     "attention": "causal", "runs": 3},
+}
 RESULT_PREFIX = "DECODE_RESULT "
 RTOL = ATOL = 1e-3
 MODELS = ("gpt2", "llama")
@@ -72,10 +79,14 @@ class Config:
     model: str = "gpt2"     # one of MODELS
     kv_heads: int | None = None     # llama: key/value heads (None: heads // 2, at least 1)
     vocab: int = 4096       # llama: the vocabulary (the tied head's width)
+    ffn: int | None = None  # the MLP's width (None: 3 x embed for llama, 2 x embed for gpt2)
+    head_dim: int | None = None     # llama (None: embed // heads)
+    rope_scaling: tuple | None = None   # llama: Llama 3's (factor, low, high, original context)
+    dtype: str = "float32"  # llama: the weights' dtype (bfloat16: kept so by every system)
 
     @property
     def hidden(self) -> int:
-        return (3 if self.model == "llama" else 2) * self.embed
+        return self.ffn or (3 if self.model == "llama" else 2) * self.embed
 
     @property
     def llama(self):
@@ -83,12 +94,13 @@ class Config:
         import tempo_lab as tl
 
         kv = self.kv_heads or max(1, self.heads // 2)
+        scaling = tl.nn.RopeScaling(*self.rope_scaling) if self.rope_scaling else None
         return tl.nn.Llama(self.vocab, self.embed, self.layers, self.heads, kv, self.hidden,
-                           window=self.window)
+                           window=self.window, head_dim=self.head_dim, rope_scaling=scaling)
 
     @property
     def dh(self) -> int:
-        return self.embed // self.heads
+        return self.head_dim or self.embed // self.heads
 
     def label(self) -> str:
         att = "causal" if self.window is None else f"window {self.window}"
@@ -98,16 +110,21 @@ class Config:
 # -- inputs and the check -----------------------------------------------------------------------
 def make_inputs(cfg: Config) -> tuple[dict, np.ndarray]:
     """gpt2: the weights of ``tempo_lab.demo`` and token embeddings (b, t, embed); llama:
-    ``Llama.init(0)`` and token ids (b, t)."""
+    ``Llama.init(0, dtype)`` (aligned arrays, which JAX uses in place) and token ids (b, t)."""
     if cfg.model == "llama":
-        ids = np.random.default_rng(1).integers(0, cfg.vocab, (cfg.batch, cfg.seq_len))
-        return cfg.llama.init(0), ids.astype(np.int32)
+        return cfg.llama.init(0, cfg.dtype), make_tokens(cfg)
     from tempo_lab.demo import make_weights
 
     weights = make_weights(cfg.layers, cfg.embed, cfg.hidden, seed=0)
     tokens = np.random.default_rng(1).standard_normal(
         (cfg.batch, cfg.seq_len, cfg.embed)).astype(np.float32)
     return weights, tokens
+
+
+def make_tokens(cfg: Config) -> np.ndarray:
+    """llama: the token ids (b, t) whose first ``llama.PROMPT`` are the prompt."""
+    ids = np.random.default_rng(1).integers(0, cfg.vocab, (cfg.batch, cfg.seq_len))
+    return ids.astype(np.int32)
 
 
 def reference(cfg: Config, weights: dict, tokens: np.ndarray) -> np.ndarray:
@@ -217,13 +234,15 @@ def compile_tempo_lab(cfg: Config, weights: dict, tokens: np.ndarray,
 def bench_tempo_lab(cfg: Config, weights, tokens, ref, warm_runs: int, progress: bool,
                     block_size: int | None = None, tile_block: int | None = None) -> dict:
     clock = _CompileClock()
+    t0 = time.perf_counter()
     prog = compile_tempo_lab(cfg, weights, tokens, block_size, tile_block)
-    stages = dict(prog.compile_times)
+    # trace: the model's Python building the program (the rest of the call is compile_times)
+    stages = {"trace": time.perf_counter() - t0 - sum(prog.compile_times.values()),
+              **prog.compile_times}
 
     clock.active = True
     first = prog.run()
     clock.active = False
-    err = check_output("tempo_lab", cfg, first["y"], ref, weights)
     runs = [first]
     bar = _bar(warm_runs, f"tempo_lab {cfg.label()}: warm runs", progress)
     for _ in range(warm_runs):
@@ -262,85 +281,104 @@ def bench_tempo_lab(cfg: Config, weights, tokens, ref, warm_runs: int, progress:
         "store_peak_bytes": int(last.profile.peak_bytes),
         "predicted_store_peak_bytes": int(prog.memory.peak_bytes),
         "kernel_calls": int(sum(last.profile.calls.values())),
-        "max_abs_err": err,
         "_output": first["y"],
     }
 
 
 # -- plain JAX baselines ------------------------------------------------------------------------
 KV_LAYOUTS = {
-    # the cache's axes after (layers, batch): heads before T keeps each head's keys contiguous,
-    # so the attention contractions read the cache in place; with T before heads XLA
-    # transposes the whole layer cache at every step (about 2x slower at T=1024 here)
-    "bhtd": "(layers, batch, heads, T, dh)",
-    "bthd": "(layers, batch, T, heads, dh)",
+    # one cache per layer, its axes: heads before T keeps each head's keys contiguous, so the
+    # attention contractions read the cache in place; with T before heads XLA transposes the
+    # whole layer cache at every step (about 2x slower at T=1024 here)
+    "bhtd": "(batch, heads, T, dh) per layer",
+    "bthd": "(batch, T, heads, dh) per layer",
 }
 
 
-def _jax_layer(h, kc, vc, layer: int, t, w: dict, heads: int, window: int | None,
-               layout: str):
-    """One pre-norm block for one step at every batch entry. h: (B, D); kc, vc: the KV cache
-    (see KV_LAYOUTS), written at step t; attention masked over the whole cache."""
+def _jax_layer(h, kc, vc, t, w: dict, heads: int, window: int | None, layout: str):
+    """One pre-norm block for one step at every batch entry. h: (B, D); kc, vc: the layer's
+    KV cache (see KV_LAYOUTS), written at step t; w: the layer's weights (arrays of their
+    own: a layer sliced out of stacked weights is a copy XLA makes at every step); attention
+    masked over the whole cache."""
     import jax
     import jax.numpy as jnp
     from jax import lax
 
     batch, d = h.shape
     dh = d // heads
-    steps = kc.shape[3 if layout == "bhtd" else 2]
+    steps = kc.shape[2 if layout == "bhtd" else 1]
 
     def norm(x):
         return x / jnp.sqrt((x * x).mean(-1, keepdims=True) + 1e-6)
 
     x = norm(h)
-    q = (x @ w["wq"][layer]).reshape(batch, heads, dh)
-    k = (x @ w["wk"][layer]).reshape(batch, heads, dh)
-    v = (x @ w["wv"][layer]).reshape(batch, heads, dh)
+    q = (x @ w["wq"]).reshape(batch, heads, dh)
+    k = (x @ w["wk"]).reshape(batch, heads, dh)
+    v = (x @ w["wv"]).reshape(batch, heads, dh)
     if layout == "bhtd":
-        kc = lax.dynamic_update_slice(kc, k[None, :, :, None], (layer, 0, 0, t, 0))
-        vc = lax.dynamic_update_slice(vc, v[None, :, :, None], (layer, 0, 0, t, 0))
+        kc = lax.dynamic_update_slice(kc, k[:, :, None], (0, 0, t, 0))
+        vc = lax.dynamic_update_slice(vc, v[:, :, None], (0, 0, t, 0))
         spec = "bhsd"
     else:
-        kc = lax.dynamic_update_slice(kc, k[None, :, None], (layer, 0, t, 0, 0))
-        vc = lax.dynamic_update_slice(vc, v[None, :, None], (layer, 0, t, 0, 0))
+        kc = lax.dynamic_update_slice(kc, k[:, None], (0, t, 0, 0))
+        vc = lax.dynamic_update_slice(vc, v[:, None], (0, t, 0, 0))
         spec = "bshd"
-    s = jnp.einsum(f"bhd,{spec}->bhs", q, kc[layer]) / float(np.sqrt(dh))   # (B, heads, T)
+    s = jnp.einsum(f"bhd,{spec}->bhs", q, kc) / float(np.sqrt(dh))   # (B, heads, T)
     pos = jnp.arange(steps)
     mask = pos <= t
     if window is not None:
         mask &= pos > t - window
     p = jax.nn.softmax(jnp.where(mask, s, -jnp.inf), axis=-1)
-    att = jnp.einsum(f"bhs,{spec}->bhd", p, vc[layer]).reshape(batch, d)
-    h_mid = h + att @ w["wo"][layer]
-    return h_mid + jax.nn.relu(norm(h_mid) @ w["w1"][layer]) @ w["w2"][layer], kc, vc
+    att = jnp.einsum(f"bhs,{spec}->bhd", p, vc).reshape(batch, d)
+    h_mid = h + att @ w["wo"]
+    return h_mid + jax.nn.relu(norm(h_mid) @ w["w1"]) @ w["w2"], kc, vc
 
 
 def _cache_shape(cfg: Config, layout: str) -> tuple[int, ...]:
+    """One layer's key (or value) cache."""
     kv = cfg.llama.kv_heads if cfg.model == "llama" else cfg.heads
     if layout == "bhtd":
-        return (cfg.layers, cfg.batch, kv, cfg.seq_len, cfg.dh)
-    return (cfg.layers, cfg.batch, cfg.seq_len, kv, cfg.dh)
+        return (cfg.batch, kv, cfg.seq_len, cfg.dh)
+    return (cfg.batch, cfg.seq_len, kv, cfg.dh)
+
+
+def _empty_caches(cfg: Config, layout: str) -> tuple:
+    import jax.numpy as jnp
+
+    shape = _cache_shape(cfg, layout)
+    return tuple((jnp.zeros(shape, jnp.float32), jnp.zeros(shape, jnp.float32))
+                 for _ in range(cfg.layers))
+
+
+def _gpt2_weights(weights: dict, layers: int) -> list[dict]:
+    """The demo's stacked weights as one dict of device arrays per layer (views of the
+    user's arrays, in place where JAX allows it)."""
+    import jax
+
+    return [{k: jax.device_put(v[j]) for k, v in weights.items()} for j in range(layers)]
 
 
 def _jax_step_fn(cfg: Config, layout: str):
-    """``step(kc, vc, h_t, t, w) -> (h, kc, vc)``: one gpt2 decode step of every batch entry
-    in plain JAX, ``h_t`` the step's token embeddings."""
+    """``step(caches, h_t, t, w) -> (h, caches)``: one gpt2 decode step of every batch entry
+    in plain JAX, ``h_t`` the step's token embeddings, ``w`` the weights per layer."""
 
-    def step(kc, vc, h, t, w):
-        for layer in range(cfg.layers):
-            h, kc, vc = _jax_layer(h, kc, vc, layer, t, w, cfg.heads, cfg.window, layout)
-        return h, kc, vc
+    def step(caches, h, t, w):
+        out = []
+        for (kc, vc), wl in zip(caches, w):
+            h, kc, vc = _jax_layer(h, kc, vc, t, wl, cfg.heads, cfg.window, layout)
+            out.append((kc, vc))
+        return h, tuple(out)
     return step
 
 
 def jax_store_bytes(cfg: Config) -> dict:
-    """What the JAX baselines allocate, from array sizes: the KV cache (keys and values), the
+    """What the JAX baselines allocate, from array sizes: the KV caches (keys and values), the
     outputs and one layer's activations of one step (x, q, k, v, attention, h_mid, its norm, h:
     8 x (B, D); the MLP's hidden values: 2 (gpt2) or 3 (llama) x (B, hidden); scores and
     probabilities: 2 x (B, heads, T); llama's logits and their exponentials: 2 x (B, vocab);
     the mask: T bools). Weights and tokens (inputs) are not counted."""
     llama = cfg.model == "llama"
-    kv = 2 * F32 * int(np.prod(_cache_shape(cfg, "bhtd")))
+    kv = 2 * F32 * cfg.layers * int(np.prod(_cache_shape(cfg, "bhtd")))
     out = cfg.batch * cfg.seq_len * (1 if llama else cfg.embed) * F32
     act = (F32 * (8 * cfg.batch * cfg.embed + (3 if llama else 2) * cfg.batch * cfg.hidden
                   + 2 * cfg.batch * cfg.heads * cfg.seq_len
@@ -362,18 +400,17 @@ def _xla_memory(compiled) -> dict | None:
             if hasattr(m, k)}
 
 
-def _jax_record(cfg, kv_layout, compiled, compile_s, method, first_s, err, out, warm) -> dict:
+def _jax_record(cfg, kv_layout, compiled, compile_s, method, first_s, out, warm) -> dict:
     return {**_time_fields(warm, cfg.seq_len), "warm_runs": len(warm),
             "timing": f"median of {len(warm)} warm runs", "compile_s": compile_s,
             "compile_method": method, "first_run_s": first_s, "kv_layout": KV_LAYOUTS[kv_layout],
-            **jax_store_bytes(cfg), "xla_memory": _xla_memory(compiled), "max_abs_err": err,
-            "_output": out}
+            **jax_store_bytes(cfg), "xla_memory": _xla_memory(compiled), "_output": out}
 
 
 def _llama_layout(kv_layout: str) -> None:
     if kv_layout != "bhtd":
-        sys.exit("--kv-layout bthd is for --model gpt2; the llama twin keeps (layers, batch, "
-                 "kv_heads, T, head_dim)")
+        sys.exit("--kv-layout bthd is for --model gpt2; the llama twin keeps (batch, "
+                 "kv_heads, T, head_dim) per layer")
 
 
 def bench_jax_scan(cfg: Config, weights, tokens, ref, warm_runs: int, progress: bool,
@@ -387,23 +424,22 @@ def bench_jax_scan(cfg: Config, weights, tokens, ref, warm_runs: int, progress: 
 
         _llama_layout(kv_layout)
         decode, given = llama.scan_decode(cfg.llama, cfg.seq_len), jnp.asarray(ref)   # prompt
+        w = llama.device_params(weights, cfg.llama)
     else:
-        shape, step = _cache_shape(cfg, kv_layout), _jax_step_fn(cfg, kv_layout)
-        given = jnp.asarray(tokens)
+        step, given = _jax_step_fn(cfg, kv_layout), jnp.asarray(tokens)
+        w = _gpt2_weights(weights, cfg.layers)
 
         def decode(tokens, w):
-            def body(carry, xs):
-                kc, vc = carry
+            def body(caches, xs):
                 x, t = xs
-                y, kc, vc = step(kc, vc, x, t, w)
-                return (kc, vc), y
+                _, w_t = lax.optimization_barrier((t, w))  # nothing of w hoisted and held
+                y, caches = step(caches, x, t, w_t)
+                return caches, y
 
-            cache = (jnp.zeros(shape, jnp.float32), jnp.zeros(shape, jnp.float32))
             xs = (jnp.swapaxes(tokens, 0, 1), jnp.arange(cfg.seq_len, dtype=jnp.int32))
-            _, hs = lax.scan(body, cache, xs)                     # (T, B, D)
+            _, hs = lax.scan(body, _empty_caches(cfg, kv_layout), xs)    # (T, B, D)
             return jnp.swapaxes(hs, 0, 1)
 
-    w = {k: jnp.asarray(v) for k, v in weights.items()}
     t0 = time.perf_counter()
     compiled = jax.jit(decode).lower(given, w).compile()
     compile_s = time.perf_counter() - t0
@@ -414,10 +450,9 @@ def bench_jax_scan(cfg: Config, weights, tokens, ref, warm_runs: int, progress: 
         return out, time.perf_counter() - t0
 
     out, first_s = run()
-    err = check_output("jax_scan", cfg, out, ref, weights)
     warm = _warm(run, warm_runs, f"jax_scan {cfg.label()}: warm runs", progress)
     return _jax_record(cfg, kv_layout, compiled, compile_s, "jax.jit(...).lower(...).compile()",
-                       first_s, err, out, warm)
+                       first_s, out, warm)
 
 
 def bench_jax_step(cfg: Config, weights, tokens, ref, warm_runs: int, progress: bool,
@@ -426,59 +461,86 @@ def bench_jax_step(cfg: Config, weights, tokens, ref, warm_runs: int, progress: 
     import jax.numpy as jnp
     from jax import lax
 
-    shape = _cache_shape(cfg, kv_layout)
-    w = {k: jnp.asarray(v) for k, v in weights.items()}
-    cache = jax.ShapeDtypeStruct(shape, jnp.float32)
+    caches = jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype),
+                          _empty_caches(cfg, kv_layout))
     if cfg.model == "llama":
         from benchmarks import llama
 
         _llama_layout(kv_layout)
-        prompt = jnp.asarray(ref)
+        prompt, w = jnp.asarray(ref), llama.device_params(weights, cfg.llama)
         t0 = time.perf_counter()
-        compiled = jax.jit(llama.jitted_step(cfg.llama), donate_argnums=(0, 1)).lower(
-            cache, cache, prompt[:, 0], prompt, np.int32(0), w).compile()
+        compiled = jax.jit(llama.jitted_step(cfg.llama), donate_argnums=(0,)).lower(
+            caches, prompt[:, 0], prompt, np.int32(0), w).compile()
 
-        def decode(kc, vc):
+        def decode(caches):
             tok, out = prompt[:, 0], []
             for t in range(cfg.seq_len):
                 out.append(tok)
-                kc, vc, tok = compiled(kc, vc, tok, prompt, np.int32(t), w)  # kc, vc donated
+                caches, tok = compiled(caches, tok, prompt, np.int32(t), w)  # caches donated
             return out
     else:
         one, tok = _jax_step_fn(cfg, kv_layout), jnp.asarray(tokens)
+        w = _gpt2_weights(weights, cfg.layers)
 
-        def step(kc, vc, tokens, t, w):
-            y, kc, vc = one(kc, vc, lax.dynamic_index_in_dim(tokens, t, axis=1,
+        def step(caches, tokens, t, w):
+            y, caches = one(caches, lax.dynamic_index_in_dim(tokens, t, axis=1,
                                                              keepdims=False), t, w)
-            return kc, vc, y
+            return caches, y
 
         t0 = time.perf_counter()
-        compiled = jax.jit(step, donate_argnums=(0, 1)).lower(
-            cache, cache, tok, np.int32(0), w).compile()
+        compiled = jax.jit(step, donate_argnums=(0,)).lower(
+            caches, tok, np.int32(0), w).compile()
 
-        def decode(kc, vc):
+        def decode(caches):
             out = []
             for t in range(cfg.seq_len):
-                kc, vc, h = compiled(kc, vc, tok, np.int32(t), w)   # kc, vc donated
+                caches, h = compiled(caches, tok, np.int32(t), w)   # caches donated
                 out.append(h)
             return out
     compile_s = time.perf_counter() - t0
 
     def run():
         t0 = time.perf_counter()
-        out = decode(jnp.zeros(shape, jnp.float32), jnp.zeros(shape, jnp.float32))
-        out = np.asarray(jnp.stack(out, axis=1))
+        out = np.asarray(jnp.stack(decode(_empty_caches(cfg, kv_layout)), axis=1))
         return out, time.perf_counter() - t0
 
     out, first_s = run()
-    err = check_output("jax_step", cfg, out, ref, weights)
     warm = _warm(run, warm_runs, f"jax_step {cfg.label()}: warm runs", progress)
     return _jax_record(cfg, kv_layout, compiled, compile_s,
-                       "jax.jit(step, donate_argnums=(0, 1)).lower(...).compile()",
-                       first_s, err, out, warm)
+                       "jax.jit(step, donate_argnums=(0,)).lower(...).compile()",
+                       first_s, out, warm)
 
 
-BENCH = {"tempo_lab": bench_tempo_lab, "jax_scan": bench_jax_scan, "jax_step": bench_jax_step}
+def bench_hf_generate(cfg: Config, weights, tokens, ref, warm_runs: int, progress: bool,
+                      kv_layout: str = "bhtd") -> dict:
+    """``transformers``' ``LlamaForCausalLM.generate`` (greedy, its own KV cache) on the CPU
+    with PyTorch, holding the same arrays (``torch.from_numpy``: no copy); llama only, and
+    only where transformers and torch are installed (the ``bench`` extra)."""
+    from benchmarks import hf
+
+    if cfg.model != "llama":
+        sys.exit("hf_generate is a reference for --model llama")
+    model = cfg.llama
+    t0 = time.perf_counter()
+    generate = hf.greedy(model, weights)
+    compile_s = time.perf_counter() - t0
+    prompt = np.asarray(ref)
+
+    def run():
+        t0 = time.perf_counter()
+        out = generate(prompt, cfg.seq_len)
+        return out, time.perf_counter() - t0
+
+    out, first_s = run()
+    warm = _warm(run, warm_runs, f"hf_generate {cfg.label()}: warm runs", progress)
+    return {**_time_fields(warm, cfg.seq_len), "warm_runs": len(warm),
+            "timing": f"median of {len(warm)} warm runs", "compile_s": compile_s,
+            "compile_method": "building LlamaForCausalLM around the arrays (no compilation)",
+            "first_run_s": first_s, "store_peak_bytes": None, "_output": out}
+
+
+BENCH = {"tempo_lab": bench_tempo_lab, "jax_scan": bench_jax_scan, "jax_step": bench_jax_step,
+         "hf_generate": bench_hf_generate}
 
 
 # -- helpers ------------------------------------------------------------------------------------
@@ -567,9 +629,11 @@ def environment() -> dict:
 
 def configs(args) -> list[Config]:
     atts = ("causal", "window") if args.attention == "both" else (args.attention,)
+    preset = PRESETS.get(args.preset, {})
     return [Config(args.layers, args.heads, args.embed, args.batch, T, a,
                    args.window if a == "window" else None, args.model, args.kv_heads,
-                   args.vocab)
+                   args.vocab, args.hidden, preset.get("head_dim"),
+                   preset.get("rope_scaling"), args.dtype)
             for T in args.seq_len for a in atts]
 
 
@@ -577,7 +641,10 @@ def configs(args) -> list[Config]:
 def prepare(args) -> int:
     """``--prepare FILE``: write the inputs and the NumPy reference of one configuration."""
     (cfg,) = configs(args)
-    weights, tokens = make_inputs(cfg)
+    if cfg.model == "llama":  # each child draws the same weights itself (aligned, no file)
+        weights, tokens = {}, make_tokens(cfg)
+    else:
+        weights, tokens = make_inputs(cfg)
     ref = reference(cfg, weights, tokens)
     np.savez(args.prepare, tokens=tokens, reference=ref,
              **{f"w_{k}": v for k, v in weights.items()})
@@ -599,6 +666,8 @@ def run_one(args) -> int:
             weights = {k[2:]: f[k] for k in f.files if k.startswith("w_")}
             tokens = f["tokens"]
             ref = f["reference"]
+        if cfg.model == "llama":
+            weights = cfg.llama.init(0, cfg.dtype)
     else:    # standalone (a reproducer): the NumPy reference then counts in this RSS
         weights, tokens = make_inputs(cfg)
         ref = reference(cfg, weights, tokens)
@@ -609,10 +678,13 @@ def run_one(args) -> int:
     else:
         rec = BENCH[args.one](cfg, weights, tokens, ref, args.runs, progress, args.kv_layout)
     out = rec.pop("_output")
+    # the peak of the timed runs, read before the check (its forward pass holds more)
+    rss, hwm = rss_peak_bytes(), vm_hwm_bytes()
+    rec["max_abs_err"] = check_output(args.one, cfg, out, ref, weights)
     if args.save_output:
         np.save(args.save_output, out)
     rec = {"system": args.one, **asdict(cfg), "hidden": cfg.hidden, **rec,
-           "rss_peak_bytes": rss_peak_bytes(), "vm_hwm_bytes": vm_hwm_bytes(),
+           "rss_peak_bytes": rss, "vm_hwm_bytes": hwm,
            "loadavg_1m_at_start": load_start and load_start[0], "loadavg_at_start": load_start,
            "loadavg_at_end": loadavg(), **environment()}
     print(RESULT_PREFIX + json.dumps(rec), flush=True)
@@ -620,10 +692,13 @@ def run_one(args) -> int:
 
 
 def _child_args(cfg: Config, args) -> list[str]:
-    return ["--model", cfg.model, "--layers", str(cfg.layers), "--heads", str(cfg.heads),
-            "--embed", str(cfg.embed), "--batch", str(cfg.batch), "--seq-len", str(cfg.seq_len),
-            "--attention", cfg.attention, "--window", str(args.window), "--vocab",
-            str(cfg.vocab)] + ([] if cfg.kv_heads is None else ["--kv-heads", str(cfg.kv_heads)])
+    return (["--model", cfg.model, "--layers", str(cfg.layers), "--heads", str(cfg.heads),
+             "--embed", str(cfg.embed), "--batch", str(cfg.batch), "--seq-len", str(cfg.seq_len),
+             "--attention", cfg.attention, "--window", str(args.window), "--vocab",
+             str(cfg.vocab), "--dtype", cfg.dtype]
+            + ([] if cfg.kv_heads is None else ["--kv-heads", str(cfg.kv_heads)])
+            + ([] if cfg.ffn is None else ["--hidden", str(cfg.ffn)])
+            + ([] if not args.preset else ["--preset", args.preset]))
 
 
 def _child_cmd(system: str, cfg: Config, args) -> list[str]:
@@ -667,10 +742,12 @@ def table(records: list[dict]) -> str:
     lines = [head, "-" * len(head)]
     keyed = {}
     for r in records:
-        key = (r.get("model", "gpt2"), r["seq_len"], r["attention"], r["window"])
+        key = (r.get("model", "gpt2"), r["seq_len"], r["attention"], r["window"],
+               r.get("dtype", "float32"))
         keyed.setdefault(key, {})[r["system"]] = r
-    for (model, T, att, win), by in keyed.items():
-        name = att if win is None else f"window {win}"
+    for (model, T, att, win, dtype), by in keyed.items():
+        name = (att if win is None else f"window {win}") + ("" if dtype == "float32" else
+                                                            " bf16")
         for s in SYSTEMS:
             r = by.get(s)
             if r is None:
@@ -681,14 +758,16 @@ def table(records: list[dict]) -> str:
                          f"{_mb(r['store_peak_bytes']):>14}  "
                          f"{_mb(r.get('predicted_store_peak_bytes')):>9}  "
                          f"{_mb(r['rss_peak_bytes']):>7}  {r['warm_runs']:>4}  {_load(r)}")
-        a, b = by.get("tempo_lab"), by.get("jax_scan")
-        if a and b:
-            lines.append(
-                f"{'':<5} {'':<10} {'':>5}  {'ratio':<9}  tempo_lab / jax_scan: ms/token "
-                f"{_ratio(a['ms_per_token'], b['ms_per_token'])}, compile "
-                f"{_ratio(a['compile_s'], b['compile_s'])}, store peak "
-                f"{_ratio(a['store_peak_bytes'], b['store_peak_bytes'])}, rss "
-                f"{_ratio(a['rss_peak_bytes'], b['rss_peak_bytes'])}")
+        a = by.get("tempo_lab")
+        for base in ("jax_scan", "jax_step", "hf_generate"):
+            b = by.get(base)
+            if a and b:
+                lines.append(
+                    f"{'':<5} {'':<10} {'':>5}  {'ratio':<9}  tempo_lab / {base}: ms/token "
+                    f"{_ratio(a['ms_per_token'], b['ms_per_token'])}, compile "
+                    f"{_ratio(a['compile_s'], b['compile_s'])}, store peak "
+                    f"{_ratio(a['store_peak_bytes'], b['store_peak_bytes'])}, rss "
+                    f"{_ratio(a['rss_peak_bytes'], b['rss_peak_bytes'])}")
     return "\n".join(lines)
 
 
@@ -710,6 +789,13 @@ load 1m: the machine's 1-minute load average when that subprocess started and en
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(prog="python -m benchmarks.decode",
                                  description=__doc__.splitlines()[0])
+    ap.add_argument("--preset", choices=tuple(PRESETS), default=None,
+                    help="a real model's sizes (llama-3.2-1b: its 16 layers, random weights; "
+                         "--layers, --dtype and the other flags given override it)")
+    ap.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32",
+                    help="llama: the weights' dtype (activations accumulate in float32)")
+    ap.add_argument("--hidden", type=int, default=None,
+                    help="the MLP's width (default 3 x embed for llama, 2 x embed for gpt2)")
     ap.add_argument("--model", choices=MODELS, default="gpt2")
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--heads", type=int, default=4)
@@ -726,7 +812,9 @@ def parse_args(argv=None):
     ap.add_argument("--tl-runs", type=int, default=None,
                     help="warm runs for tempo_lab only (default: --runs; --quick: 1; 0 times "
                          "the cold run minus JAX's compile events)")
-    ap.add_argument("--systems", nargs="+", choices=SYSTEMS, default=list(SYSTEMS))
+    ap.add_argument("--systems", nargs="+", choices=SYSTEMS, default=None,
+                    help="default: tempo_lab, jax_scan, jax_step, and for llama hf_generate "
+                         "where transformers and torch are installed")
     ap.add_argument("--block-size", type=int, default=None,
                     help="tempo_lab's CompileConfig.block_size (points per block of a growing "
                          "store; default: CompileConfig's)")
@@ -746,7 +834,15 @@ def parse_args(argv=None):
     ap.add_argument("--inputs", help=argparse.SUPPRESS)
     ap.add_argument("--save-output", help=argparse.SUPPRESS)
     ap.add_argument("--prepare", help=argparse.SUPPRESS)
+    known, _ = ap.parse_known_args(argv)
+    if known.preset:
+        ap.set_defaults(**{k: v for k, v in PRESETS[known.preset].items()
+                           if k not in ("head_dim", "rope_scaling")})
     args = ap.parse_args(argv)
+    if args.systems is None:
+        args.systems = [s for s in SYSTEMS if s != "hf_generate" or (
+            args.model == "llama" and all(importlib.util.find_spec(m) is not None
+                                          for m in ("transformers", "torch")))]
     if args.quick:
         args.layers, args.embed, args.heads, args.batch = 2, 256, 4, 4
         args.seq_len, args.attention, args.window = [1024], "both", 64
@@ -756,7 +852,7 @@ def parse_args(argv=None):
             args.runs = 3
     if args.runs is None:
         args.runs = 5
-    if args.embed % args.heads:
+    if args.embed % args.heads and not args.preset:
         ap.error("--embed must be a multiple of --heads")
     if args.kv_heads is not None and (args.kv_heads < 1 or args.heads % args.kv_heads):
         ap.error("--kv-heads must divide --heads")

@@ -49,11 +49,10 @@ def test_logits_match_the_jax_twin(executor, window):
 def test_cached_step_of_the_twin_equals_its_whole_sequence_forward():
     """The baselines' cached step is the same function as the check."""
     p, tok = params(), ids()
-    pj = {k: jnp.asarray(v) for k, v in p.items()}
-    kc = vc = jnp.zeros(twin.cache_shape(MODEL, B, T))
+    pd, caches = twin.device_params(p, MODEL), twin.empty_caches(MODEL, B, T)
     out = []
     for s in range(T):
-        lg, kc, vc = twin.step(pj, kc, vc, tok[:, s], s, MODEL)
+        lg, caches = twin.step(pd, caches, tok[:, s], s, MODEL)
         out.append(lg)
     np.testing.assert_allclose(np.stack(out, 1), twin.forward(p, tok, MODEL), rtol=1e-4,
                                atol=1e-4)
@@ -75,12 +74,11 @@ def _generate(temperature, seed=0, executor="xla"):
 @pytest.mark.parametrize("executor", EXECUTORS)
 def test_greedy_generation_matches_a_jax_greedy_loop(executor):
     p, prompts, got, _ = _generate(0.0, executor=executor)
-    pj = {k: jnp.asarray(v) for k, v in p.items()}
-    kc = vc = jnp.zeros(twin.cache_shape(MODEL, B, T))
+    pd, caches = twin.device_params(p, MODEL), twin.empty_caches(MODEL, B, T)
     want, tok = [], prompts[:, 0]
     for s in range(T):
         want.append(np.asarray(tok))
-        lg, kc, vc = twin.step(pj, kc, vc, tok, s, MODEL)
+        lg, caches = twin.step(pd, caches, tok, s, MODEL)
         tok = prompts[:, s + 1] if s + 1 < P else jnp.argmax(lg, -1).astype(jnp.int32)
     np.testing.assert_array_equal(got, np.stack(want, 1))
 
@@ -157,8 +155,8 @@ def test_errors_name_the_problem():
 
 def test_the_benchmark_check_accepts_a_greedy_decode_and_rejects_another_token():
     p, prompt = params(), ids()[:, :P]
-    pj = {k: jnp.asarray(v) for k, v in p.items()}
-    got = np.asarray(jax.jit(twin.scan_decode(MODEL, T))(jnp.asarray(prompt), pj))
+    got = np.asarray(jax.jit(twin.scan_decode(MODEL, T))(jnp.asarray(prompt),
+                                                         twin.device_params(p, MODEL)))
     assert twin.check(MODEL, p, prompt, got) == 0.0
     _, _, ours, _ = _generate(0.0)
     np.testing.assert_array_equal(ours, got)

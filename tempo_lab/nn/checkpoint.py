@@ -8,7 +8,7 @@ listed by ``model.safetensors.index.json``. Tensors are read one at a time throu
 ``safetensors`` package (its ``safe_open`` maps the file; shapes and dtypes are checked from
 the header before any data is read) and copied once, into their place in an aligned array
 stacked over layers, in the checkpoint's dtype (bfloat16 stays bfloat16) unless ``dtype`` asks
-for another. Linear weights are stored ``(out, in)`` there and ``(in, out)`` here.
+for another. Matrices keep their ``(out, in)`` layout (``tl.nn.Llama`` takes them so).
 
 Anything the model cannot honour (a bias, another activation or RoPE type, a missing or extra
 tensor, a layer count that differs, a file that is not a safetensors file) is a
@@ -30,20 +30,19 @@ from ..runtime.host import aligned_empty
 from .attention import RopeScaling
 from .llama import Llama, floating_dtype
 
-HF_NAMES = {   # ours (per layer) -> the Hugging Face name and whether it is stored (out, in)
-    "norm1.scale": ("input_layernorm.weight", False),
-    "attn.wq": ("self_attn.q_proj.weight", True),
-    "attn.wk": ("self_attn.k_proj.weight", True),
-    "attn.wv": ("self_attn.v_proj.weight", True),
-    "attn.wo": ("self_attn.o_proj.weight", True),
-    "norm2.scale": ("post_attention_layernorm.weight", False),
-    "mlp.w_gate": ("mlp.gate_proj.weight", True),
-    "mlp.w_up": ("mlp.up_proj.weight", True),
-    "mlp.w_down": ("mlp.down_proj.weight", True),
+HF_NAMES = {   # ours (per layer) -> the Hugging Face name; matrices are (out, in) in both
+    "norm1.scale": "input_layernorm.weight",
+    "attn.wq": "self_attn.q_proj.weight",
+    "attn.wk": "self_attn.k_proj.weight",
+    "attn.wv": "self_attn.v_proj.weight",
+    "attn.wo": "self_attn.o_proj.weight",
+    "norm2.scale": "post_attention_layernorm.weight",
+    "mlp.w_gate": "mlp.gate_proj.weight",
+    "mlp.w_up": "mlp.up_proj.weight",
+    "mlp.w_down": "mlp.down_proj.weight",
 }
-GLOBAL_NAMES = {"embed.w": ("model.embed_tokens.weight", False),
-                "norm.scale": ("model.norm.weight", False),
-                "head.w": ("lm_head.weight", True)}
+GLOBAL_NAMES = {"embed.w": "model.embed_tokens.weight", "norm.scale": "model.norm.weight",
+                "head.w": "lm_head.weight"}
 IGNORED = ("rotary_emb.inv_freq",)  # buffers older checkpoints saved; recomputed here
 INDEX = "model.safetensors.index.json"
 SINGLE = "model.safetensors"
@@ -221,16 +220,11 @@ class _Tensors:
 _DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16, "F64": np.float64}
 
 
-def _plan(model: Llama) -> dict[str, list[tuple[str, bool]]]:
-    """Ours -> the checkpoint's names (one per layer for ``layers.*``) and whether transposed."""
-    out = {}
-    for ours in model.shapes():
-        if ours.startswith("layers."):
-            theirs, tr = HF_NAMES[ours[len("layers."):]]
-            out[ours] = [(f"model.layers.{k}.{theirs}", tr) for k in range(model.layers)]
-        else:
-            out[ours] = [GLOBAL_NAMES[ours]]
-    return out
+def _plan(model: Llama) -> dict[str, list[str]]:
+    """Ours -> the checkpoint's names (one per layer for ``layers.*``)."""
+    return {ours: [f"model.layers.{k}.{HF_NAMES[ours[len('layers.'):]]}"
+                   for k in range(model.layers)] if ours.startswith("layers.")
+            else [GLOBAL_NAMES[ours]] for ours in model.shapes()}
 
 
 def load_llama(paths, model: Llama, dtype=None) -> dict[str, np.ndarray]:
@@ -248,7 +242,7 @@ def load_llama(paths, model: Llama, dtype=None) -> dict[str, np.ndarray]:
                 raise CheckpointError(f"{p}: no such checkpoint file")
     tensors = _Tensors(files)
     plan = _plan(model)
-    wanted = {name for names in plan.values() for name, _ in names}
+    wanted = {name for names in plan.values() for name in names}
     missing = sorted(wanted - set(tensors.where))
     if missing:
         raise CheckpointError(f"{files[0] if len(files) == 1 else files[0].parent}: the "
@@ -265,22 +259,20 @@ def load_llama(paths, model: Llama, dtype=None) -> dict[str, np.ndarray]:
     dts = set()
     for ours, names in plan.items():
         want = shapes[ours][1:] if ours.startswith("layers.") else shapes[ours]
-        for name, tr in names:
+        for name in names:
             shape, dt = tensors.info(name)
-            stored = tuple(reversed(want)) if tr else tuple(want)
-            if shape != stored:
+            if shape != tuple(want):
                 raise CheckpointError(f"{tensors.file_of(name)}: tensor {name!r} has shape "
                                       f"{shape_str(shape)} but {model!r} needs "
-                                      f"{shape_str(stored)} there")
+                                      f"{shape_str(want)} there")
             dts.add(dt)
     dt = floating_dtype(dtype if dtype is not None else jnp.result_type(*dts), "load_llama")
     out = {}
     for ours, names in plan.items():
         buf = out[ours] = aligned_empty(shapes[ours], dt)
-        for k, (name, tr) in enumerate(names):
-            x = tensors.get(name)
-            dst = buf[k] if ours.startswith("layers.") else buf
-            np.copyto(dst, x.T if tr else x, casting="unsafe")
+        for k, name in enumerate(names):
+            np.copyto(buf[k] if ours.startswith("layers.") else buf, tensors.get(name),
+                      casting="unsafe")
     return out
 
 

@@ -8,16 +8,18 @@ compiler sees the KV cache as a dependence, not a buffer the user manages.
 
 Parameters (NumPy arrays of one floating dtype, float32 or bfloat16/float16, which the program
 keeps: the residual stream and every matmul accumulate in float32; layer entries stacked over a
-leading ``layers`` axis; ``q = heads * head_dim``, ``kv = kv_heads * head_dim``)::
+leading ``layers`` axis; matrices ``(out, in)`` as Hugging Face stores them, so that a
+checkpoint is read without a transpose and XLA contracts them as they are; ``q = heads *
+head_dim``, ``kv = kv_heads * head_dim``)::
 
     embed.w                (vocab, embed)          token embedding; also the output head (tied)
     layers.norm1.scale     (layers, embed)
-    layers.attn.wq         (layers, embed, q),     layers.attn.wo  (layers, q, embed)
-    layers.attn.wk / wv    (layers, embed, kv)
+    layers.attn.wq         (layers, q, embed),     layers.attn.wo  (layers, embed, q)
+    layers.attn.wk / wv    (layers, kv, embed)
     layers.norm2.scale     (layers, embed)
-    layers.mlp.w_gate/w_up (layers, embed, hidden),  layers.mlp.w_down (layers, hidden, embed)
+    layers.mlp.w_gate/w_up (layers, hidden, embed),  layers.mlp.w_down (layers, embed, hidden)
     norm.scale             (embed,)
-    head.w                 (embed, vocab)          only with tied=False
+    head.w                 (vocab, embed)          only with tied=False
 
 ``Llama.from_pretrained(path)`` builds the model and its parameters from a Hugging Face
 checkpoint directory (see ``tl.nn.checkpoint``).
@@ -35,10 +37,13 @@ from ..frontend.tensor import RecurrentTensor as RT
 from ..ir.ops import canonical_dtype, is_floating, shape_str
 from ..runtime.host import aligned_empty
 from ..symbolic import Dim
-from ._params import param, rng, spatial_shape, sub
+from ._params import ParamError, param, rng, spatial_shape, sub
 from .attention import RopeScaling, TransformerBlock
 from .layers import Embedding, RMSNorm
 from .sampling import sample
+
+
+LINEAR = ("attn.wq", "attn.wk", "attn.wv", "attn.wo", "mlp.w_gate", "mlp.w_up", "mlp.w_down")
 
 
 @dataclass(frozen=True)
@@ -86,16 +91,17 @@ class Llama:
                                 head_dim=self.head_dim, rope_scaling=self.rope_scaling)
 
     def shapes(self) -> dict[str, tuple[int, ...]]:
-        """Every parameter's shape, layer entries with their leading ``layers`` axis."""
+        """Every parameter's shape, layer entries with their leading ``layers`` axis; matrices
+        ``(out, in)`` (``LINEAR``), as Hugging Face stores them."""
         d, f, L = self.embed, self.hidden, self.layers
-        one = {"norm1.scale": (d,), **{f"attn.{k}": s for k, s in
+        one = {"norm1.scale": (d,), **{f"attn.{k}": s[::-1] for k, s in
                                         self.block.parts["attn"].shapes.items()},
-               "norm2.scale": (d,), "mlp.w_gate": (d, f), "mlp.w_up": (d, f),
-               "mlp.w_down": (f, d)}
+               "norm2.scale": (d,), "mlp.w_gate": (f, d), "mlp.w_up": (f, d),
+               "mlp.w_down": (d, f)}
         out = {"embed.w": (self.vocab, d), **{f"layers.{k}": (L, *s) for k, s in one.items()},
                "norm.scale": (d,)}
         if not self.tied:
-            out["head.w"] = (d, self.vocab)
+            out["head.w"] = (self.vocab, d)
         return out
 
     def init(self, seed: int = 0, dtype="float32") -> dict[str, np.ndarray]:
@@ -110,7 +116,7 @@ class Llama:
             if name.endswith("scale"):
                 buf[...] = 1
                 continue
-            std = self.embed ** -0.5 if name in ("embed.w", "head.w") else shape[-2] ** -0.5
+            std = self.embed ** -0.5 if name in ("embed.w", "head.w") else shape[-1] ** -0.5
             for j, part in enumerate(buf if name.startswith("layers.") else [buf]):
                 _draw(rng(seed, k, j), part, std)
         return out
@@ -125,6 +131,9 @@ class Llama:
             dom = ctx.order((*ids.domain, n))
             blocks = {k[len("layers."):]: self._over_layers(v, k, n, me)
                       for k, v in params.items() if k.startswith("layers.")}
+            # the block takes (in, out): the transpose is no copy (simplify reads the array as
+            # it is stored, see passes.basic)
+            blocks = {k: v.transpose(1, 0) if k in LINEAR else v for k, v in blocks.items()}
             h_in = placeholder((self.embed,), "float32", domain=dom, name="h_in")
             h_out = placeholder((self.embed,), "float32", domain=dom, name="h_out")
             h_in[_at(dom, {n: 0})] = Embedding(self.vocab, self.embed)(
@@ -135,8 +144,9 @@ class Llama:
                                                  h_out[_at(dom, {n: n.bound - 1})])
             if self.tied:
                 table = param(params, "embed.w", (self.vocab, self.embed), ctx, me)
-                return last @ table.transpose(1, 0)
-            return last @ param(params, "head.w", (self.embed, self.vocab), ctx, me)
+            else:
+                table = param(params, "head.w", (self.vocab, self.embed), ctx, me)
+            return last @ table.transpose(1, 0)
 
     def generate(self, params, prompt: RT, t: Dim, n: Dim, temperature: float = 0.0,
                  seed: int = 0) -> tuple[RT, RT]:
@@ -172,13 +182,22 @@ class Llama:
     def _over_layers(self, value, key: str, n: Dim, me: str):
         """A ``layers.*`` entry as a tensor over ``n`` (arrays are lifted; tensors are the
         caller's, e.g. ``tl.from_array(w, domain=(n,))`` to differentiate)."""
+        want = self.shapes().get(key)
+        if want is None:
+            raise ParamError(f"{me}: '{key}' is not a parameter of {self!r}; its layer "
+                             f"parameters are {', '.join(k for k in self.shapes() if 'layers.' in k)}")
         if isinstance(value, RT):
+            if spatial_shape(value) != want[1:]:
+                raise ShapeError(f"{me}: parameter '{key}' has shape "
+                                 f"{shape_str(spatial_shape(value))} per layer but "
+                                 f"{shape_str(want[1:])} is needed (matrices are (out, in))")
             return value
         shape = np.shape(value)
-        if not shape or shape[0] != self.layers:
+        if shape != want:
             raise ShapeError(f"{me}: parameter '{key}' must stack the {self.layers} layers on its "
-                             f"first axis, got shape {shape_str(shape)}")
-        return from_array(np.asarray(value), domain=(n,), name=key.replace(".", "_"))
+                             f"first axis as {shape_str(want)} (matrices (out, in)), got shape "
+                             f"{shape_str(shape)}")
+        return from_array(value, domain=(n,), name=key.replace(".", "_"))
 
 
 def floating_dtype(dtype, me: str) -> np.dtype:
@@ -189,13 +208,17 @@ def floating_dtype(dtype, me: str) -> np.dtype:
     return dt
 
 
-def _draw(gen: np.random.Generator, out: np.ndarray, std: float) -> None:
-    """``out`` filled with N(0, std^2) draws made in float32 (in place when it is float32)."""
-    tmp = out if out.dtype == np.float32 else np.empty(out.shape, np.float32)
-    gen.standard_normal(out.shape, np.float32, out=tmp)
-    tmp *= np.float32(std)
-    if tmp is not out:
-        out[...] = tmp
+def _draw(gen: np.random.Generator, out: np.ndarray, std: float, rows: int = 4096) -> None:
+    """``out`` filled with N(0, std^2) draws made in float32: in place when it is float32,
+    else through a float32 buffer of ``rows`` rows at a time."""
+    if out.dtype == np.float32:
+        gen.standard_normal(out.shape, np.float32, out=out)
+        out *= np.float32(std)
+        return
+    for k in range(0, len(out), rows):
+        part = gen.standard_normal(out[k:k + rows].shape, np.float32)
+        part *= np.float32(std)
+        out[k:k + rows] = part
 
 
 def _check_dims(ids, t: Dim, n: Dim, me: str):

@@ -68,7 +68,7 @@ class Host:
     def __init__(self, lowered: Lowered, sync: bool = False, record: bool = False,
                  cached: Cached | None = None):
         self.lowered, self.sdg, self.sync, self.record = lowered, lowered.sdg, sync, record
-        cached = cached or Cached(lowered)
+        self.cached = cached = cached or Cached(lowered)
         self.kernels, self._device, self._outermost = (cached.kernels, cached.device,
                                                        cached.outermost)
         self.error: TempoLabError | None = None

@@ -6,6 +6,8 @@ same bodies inline instead of jitting them one by one.
 """
 from __future__ import annotations
 
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 from jax import lax
@@ -30,8 +32,20 @@ def shared_kernel(sdg: SDG, op: Op, reads: tuple, out_shape: tuple, has_store: b
     patterns = tuple(p for _, p in reads)
     key = (op.kind, attrs_key(op), op.type, len(op.domain), in_types, patterns, out_shape,
            has_store, donate, levels)
-    return KERNELS.get(key, lambda: _make_kernel(op, in_types, patterns, out_shape, has_store,
-                                                 donate, levels))
+    return KERNELS.get(key, lambda: _make_kernel(bare(op), in_types, patterns, out_shape,
+                                                 has_store, donate, levels))
+
+
+HOST_ATTRS = ("value", "array", "fn")  # given to a kernel at call time, never kept by it
+
+
+def bare(op: Op) -> Op:
+    """``op`` without its host-side values: what a kernel kept process-wide may hold (with
+    them, the kernel cache held every program's weights after the program was dropped)."""
+    if not any(k in op.attrs for k in HOST_ATTRS):
+        return op
+    return dataclasses.replace(op, attrs={k: v for k, v in op.attrs.items()
+                                          if k not in HOST_ATTRS})
 
 
 def _vmapped(op: Op, xs, lens, in_types, out_shape, levels):

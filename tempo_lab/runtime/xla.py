@@ -60,7 +60,7 @@ UNROLL_STATEMENTS = 1024  # ... while the program then traces at most this many 
 MIN_SPAN = 16  # a loop is split into spans of at least this many steps
 _KEEPS_ZEROS = ("transpose", "squeeze", "expand_dims", "identity")  # zeros stay zeros
 BAKED_SIZE = 1024  # constants of at most this many elements become literals of the program
-MAX_PROGRAMS = 64  # jitted programs kept process-wide (each holds its compiled XLA code)
+MAX_PROGRAMS = 64  # compiled programs kept process-wide (XLA code only: no SDG, no weights)
 _PROGRAMS = LRU(MAX_PROGRAMS)
 _ACTIVE: list[Host] = []  # the host of the run in progress, for the program's callbacks
 
@@ -133,7 +133,8 @@ class _Xla:
         self.checked = {k for k, st in enumerate(lowered.stmts)
                         if flag(st.op.kind, "nonempty") and _may_be_empty(lowered, st)}
         self._ndom = max((len(st.op.domain) for st in lowered.stmts), default=0)
-        self._fn = None
+        self._fn = None  # the compiled program (jax.stages.Compiled), cached process-wide
+        self._cached = None  # the device arrays of the last run, reused by op_seconds
         self.source = "\n".join(self._describe(self.schedule.ast, 0, {}))
 
     # -- static layout --------------------------------------------------------------------
@@ -186,16 +187,18 @@ class _Xla:
         return out
 
     def _prefilled(self) -> set[int]:
-        """``from_array`` ops whose store holds every point of the array: the store starts as
-        the array itself instead of being copied in point by point (a loop of as many steps).
-        Not for outputs, whose points outside the demanded set must stay zeros."""
+        """``from_array`` ops whose store holds every point of the array, and constants held in
+        a store: the store starts as the array itself (an argument of the program) instead of
+        zeros that the array is copied into, point by point (a loop of as many steps). Not for
+        outputs, whose points outside the demanded set must stay zeros."""
         out = set()
         outputs = set(self.sdg.outputs.values())
         for i in self.shapes:
             op, s = self.sdg.ops[i], self.plan.storages[i]
-            arr = op.attrs.get("array") if op.kind == "from_array" else None
+            arr = op.attrs.get({"from_array": "array", "const": "value"}.get(op.kind, ""))
             nd = len(op.domain)
-            if (arr is not None and nd and i not in outputs and all(w is None for w in s.slots)
+            if (arr is not None and (nd or op.kind == "const") and i not in outputs
+                    and all(w is None for w in s.slots)
                     and np.ndim(arr) == nd + len(s.spatial)
                     and tuple(np.shape(arr)[nd:]) == tuple(s.spatial)):
                 out.add(i)
@@ -230,9 +233,25 @@ class _Xla:
         return tuple(lax.index_in_dim(x, j, a, keepdims=False) for j in range(x.shape[a]))
 
     @functools.cached_property
+    def in_place(self) -> set[int]:
+        """Prefilled stores that are the host array itself, as it is (same shape and dtype,
+        axes in order): the program's argument, the user's array in place on the CPU, not a
+        buffer the program allocates."""
+        out = set()
+        for i in self.prefilled - set(self.perms):
+            shape, dt = self.shapes[i]
+            arr = self.lowered.host_array(i)
+            if arr.dtype == np.dtype(dt) and (tuple(arr.shape) == tuple(shape) or (
+                    i in self.by_point and tuple(arr.shape[1:]) == tuple(shape[1:])
+                    and arr.shape[0] == shape[0])):
+                out.add(i)
+        return out
+
+    @functools.cached_property
     def static_bytes(self) -> int:
+        """Bytes of the stores the program allocates (not those held in place)."""
         return sum(int(np.prod(shape, dtype=np.int64)) * np.dtype(dt).itemsize
-                   for shape, dt in self.shapes.values())
+                   for i, (shape, dt) in self.shapes.items() if i not in self.in_place)
 
     @property
     def predicted_peak_bytes(self) -> int:
@@ -565,6 +584,7 @@ class _Xla:
                                    if i in self.perms else "")
                   + (f" (one buffer per point of axis {self.unstacked[i]})"
                      if i in self.unstacked else "")
+                  + (" (the host array in place: not allocated)" if i in self.in_place else "")
                   for i, (sh, dt) in sorted(self.shapes.items())]
         local = [self.sdg.ops[i].label for i in sorted(self.local)]
         return [("static stores (allocated for the whole run)", stores),
@@ -572,7 +592,7 @@ class _Xla:
                 ("source", self.source.splitlines())]
 
     def to_dict(self) -> dict:
-        return {"static_bytes": self.static_bytes,
+        return {"static_bytes": self.static_bytes, "in_place": sorted(self.in_place),
                 "static_stores": {str(i): list(sh) for i, (sh, _) in sorted(self.shapes.items())},
                 "store_axis_order": {str(i): list(p) for i, p in sorted(self.perms.items())},
                 "unstacked": {str(i): a for i, a in sorted(self.unstacked.items())},
@@ -673,11 +693,18 @@ class _Xla:
 
     def _compiled(self):
         if self._fn is None:
-            self._fn = _PROGRAMS.get(self._key(), lambda: jax.jit(self._program()))
+            args = self._args()
+            avals = jax.tree.map(lambda a: (a.shape, str(a.dtype), str(getattr(a, "sharding", ""))),
+                                 args)
+            precision = jax.config.jax_default_matmul_precision  # part of what compiles
+            self._fn = _PROGRAMS.get((self._key(), str(avals), precision), lambda: jax.jit(
+                self._program()).lower(*args).compile())
         return self._fn
 
     def _hosts(self, host: Host | None = None) -> tuple:
-        host = host or Host(self.lowered)
+        """The host arrays on the device: those of the last run (or new ones)."""
+        host = host or Host(self.lowered, cached=self._cached)
+        self._cached = host.cached
         return tuple(host.host_points(i) if i in self.by_point else host.host_array(i)
                      for i in self.lowered.hosts)
 
@@ -703,13 +730,13 @@ class _Xla:
     def hlo(self) -> str:
         """The compiled XLA program as HLO text (after SPMD partitioning on a mesh: the shapes
         are one device's)."""
-        return self._compiled().lower(*self._args()).compile().as_text()
+        return self._compiled().as_text()
 
     def memory_analysis(self) -> dict[str, int]:
         """XLA's own account of the compiled program's buffers, in bytes by kind (arguments,
         outputs, temporaries, aliased, generated code); empty where the backend gives none.
-        It compiles the program again, so it is asked for, not part of every run."""
-        stats = self._compiled().lower(*self._args()).compile().memory_analysis()
+        It compiles the program if no run has yet."""
+        stats = self._compiled().memory_analysis()
         kinds = ("argument", "output", "temp", "alias", "generated_code")
         return {} if stats is None else {
             k: int(getattr(stats, f"{k}_size_in_bytes")) for k in kinds
@@ -744,13 +771,14 @@ class _Xla:
         return str(jax.make_jaxpr(self._program())(*self._args()))
 
     def run(self, host: Host, bounds: Mapping[str, int]):
+        host.t0 = time.perf_counter()  # the first run compiles: its time says so
+        hosts = self._hosts(host)
         fn = self._compiled()
-        host.t0 = time.perf_counter()
         bvec = np.asarray([int(bounds.get(p, 1)) for p in self.sdg.params], np.int32)
         _ACTIVE.append(host)
         try:
             # waits for the program; one transfer of everything it returns
-            outs, ints = jax.device_get(fn(bvec, self._hosts(host)))
+            outs, ints = jax.device_get(fn(bvec, hosts))
             n = len(self._ops)
             calls, ends, err = np.split(ints, [n, n + len(self.sdg.untils)])
             reached = dict(zip(self.sdg.untils, ends))
@@ -768,6 +796,19 @@ class _Xla:
                                  "the whole run (one timeline entry); calls: statement "
                                  "instances counted inside the XLA program", synced=True)
         return outs, {k: int(v) for k, v in reached.items()}, profile
+
+
+def _pinned(ex: _Xla, v, state: dict) -> dict:
+    """``state`` with its prefilled stores (the weights) passed through one optimisation
+    barrier together with the loop variable ``v``: what the loop computes from a weight alone
+    is then not loop-invariant for XLA, which hoisted such values out of the loop and held
+    them for the whole run (a float32 copy of a bfloat16 embedding table, 1 GB at Llama's
+    widths)."""
+    ids = sorted(i for i in ex.prefilled if i in state["s"])
+    if not ids:
+        return state
+    _, bufs = lax.optimization_barrier((v, [state["s"][i] for i in ids]))
+    return {**state, "s": {**state["s"], **dict(zip(ids, bufs))}}
 
 
 def _host_call(method: str, s: int, default=None):
@@ -899,13 +940,13 @@ class _Trace:
             return e
 
         def body(v, st):
-            st = self.node(node.body, env_of(st, v), st, dict(vals))
+            st = self.node(node.body, env_of(st, v), _pinned(ex, v, st), dict(vals))
             return st
 
         if id(node) in ex.unrolled:  # each step traced with its variable a constant
             for v in range(*ex.unrolled[id(node)]):
                 with self._from(node, as_expr(v), True):
-                    state = body(v, state)
+                    state = self.node(node.body, env_of(state, v), state, dict(vals))
             return state
         lo = ic.jax_int(node.lo, env)
         if not stop and not dyn and node.step == 1:
