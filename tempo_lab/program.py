@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
@@ -154,6 +155,30 @@ class CompileConfig:
                                 f"given, each at most once, from {', '.join(optional)}")
         object.__setattr__(self, "passes", tuple(passes))
         object.__setattr__(self, "shard", check_config(self.mesh, self.shard) or None)
+
+
+def _checked_init(init):
+    """``CompileConfig.__init__`` that names an unknown field at the user's line with the
+    closest field names (a dataclass's own is Python's bare ``TypeError``)."""
+    import difflib
+
+    @functools.wraps(init)
+    def __init__(self, *args, **kwargs):
+        names = [f.name for f in fields(CompileConfig)]
+        for key in kwargs:
+            if key not in names:
+                near = difflib.get_close_matches(key, names, n=3, cutoff=0.5)
+                hint = f"did you mean {' or '.join(map(repr, near))}? " if near else ""
+                raise ArgumentError(f"CompileConfig has no field {key!r}; {hint}its fields are "
+                                    f"{', '.join(names)}")
+        if len(args) > len(names):
+            raise ArgumentError(f"CompileConfig takes at most {len(names)} fields, got "
+                                f"{len(args)} positional arguments; name them")
+        init(self, *args, **kwargs)
+    return __init__
+
+
+CompileConfig.__init__ = _checked_init(CompileConfig.__init__)
 
 
 def _positive_int(v) -> bool:
@@ -533,7 +558,7 @@ class Program(Stage):
         sdg = self.passes.initial if self.passes is not None else self.sdg
         bounds, sdg = reference_bounds(sdg, self.bounds)
         run = Run(self, run_reference(sdg, bounds), time.perf_counter() - t0, None, bounds)
-        run.lengths = {name: (r.over, r.lengths) for name, r in sdg.ragged.items()}
+        run.lengths = ByBound({name: (r.over, r.lengths) for name, r in sdg.ragged.items()})
         return run
 
 
@@ -550,6 +575,30 @@ def ragged_mask(dims: list[str], shape: tuple, lengths) -> np.ndarray:
     return mask
 
 
+class ByBound(dict):
+    """A dict keyed by bound name that a ``Bound`` or its ``Dim`` also indexes
+    (``run.lengths[T]``, ``run.lengths["T"]``, ``run.lengths[t]``)."""
+
+    @staticmethod
+    def _name(key):
+        return key.bound.name if isinstance(key, Dim) else (
+            key.name if isinstance(key, Bound) else key)
+
+    def __getitem__(self, key):
+        name = self._name(key)
+        if not dict.__contains__(self, name):
+            have = ", ".join(self) or "none"
+            raise BoundsError(f"{key!r} is not a ragged or data-dependent bound of this run "
+                              f"(those with lengths: {have})")
+        return dict.__getitem__(self, name)
+
+    def __contains__(self, key) -> bool:
+        return dict.__contains__(self, self._name(key))
+
+    def get(self, key, default=None):
+        return dict.get(self, self._name(key), default)
+
+
 class Run(Stage):
     """Outputs of one execution: ``run["y"]`` or ``run[y]`` is a NumPy array over the output's
     whole domain (domain axes in universe order, then the spatial axes)."""
@@ -560,7 +609,7 @@ class Run(Stage):
         self.profile = profile
         self.bounds: dict[str, int] = dict(bounds or program.bounds)
         # each ragged bound's outer dim and lengths (a per-instance tl.until's, as reached)
-        self.lengths: dict[str, tuple[str, np.ndarray]] = {}
+        self.lengths: dict[str, tuple[str, np.ndarray]] = ByBound()
 
     @property
     def executor(self) -> str:

@@ -3,6 +3,7 @@ output against NumPy before anything is timed) and their JSON records are exerci
 numbers themselves are benchmarks, not tests (see benchmarks/README.md)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -28,12 +29,38 @@ def test_decode_benchmark_tiny(tmp_path, model):
     out = tmp_path / "decode.json"
     _run("benchmarks.decode", "--model", model, "--layers", "1", "--embed", "32", "--heads", "2",
          "--batch", "1", "--vocab", "48", "--seq-len", "16", "--attention", "both", "--window",
-         "4", "--runs", "1", "--no-progress", "--out", str(out))
+         "4", "--runs", "1", "--no-progress", "--out", str(out), "--systems", "tempo_lab",
+         "jax_scan", "jax_step")
     records = json.loads(out.read_text())
     assert {r["system"] for r in records} == {"tempo_lab", "jax_scan", "jax_step"}
     assert {r["attention"] for r in records} == {"causal", "window"}
     for r in records:
         assert DECODE_FIELDS <= r.keys() and r["ms_per_token"] > 0 and r["model"] == model
+
+
+def test_the_llama_preset_is_llama_3_2_1b():
+    import tempo_lab as tl
+    from benchmarks import decode
+
+    args = decode.parse_args(["--preset", "llama-3.2-1b", "--layers", "2", "--dtype",
+                              "bfloat16"])
+    (cfg,) = decode.configs(args)
+    real = tl.nn.checkpoint.llama_from_config(tl.nn.checkpoint.read_config(
+        ROOT / "tests" / "fixtures" / "configs" / "llama-3.2-1b.json"))
+    assert cfg.llama == dataclasses.replace(real, layers=2)
+    assert (cfg.dtype, cfg.batch, cfg.attention, args.runs) == ("bfloat16", 1, "causal", 3)
+
+
+def test_transformers_generate_is_a_third_reference(tmp_path):
+    pytest.importorskip("transformers")
+    pytest.importorskip("torch")
+    out = tmp_path / "decode.json"
+    _run("benchmarks.decode", "--model", "llama", "--layers", "2", "--embed", "32", "--heads",
+         "4", "--kv-heads", "2", "--batch", "2", "--vocab", "64", "--seq-len", "24",
+         "--attention", "causal", "--runs", "1", "--no-progress", "--out", str(out),
+         "--systems", "hf_generate")
+    (rec,) = json.loads(out.read_text())
+    assert rec["system"] == "hf_generate" and rec["max_abs_err"] < 1e-3
 
 
 def test_compile_benchmark_tiny(tmp_path):

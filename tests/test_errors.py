@@ -1021,6 +1021,48 @@ def test_a_source_that_raises(executor):
     assert "no data" in str(err) and isinstance(err.__cause__, ValueError)
 
 
+def test_ctrl_c_in_a_callback_comes_through_as_itself_and_the_program_runs_again(executor):
+    """A KeyboardInterrupt in a user's function reaches the user as KeyboardInterrupt on every
+    executor (the XLA program raised an XLA runtime error from inside the callback)."""
+    ctx, t, T, y = _one()
+    seen, once = [], [True]
+
+    def interrupt(point, value):
+        seen.append(point["t"])
+        if point["t"] == 2 and once:
+            once.pop()
+            raise KeyboardInterrupt
+
+    with ctx:
+        tl.sink(y, interrupt)
+    prog = ctx.compile(bounds={T: 4}, outputs={"y": y},
+                       config=tl.CompileConfig(executor=executor))
+    with pytest.raises(KeyboardInterrupt):
+        prog.run()
+    seen.clear()
+    np.testing.assert_array_equal(prog.run()["y"], np.arange(4) * 2.0)
+    assert sorted(seen) == [0, 1, 2, 3]
+
+
+def test_a_misspelt_config_field_names_the_closest_ones():
+    err = raises(tl.ArgumentError, lambda: tl.CompileConfig(tile_blok=8), here(0))
+    assert "'tile_block'" in str(err) and "no field 'tile_blok'" in str(err)
+    raises(tl.ArgumentError, lambda: tl.CompileConfig(*range(40)), here(0))
+
+
+def test_lengths_of_a_run_are_indexed_by_the_bound_its_dim_or_its_name():
+    ctx, b, t, B, T = ctx2()
+    with ctx:
+        y = tl.from_array(np.ones((3, 4), np.float32), domain=(b, t))[b, 0:T].sum()
+    run = ctx.compile(bounds={B: 3, T: tl.lengths(np.array([2, 4, 3]), over=b)},
+                      outputs={"y": y}).run()
+    np.testing.assert_array_equal(run["y"], [2.0, 4.0, 3.0])
+    for key in (T, t, "T"):
+        assert key in run.lengths
+        np.testing.assert_array_equal(run.lengths[key][1], [2, 4, 3])
+    raises(tl.BoundsError, lambda: run.lengths[B], here(0))
+
+
 def test_until_done_of_the_wrong_kind():
     ctx, t, T, y = _one()
     line = here()

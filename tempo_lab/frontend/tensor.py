@@ -20,9 +20,9 @@ from ..ir.ops import (
     TensorType,
     broadcast_shapes,
     canonical_dtype,
-    is_floating,
     infer,
     int_tuple,
+    is_floating,
     norm_dim,
     promote,
 )

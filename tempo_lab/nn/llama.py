@@ -42,7 +42,6 @@ from .attention import RopeScaling, TransformerBlock
 from .layers import Embedding, RMSNorm
 from .sampling import sample
 
-
 LINEAR = ("attn.wq", "attn.wk", "attn.wv", "attn.wo", "mlp.w_gate", "mlp.w_up", "mlp.w_down")
 
 

@@ -16,14 +16,12 @@ import jax.numpy as jnp
 import numpy as np
 
 from .. import progress
-from ..errors import TempoLabError
 from ..ir.callbacks import deliver, source_value
 from ..schedule import For, If
 from ..symbolic.sizes import size_class
 from .kernels import check_nonempty, shared_kernel
 from .lowered import Lowered, grown_shape, initial_shape
 from .profile import KernelEvent, Profile
-
 
 ALIGN = 64  # bytes: JAX's CPU client uses a NumPy array this aligned in place, without a copy
 
@@ -71,7 +69,7 @@ class Host:
         self.cached = cached = cached or Cached(lowered)
         self.kernels, self._device, self._outermost = (cached.kernels, cached.device,
                                                        cached.outermost)
-        self.error: TempoLabError | None = None
+        self.error: BaseException | None = None
         self.events: list[KernelEvent] = []
         self.t0 = time.perf_counter()
         self.clock = time.perf_counter
@@ -176,15 +174,17 @@ class Host:
 
     # -- calls from inside a compiled program -------------------------------------------------
     def guarded(self, method: str, default=None):
-        """``method`` as a callback for a compiled program: after a user error it does
-        nothing more (the error waits in ``error``), and it returns ``default()`` then."""
+        """``method`` as a callback for a compiled program: after an error (a user's, or a
+        ``KeyboardInterrupt`` in a user's function) it does nothing more, the error waits in
+        ``error`` and is raised as it is when the program returns (raised inside XLA, it came
+        out as an XLA runtime error), and it returns ``default()`` then."""
         fn = getattr(self, method)
 
         def call(*args):
             if self.error is None:
                 try:
                     return fn(*args)
-                except TempoLabError as e:
+                except BaseException as e:  # noqa: BLE001 - Ctrl-C too: raised after the program
                     self.error = e
             return None if default is None else default()
         return call
