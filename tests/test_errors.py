@@ -1154,3 +1154,39 @@ def test_equality_of_dims_is_not_a_condition():
             x[t == 0] = 1.0
 
         raises(tl.ExprError, branch, here(-2))
+
+
+HOSTILE = ['q"uote', "new\nline", "<script>alert(1)</script>", "back\\slash", "uni\u00e9\u2603",
+           'b\\"x\nz']
+
+
+def test_hostile_names_reach_every_emitter_escaped():
+    """Names a user gives go through DOT, HTML, JSON, text and generated code escaped: the DOT
+    is valid for graphviz, no HTML has a live tag, and every executor still runs it."""
+    import json
+    import shutil
+    import subprocess
+
+    ctx, t, T = ctx1()
+    outs = {}
+    with ctx:
+        for name in HOSTILE:
+            x = tl.placeholder((), "float32", domain=(t,), name=name)
+            x[0] = tl.zeros(())
+            x[t] = x[t - 1] + 1.0
+            outs[name] = x
+    prog = ctx.compile(bounds={T: 3}, outputs=outs)
+    for ex in EXECUTORS:
+        run = prog.on(ex).run()
+        assert all(float(run[n][-1]) == 2.0 for n in HOSTILE), ex
+    for stage in (prog.sdg, prog.schedule, prog.memory, prog.lowered, prog.executable,
+                  prog.passes):
+        assert "<script>" not in stage._repr_html_(), type(stage).__name__
+        assert json.loads(json.dumps(stage.to_dict()))
+        assert "\n" not in repr(stage)
+        stage.pretty()
+    dot = prog.sdg.to_dot()
+    assert all(line.count('"') % 2 == 0 for line in dot.splitlines())
+    if shutil.which("dot"):
+        done = subprocess.run(["dot", "-Tsvg"], input=dot, capture_output=True, text=True)
+        assert done.returncode == 0 and "<script>" not in done.stdout, done.stderr

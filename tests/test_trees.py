@@ -96,7 +96,8 @@ def test_layout_scales_to_a_large_batch():
 
 @pytest.mark.parametrize("children, lengths, width, says", [
     (np.array([[[1, -1], [-1, -1], [1, -1]]]), None, None, "is a child of nodes"),
-    (np.array([[[5, -1], [-1, -1]]]), None, None, "past the tree's 2 nodes"),
+    (np.array([[[5, -1], [-1, -1]]]), None, None, "outside the tree's 2 nodes"),
+    (np.array([[[-5, -1], [-1, -1]]]), None, None, "exactly -1 for none"),
     (np.array([[[1, -1], [0, -1]]]), None, None, "cycle"),
     (np.array([[[-1, -1]]]), [3], None, "lengths must be"),
     (np.array([[[-1, -1]]]), [0.5], None, "integer counts"),

@@ -9,6 +9,7 @@ import html
 import os
 from dataclasses import dataclass, field
 
+from tempo_lab.ir.sdg import dot_quote
 from tempo_lab.symbolic import TRUE
 
 from .palette import (
@@ -263,10 +264,6 @@ def _group_colour(path: tuple[str, ...]) -> str:
 
 
 # -- graphviz ---------------------------------------------------------------------------------
-def _q(s: str) -> str:
-    return s.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
 def to_dot(spec: GraphSpec) -> str:
     """DOT for a spec: one dashed cluster per expanded group, nested as the groups are (the
     cluster's SVG id is its group key), op and group nodes with their keys as SVG ids."""
@@ -281,14 +278,14 @@ def to_dot(spec: GraphSpec) -> str:
 
     def emit(path: tuple[str, ...], indent: str):
         for n in inside.get(path, []):
-            lines.append(f'{indent}{n.key} [id="{n.key}", label="{_q(n.label)}", '
+            lines.append(f'{indent}{n.key} [id="{n.key}", label="{dot_quote(n.label)}", '
                          f'fillcolor="{n.fill}", color="{n.border}", penwidth={n.width}, '
-                         f'tooltip="{_q(n.tooltip)}"];')
+                         f'tooltip="{dot_quote(n.tooltip)}"];')
         for sub in (c for c in clusters if len(c) == len(path) + 1 and c[:len(path)] == path):
             key = key_of[sub]
             lines.append(f'{indent}subgraph cluster_{key} {{ id="{key}"; '
-                         f'label="{_q(sub[-1])} · {spec.sizes.get(sub, 0)} ops"; style=dashed; '
-                         f'color="{_group_colour(sub)}"; tooltip="{_q("/".join(sub))} '
+                         f'label="{dot_quote(sub[-1])} · {spec.sizes.get(sub, 0)} ops"; style=dashed; '
+                         f'color="{_group_colour(sub)}"; tooltip="{dot_quote("/".join(sub))} '
                          f'(click the title to collapse)";')
             emit(sub, indent + "  ")
             lines.append(f"{indent}}}")
@@ -296,7 +293,7 @@ def to_dot(spec: GraphSpec) -> str:
     emit((), "  ")
     for s, d, label, dashed in spec.edges:
         style = ", style=dashed" if dashed else ""
-        lines.append(f'  {s} -> {d} [label="{_q(label)}"{style}];')
+        lines.append(f'  {s} -> {d} [label="{dot_quote(label)}"{style}];')
     lines.append("}")
     return "\n".join(lines)
 

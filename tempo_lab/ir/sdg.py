@@ -271,12 +271,12 @@ class SDG(Stage):
         outputs = {i: n for n, i in self.outputs.items()}
         for k, (dom, ops) in enumerate(sorted(clusters.items(), key=lambda kv: len(kv[0]))):
             name = ", ".join(map(str, dom))
-            lines.append(f'  subgraph cluster_{k} {{ label="({name})"; style=dashed; '
+            lines.append(f'  subgraph cluster_{k} {{ label="({dot_quote(name)})"; style=dashed; '
                          f'color="{_domain_colour(name)}";')
             for op in ops:
-                label = f"{op.label} {op.kind}\\n{_dot_escape(str(op.type))}"
+                label = f"{dot_quote(op.label)} {op.kind}\\n{dot_quote(str(op.type))}"
                 if op.id in outputs:
-                    label += f"\\n→ {_dot_escape(outputs[op.id])}"
+                    label += f"\\n→ {dot_quote(outputs[op.id])}"
                 lines.append(f'    n{op.id} [label="{label}", '
                              f'fillcolor="{CATEGORY_COLOURS[op.category]}"];')
             lines.append("  }")
@@ -286,7 +286,7 @@ class SDG(Stage):
                 parts.append(e.index_str())
             if e.cond != TRUE:
                 parts.append(f"if {e.cond}")
-            label = _dot_escape("\\n".join(parts))
+            label = "\\n".join(map(dot_quote, parts))
             style = ', style=dashed' if self.ops[e.dst].kind == "merge" else ""
             lines.append(f'  n{e.src} -> n{e.dst} [label="{label}"{style}];')
         lines.append("}")
@@ -324,5 +324,8 @@ def _domain_colour(name: str) -> str:
     return palette[zlib.crc32(name.encode()) % len(palette)]
 
 
-def _dot_escape(s: str) -> str:
-    return s.replace('"', '\\"')
+def dot_quote(s: str) -> str:
+    """``s`` inside a DOT double-quoted string: backslashes, quotes and line breaks escaped
+    (a user's names reach the text; one with a quote made the whole DOT invalid)."""
+    return str(s).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace(
+        "\r", "")

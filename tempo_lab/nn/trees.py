@@ -115,12 +115,12 @@ def _parents(kids: np.ndarray, lens: np.ndarray) -> dict:
         for i in range(n):
             for c in kids[b, i]:
                 c = int(c)
-                if c < 0:
+                if c == -1:
                     continue
-                if c >= n:
-                    raise ArgumentError(f"tree_levels: node {i} of tree {b} has child {c}, past "
-                                        f"the tree's {n} nodes; children index nodes of the "
-                                        f"same tree, -1 for none")
+                if c < -1 or c >= n:
+                    raise ArgumentError(f"tree_levels: node {i} of tree {b} has child {c}, "
+                                        f"outside the tree's {n} nodes; children index nodes "
+                                        f"of the same tree, exactly -1 for none")
                 if (b, c) in parent:
                     raise ArgumentError(f"tree_levels: node {c} of tree {b} is a child of "
                                         f"nodes {parent[b, c][1]} and {i}; in a tree each "
