@@ -57,6 +57,8 @@ _OP_SCOPE = re.compile(r"(?:^|/)op(\d+)(?=/|$)")
 UNROLL_STEPS = 32  # an inner loop of at most this many steps may be traced once per step
 UNROLL_STATEMENTS = 1024  # ... while the program then traces at most this many copies of
 # its statements (counted as if a loop split into spans traced all of its body once per span)
+PEEL_STATEMENTS = 128  # a loop body of at most this many statements may be traced twice, a
+PEEL_SHARE = 20  # larger one when the branches peeling settles are a 20th of its statements
 MIN_SPAN = 16  # a loop is split into spans of at least this many steps
 _KEEPS_ZEROS = ("transpose", "squeeze", "expand_dims", "identity")  # zeros stay zeros
 BAKED_SIZE = 1024  # constants of at most this many elements become literals of the program
@@ -1232,15 +1234,44 @@ def _ranged(ex: _Xla, node: For, lower: dict, first, exact: bool) -> dict:
 
 
 def _peels(ex: _Xla, node: For, lower: dict) -> bool:
-    """Whether tracing a loop's first step apart settles a branch the whole loop cannot
-    (``t == 0`` or ``t >= 1`` in a recurrence): then neither copy has its lax.cond."""
-    conds = [n.cond for n in node.body.walk() if isinstance(n, If)]
-    for n in node.body.walk():
-        idx = ex.lowered.of_exec.get(id(n), ()) if isinstance(n, Exec) else ()
-        conds += [ex.lowered.stmts[k].cond for k in idx[:-1]]  # a merge's branches
+    """Whether tracing a loop's first step apart settles branches the whole loop cannot
+    (``t == 0`` or ``t >= 1`` in a recurrence), so that neither copy has their lax.conds or
+    selects: where the body is small (``PEEL_STATEMENTS``) or those branches are at least a
+    ``1 / PEEL_SHARE`` of its statements (a chain of recurrences: 46 -> 4.4 ms a run). A large
+    body with few of them is not doubled: a 16-layer decode, whose only such branches pick the
+    prompt's token, compiled twice as long peeled for no faster a step."""
     whole = _ranged(ex, node, lower, node.lo, False)
     rest = _ranged(ex, node, lower, as_expr(node.lo) + 1, False)
-    return any(decide(c, whole) is None and decide(c, rest) is not None for c in conds)
+
+    def settled(c) -> bool:
+        return decide(c, whole) is None and decide(c, rest) is not None
+
+    unrolls = {id(f): ex.unrolled[id(f)][1] - ex.unrolled[id(f)][0] for f in
+               node.body.walk() if isinstance(f, For) and id(f) in ex.unrolled}
+    total = gained = 0
+    for n, loops, conds in _execs_under(node.body):
+        copies = math.prod(unrolls.get(id(f), 1) for f in loops)
+        total += copies
+        idx = ex.lowered.of_exec.get(id(n), ())
+        if any(settled(c) for c in conds) or any(
+                settled(ex.lowered.stmts[k].cond) for k in idx[:-1]):  # a merge's branches
+            gained += copies
+    return gained > 0 and (total <= PEEL_STATEMENTS or gained * PEEL_SHARE >= total)
+
+
+def _execs_under(node, loops: tuple = (), conds: tuple = ()):
+    """Every statement with the loops and the conditions (of ``If`` nodes) around it."""
+    if isinstance(node, Seq):
+        for n in node.body:
+            yield from _execs_under(n, loops, conds)
+    elif isinstance(node, If):
+        yield from _execs_under(node.then, loops, conds + (node.cond,))
+        if node.orelse is not None:
+            yield from _execs_under(node.orelse, loops, conds + (node.cond,))
+    elif isinstance(node, For):
+        yield from _execs_under(node.body, loops + (node,), conds)
+    elif isinstance(node, Exec):
+        yield node, loops, conds
 
 
 def _items(node) -> list:
