@@ -67,7 +67,8 @@ def permutation(index, n, domain=(), seed: int = 0) -> RecurrentTensor:
     program's bound (``B * T``): the keys of a balanced Feistel network on the smallest
     ``4^h >= n`` come from ``tl.random.uniform((ROUNDS,), domain, seed)``, and entries that
     land at ``n`` or beyond are mapped again until they fall inside (cycle walking), which
-    keeps it a permutation. A plain JAX program gets the same permutation from
+    keeps it a permutation. An ``index`` outside ``[0, n)`` (or an ``n`` below 1, when it
+    is data) has no entry: it is -1. A plain JAX program gets the same permutation from
     ``permutation_entry`` with the same keys."""
     ctx = current_context()
     loc = user_location()
@@ -103,6 +104,12 @@ def permutation_entry(index, n, keys):
             left, right = right, left ^ (f & mask)
         return (left << half) | right
 
-    x = feistel(x)
-    x = lax.while_loop(lambda x: jnp.any(x >= n), lambda x: jnp.where(x >= n, feistel(x), x), x)
-    return x.astype(jnp.int32)
+    start = x
+    # cycle walking ends within the domain's 4^half entries from a valid index; an index
+    # outside [0, n), or n < 1 from data, has no entry: the walk stops there too (never a
+    # hang) and the entry is -1
+    limit = jnp.uint32(1) << (2 * half)
+    x, _ = lax.while_loop(lambda c: jnp.any((c[0] >= n) & (c[1] < limit)),
+                          lambda c: (jnp.where(c[0] >= n, feistel(c[0]), c[0]), c[1] + 1),
+                          (feistel(x), jnp.uint32(0)))
+    return jnp.where((start < n) & (x < n), x.astype(jnp.int32), -1)

@@ -153,3 +153,19 @@ def test_permutation_needs_integer_scalars_and_a_positive_n():
             tl.random.permutation(b, 10.5, domain=(b,))
         with pytest.raises(tl.ArgumentError, match="at least 1"):
             tl.random.permutation(b, 0, domain=(b,))
+
+
+@pytest.mark.parametrize("executor", ["reference", "interpreter", "codegen", "xla"])
+def test_a_permutation_of_a_size_given_as_data_never_hangs(executor):
+    """``n`` from data may be 0 at run time, an index may fall outside ``[0, n)``: cycle
+    walking then has nothing to find; it stops (it looped forever) and the entry is -1."""
+    ctx = tl.Context(dims=("b",))
+    (b,) = ctx.dims
+    (B,) = ctx.bounds
+    sizes = np.array([0, 3, 5, 2], np.int32)
+    with ctx:
+        n = tl.from_array(sizes, domain=(b,))
+        p = tl.random.permutation(b, n, domain=(b,), seed=1)
+    got = ctx.compile(bounds={B: 4}, outputs={"p": p},
+                      config=tl.CompileConfig(executor=executor)).run()["p"]
+    assert got[0] == -1 and got[3] == -1 and 0 <= got[1] < 3 and 0 <= got[2] < 5
