@@ -54,10 +54,10 @@ import numpy as np
 
 SYSTEMS = ("tempo_lab", "jax_scan", "jax_step", "hf_generate")
 JAX_SYSTEMS = SYSTEMS[:3]  # hf_generate: llama only, where transformers is installed
-PRESETS = {  # real models' sizes (config.json); head_dim and rope_scaling are not flags
+PRESETS = {  # real models' sizes (their config.json), as defaults of the flags
     "llama-3.2-1b": {"model": "llama", "vocab": 128256, "embed": 2048, "layers": 16,
                      "heads": 32, "kv_heads": 8, "hidden": 8192, "head_dim": 64,
-                     "rope_scaling": (32.0, 1.0, 4.0, 8192), "batch": 1, "seq_len": [64],
+                     "rope_scaling": [32.0, 1.0, 4.0, 8192], "batch": 1, "seq_len": [64],
                      "attention": "causal", "runs": 3},
 }
 RESULT_PREFIX = "DECODE_RESULT "
@@ -96,7 +96,8 @@ class Config:
         import tempo_lab as tl
 
         kv = self.kv_heads or max(1, self.heads // 2)
-        scaling = tl.nn.RopeScaling(*self.rope_scaling) if self.rope_scaling else None
+        scaling = None if not self.rope_scaling else tl.nn.RopeScaling(
+            *map(float, self.rope_scaling[:3]), int(self.rope_scaling[3]))
         return tl.nn.Llama(self.vocab, self.embed, self.layers, self.heads, kv, self.hidden,
                            window=self.window, head_dim=self.head_dim, rope_scaling=scaling)
 
@@ -634,11 +635,10 @@ def environment() -> dict:
 
 def configs(args) -> list[Config]:
     atts = ("causal", "window") if args.attention == "both" else (args.attention,)
-    preset = PRESETS.get(args.preset, {})
+    scaling = tuple(args.rope_scaling) if args.rope_scaling else None
     return [Config(args.layers, args.heads, args.embed, args.batch, T, a,
                    args.window if a == "window" else None, args.model, args.kv_heads,
-                   args.vocab, args.hidden, preset.get("head_dim"),
-                   preset.get("rope_scaling"), args.dtype)
+                   args.vocab, args.hidden, args.head_dim, scaling, args.dtype)
             for T in args.seq_len for a in atts]
 
 
@@ -703,7 +703,9 @@ def _child_args(cfg: Config, args) -> list[str]:
              str(cfg.vocab), "--dtype", cfg.dtype]
             + ([] if cfg.kv_heads is None else ["--kv-heads", str(cfg.kv_heads)])
             + ([] if cfg.ffn is None else ["--hidden", str(cfg.ffn)])
-            + ([] if not args.preset else ["--preset", args.preset]))
+            + ([] if cfg.head_dim is None else ["--head-dim", str(cfg.head_dim)])
+            + ([] if cfg.rope_scaling is None else
+               ["--rope-scaling", *map(str, cfg.rope_scaling)]))
 
 
 def _child_cmd(system: str, cfg: Config, args) -> list[str]:
@@ -801,6 +803,12 @@ def parse_args(argv=None):
                     help="llama: the weights' dtype (activations accumulate in float32)")
     ap.add_argument("--hidden", type=int, default=None,
                     help="the MLP's width (default 3 x embed for llama, 2 x embed for gpt2)")
+    ap.add_argument("--head-dim", type=int, default=None,
+                    help="llama: the size of a head (default embed // heads)")
+    ap.add_argument("--rope-scaling", type=float, nargs=4, default=None,
+                    metavar=("FACTOR", "LOW", "HIGH", "CONTEXT"),
+                    help="llama: Llama 3's RoPE scaling (factor, low and high frequency "
+                         "factors, original context)")
     ap.add_argument("--model", choices=MODELS, default="gpt2")
     ap.add_argument("--layers", type=int, default=2)
     ap.add_argument("--heads", type=int, default=4)
@@ -841,8 +849,7 @@ def parse_args(argv=None):
     ap.add_argument("--prepare", help=argparse.SUPPRESS)
     known, _ = ap.parse_known_args(argv)
     if known.preset:
-        ap.set_defaults(**{k: v for k, v in PRESETS[known.preset].items()
-                           if k not in ("head_dim", "rope_scaling")})
+        ap.set_defaults(**PRESETS[known.preset])
     args = ap.parse_args(argv)
     if args.systems is None:
         args.systems = [s for s in SYSTEMS if s != "hf_generate" or (

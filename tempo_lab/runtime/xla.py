@@ -199,8 +199,9 @@ class _Xla:
             op, s = self.sdg.ops[i], self.plan.storages[i]
             arr = op.attrs.get({"from_array": "array", "const": "value"}.get(op.kind, ""))
             nd = len(op.domain)
-            if (arr is not None and (nd or op.kind == "const") and i not in outputs
-                    and all(w is None for w in s.slots)
+            whole = all(w is None or w >= self.bounds.get(d.bound.name, w + 1)  # a ring that
+                        for d, w in zip(op.domain, s.slots))  # holds every point is whole
+            if (arr is not None and (nd or op.kind == "const") and i not in outputs and whole
                     and np.ndim(arr) == nd + len(s.spatial)
                     and tuple(np.shape(arr)[nd:]) == tuple(s.spatial)):
                 out.add(i)
