@@ -64,31 +64,51 @@ def load(source):
     if not isinstance(source, (dict, str, os.PathLike)):
         raise ArgumentError(f"tl.load({source!r}): give the path of a file tl.save wrote, or "
                             "the dict a stage's to_dict() returned", loc)
+    where = "tl.load" if isinstance(source, dict) else f"tl.load({os.fspath(source)!r})"
     if not isinstance(source, dict):
         try:
             data = json.loads(pathlib.Path(source).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as err:
-            raise ArgumentError(f"tl.load({source!r}): cannot read it as JSON ({err}); give "
-                                "a file written by tl.save(stage, path)", loc) from None
-    kind = str(data.get("schema", "")).split("/")[0] if isinstance(data, dict) else ""
+        except (OSError, ValueError, RecursionError) as err:
+            why = "nested too deeply" if isinstance(err, RecursionError) else err
+            raise ArgumentError(f"{where}: cannot read it as JSON ({why}); give a file "
+                                "written by tl.save(stage, path)", loc) from None
+    schema = str(data.get("schema", "")) if isinstance(data, dict) else ""
+    kind, _, version = schema.partition("/")
     readers = {"tempo_lab.sdg": sdg_from_dict, "tempo_lab.passtrace": passes_from_dict,
                "tempo_lab.schedule": SavedSchedule, "tempo_lab.program": SavedProgram}
     if kind not in readers:
-        raise ArgumentError(f"tl.load: schema {kind or 'missing'!r} is not one it reads back "
+        raise ArgumentError(f"{where}: schema {kind or 'missing'!r} is not one it reads back "
                             f"(it reads {', '.join(sorted(readers))}); a memory plan loads as "
                             "part of its program", loc)
+    if version not in VERSIONS:
+        raise ArgumentError(f"{where}: field 'schema' is {schema!r}, a version this tempo_lab "
+                            f"does not read (it reads {kind}/{', '.join(sorted(VERSIONS))}); "
+                            "save it again with this version", loc)
     try:
         return readers[kind](data)
-    except (KeyError, TypeError, ValueError, SyntaxError) as err:
-        raise ArgumentError(f"tl.load: the {kind} data is not what to_dict() writes ({err!r}); "
+    except (KeyError, TypeError, ValueError, SyntaxError, AttributeError, RecursionError,
+            OverflowError, IndexError) as err:
+        why = "nested too deeply" if isinstance(err, RecursionError) else repr(err)
+        raise ArgumentError(f"{where}: the {kind} data is not what to_dict() writes ({why}); "
                             "was it edited or written by another version?", loc) from None
+
+
+VERSIONS = ("1",)  # the schema versions tl.load reads (every stage's to_dict() writes /1)
+MAX_TEXT = 4096  # characters of a saved index expression or condition
 
 
 # -- index expressions and conditions from their text -------------------------------------------
 def expr_from_str(text: str):
     """An index expression from its ``str`` (``t - 1``, ``min(T - 1, t)``, ``2*(t // 4)``):
     lower-case names are dims, upper-case ones bounds."""
+    _short(text)
     return _expr(ast.parse(text.strip(), mode="eval").body)
+
+
+def _short(text) -> None:
+    if not isinstance(text, str) or len(text) > MAX_TEXT:
+        raise ValueError(f"an index expression or condition of {len(str(text))} characters "
+                         f"(at most {MAX_TEXT} are read)")
 
 
 def _expr(node):
@@ -100,8 +120,13 @@ def _expr(node):
         return -_expr(node.operand)
     if isinstance(node, ast.BinOp):
         a, b = _expr(node.left), _expr(node.right)
+        if isinstance(node.op, (ast.FloorDiv, ast.Mod)) and not (
+                isinstance(b, Const) and b.value > 0):
+            raise ValueError(f"{ast.unparse(node)}: // and % take a positive constant")
         ops = {ast.Add: lambda: a + b, ast.Sub: lambda: a - b, ast.Mult: lambda: a * b,
                ast.FloorDiv: lambda: floordiv(a, b.value), ast.Mod: lambda: mod(a, b.value)}
+        if type(node.op) not in ops:
+            raise ValueError(f"not an index expression: {ast.unparse(node)}")
         return ops[type(node.op)]()
     if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
             and node.func.id in ("min", "max"):
@@ -120,6 +145,7 @@ def index_from_str(text: str):
 def cond_from_str(text: str):
     """A condition from its ``str``: comparisons joined by ``&`` and ``|``, ``~(...)``,
     ``true``/``false``."""
+    _short(text)
     text = text.strip()
     while text.startswith("(") and _closing(text, 0) == len(text) - 1:
         text = text[1:-1].strip()
@@ -216,6 +242,13 @@ def passes_from_dict(data: dict):
     return PassTrace(initial, records)
 
 
+def _count(value, field: str) -> int:
+    """A saved count of steps or bytes: an int in [0, 2**63)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
+        raise ValueError(f"field {field!r} is {str(value)[:40]}, not a count of steps or bytes")
+    return value
+
+
 def memory_from_dict(data: dict, sdg: SDG):
     """The MemoryPlan over ``sdg`` (its stores, lifetimes and predicted timeline)."""
     from .memory.plan import MemoryPlan, Storage
@@ -226,9 +259,11 @@ def memory_from_dict(data: dict, sdg: SDG):
                                     tuple(s["spatial"]), np.dtype(s["dtype"]),
                                     tuple(s["blocks"]))
         lifetimes[s["op"]] = tuple(s["lifetime"])
-    plan = MemoryPlan(sdg, storages, list(data["timeline"]["bytes"]), lifetimes, (),
-                      list(data["timeline"]["steps"]), data["steps"], data["peak_bytes"],
-                      data.get("offloaded_bytes", 0))
+    plan = MemoryPlan(sdg, storages, [_count(b, "timeline.bytes") for b in
+                                      data["timeline"]["bytes"]], lifetimes, (),
+                      [_count(k, "timeline.steps") for k in data["timeline"]["steps"]],
+                      _count(data["steps"], "steps"), _count(data["peak_bytes"], "peak_bytes"),
+                      _count(data.get("offloaded_bytes", 0), "offloaded_bytes"))
     plan.budget = data.get("budget")
     return plan
 
@@ -269,7 +304,7 @@ class SavedProgram(Stage):
 
     def __init__(self, data: dict):
         self.data = data
-        self.bounds = dict(data["bounds"])
+        self.bounds = {str(k): _count(v, f"bounds.{k}") for k, v in data["bounds"].items()}
         self.executor = data.get("executor", "")
         self.sdg = sdg_from_dict(data["sdg"])
         self.passes = passes_from_dict(data["passes"]) if data.get("passes") else None

@@ -102,3 +102,31 @@ def test_loaded_program_explores_without_its_code(tmp_path):
     assert "cannot run" in dash.views["Profile"].widget.children[0].value
     out = dash.export(tmp_path / "saved.html")
     assert "layer3" in out.read_text()
+
+
+def test_tampered_and_hostile_files_are_located_errors(tmp_path):
+    """Everything read from a file is validated: a schema version it does not know, JSON
+    nested deeper than Python recurses, an index expression of 50 000 terms, ``t // t``, a
+    count of 10^300 bytes: each an ArgumentError at this line naming the file."""
+    prog = _decoder(1)
+    path = tmp_path / "p.json"
+
+    def load_edited(edit, *words):
+        data = prog.to_dict()
+        edit(data)
+        path.write_text(json.dumps(data))
+        with pytest.raises(tl.ArgumentError) as e:
+            tl.load(path)
+        assert str(e.value).startswith(f"{__file__}:") and "p.json" in str(e.value), e.value
+        for w in words:
+            assert w in str(e.value), (w, str(e.value))
+
+    load_edited(lambda d: d.update(schema="tempo_lab.program/999"), "999", "reads")
+    load_edited(lambda d: d["sdg"]["edges"][0].update(index=[" + ".join(["t"] * 50_000)]),
+                "characters")
+    load_edited(lambda d: d["sdg"]["edges"][0].update(index=["t // t"]), "positive constant")
+    load_edited(lambda d: d["memory"].update(peak_bytes=10**300), "peak_bytes")
+    load_edited(lambda d: d["bounds"].update(T=-4), "bounds.T")
+    path.write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(tl.ArgumentError, match="nested too deeply"):
+        tl.load(path)
