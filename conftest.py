@@ -1,5 +1,32 @@
-"""Repository-wide pytest setup: notebook kernels started by nbval inherit a fixed hash seed, so
-set iteration order (and anything printed from it) is the same on every run."""
+"""Repository-wide pytest setup.
+
+Notebook kernels started by nbval inherit a fixed hash seed, so set iteration order (and anything
+printed from it) is the same on every run.
+
+The suite runs on two pytest-xdist workers (``-n 2 --dist loadgroup`` in pyproject's addopts):
+tests are handed out one at a time, except that a notebook's cells (they share one kernel, in
+order) and a module whose fixtures are module-scoped (a JupyterLab server, compiled programs)
+stay together on one worker. ``python -m pytest -n 0`` runs in one process.
+"""
 import os
 
+import pytest
+
 os.environ.setdefault("PYTHONHASHSEED", "0")
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        path = item.nodeid.split("::", 1)[0]
+        if path.endswith(".ipynb") or _has_module_fixtures(item):
+            item.add_marker(pytest.mark.xdist_group(path))
+
+
+def _has_module_fixtures(item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    if info is None:
+        return False
+    return any(defs and defs[-1].scope in ("module", "package", "session")
+               and defs[-1].baseid  # the project's own fixtures, not pytest's or a plugin's
+               for defs in info.name2fixturedefs.values())

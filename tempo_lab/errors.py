@@ -19,7 +19,8 @@ class Location:
     """Where the user wrote a call: the first stack frame outside the tempo_lab package.
 
     ``stack`` is the user's code that led there, outermost first, as ``(file, line, function)``
-    (frames of tempo_lab, the standard library and installed packages folded); ``call`` the
+    (frames of tempo_lab folded; it starts below the first standard-library or installed frame,
+    which is what ran the user's code: IPython, pytest, a test worker); ``call`` the
     tempo_lab function the user's line called when that function is a library one
     (``tempo_lab.nn.llama.Llama.__call__``), empty for an op the user made directly."""
 
@@ -73,7 +74,10 @@ def user_location() -> Location:
         return UNKNOWN
     stack, f = [], frame
     while f is not None and len(stack) < STACK_DEPTH:
-        if _file_kind(f.f_code.co_filename) == "user":
+        kind = _file_kind(f.f_code.co_filename)
+        if kind == "library":  # what ran the user's code (IPython, pytest, a worker) ends it
+            break
+        if kind == "user":
             stack.append((f.f_code.co_filename, f.f_lineno, f.f_code.co_qualname))
         f = f.f_back
     return Location(frame.f_code.co_filename, frame.f_lineno, tuple(reversed(stack)),

@@ -3,6 +3,7 @@ between phases move to host memory and back; results equal the reference, device
 measured equal the plan's."""
 import numpy as np
 import pytest
+from budget import examples
 from hypothesis import HealthCheck, given, settings
 from randprog import assert_outputs_match, program_strategy, run_tempo
 
@@ -188,7 +189,7 @@ def test_a_store_offloaded_in_one_branch_comes_back_for_the_other(executor):
         np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6)
 
 
-@settings(max_examples=40, deadline=None, derandomize=True, database=None,
+@settings(max_examples=examples(40), deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(program_strategy())
 def test_random_programs_under_a_budget_match_numpy(program):

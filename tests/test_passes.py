@@ -18,6 +18,7 @@ from tempo_lab.passes import REGISTRY, check_invariants
 from tempo_lab.symbolic import Dim
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/ is not a package
+from budget import examples  # noqa: E402
 from randprog import assert_outputs_match, numpy_eval, program_strategy, run_tempo  # noqa: E402
 
 SWITCHES = tuple(REGISTRY[p].switch for p in tl.CompileConfig().passes)  # every pass
@@ -330,7 +331,7 @@ def test_every_switch_combination_on_a_recurrence(n, combo):
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
-@settings(max_examples=25, deadline=None, derandomize=True, database=None,
+@settings(max_examples=examples(25), deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(program_strategy())
 def test_random_programs_under_every_switch_combination(program):

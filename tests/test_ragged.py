@@ -6,6 +6,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from budget import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -91,7 +92,7 @@ def check(run, want, lengths, features):
             assert [m.sum() for m in mask] == list(lengths)
 
 
-@settings(max_examples=12, deadline=None, derandomize=True, database=None)
+@settings(max_examples=examples(12), deadline=None, derandomize=True, database=None)
 @given(lengths=st.lists(st.integers(1, 7), min_size=1, max_size=10),
        features=st.sets(st.sampled_from(FEATURES), min_size=1, max_size=4),
        executor=st.sampled_from(EXECUTORS), batched=st.booleans())

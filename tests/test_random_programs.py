@@ -16,6 +16,7 @@ from tempo_lab.runtime import xla
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/ is not a package
 
+from budget import examples  # noqa: E402
 from randprog import (  # noqa: E402
     ALL_FEATURES,
     RTOL,
@@ -46,11 +47,11 @@ from randprog import (  # noqa: E402
 # Budget (2 cores): compiling a program costs ~150 ms (isl schedule, memory plan), more with a
 # gradient; a run on the interpreter or generated code ~100 ms (JAX kernels, most cached across
 # programs), on XLA loops ~200 ms (one XLA compilation per program), the reference ~15 ms.
-N_DEFAULT = 20  # the default (auto) config; every executor: below
-N_EXECUTORS = 300
-N_GROUPS = 60
-N_REFERENCE = 400
-N_SPANS = 40
+N_DEFAULT = examples(20)  # the default (auto) config; every executor: below
+N_EXECUTORS = examples(300)
+N_GROUPS = examples(60)
+N_REFERENCE = examples(400)
+N_SPANS = examples(40)
 EXECUTORS = ("reference", "xla", "codegen", "interpreter")
 SWITCHES = ("simplify", "fold_constants", "cse", "contract", "dce", "tile", "vectorise",
             "incrementalise", "fuse")
