@@ -109,3 +109,15 @@ def test_rl_memory_benchmark_tiny(tmp_path):
     assert obs[0]["offloaded_bytes"] > 0
     algs = {(r["algorithm"], r["stream"]) for r in records if r["experiment"] == "algorithm"}
     assert algs == {("mc", True), ("td4", True), ("td4", False)}
+
+
+def test_soak_benchmark_tiny(tmp_path):
+    """Each system's record: RSS after every program, checked against NumPy on the way."""
+    out = tmp_path / "soak.json"
+    _run("benchmarks.soak", "--small", "3", "--ppo", "0", "--out", str(out))
+    records = json.loads(out.read_text())
+    assert {(r["system"], r["kind"]) for r in records} == {("tempo_lab", "small"),
+                                                           ("jax", "small")}
+    for r in records:
+        assert len(r["rss_bytes"]) == len(r["seconds"]) == 3
+        assert r["growth_bytes"] == r["rss_bytes"][-1] - r["rss_bytes"][0]
