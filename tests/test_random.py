@@ -169,3 +169,15 @@ def test_a_permutation_of_a_size_given_as_data_never_hangs(executor):
     got = ctx.compile(bounds={B: 4}, outputs={"p": p},
                       config=tl.CompileConfig(executor=executor)).run()["p"]
     assert got[0] == -1 and got[3] == -1 and 0 <= got[1] < 3 and 0 <= got[2] < 5
+
+
+def test_a_product_of_bounds_as_n_is_lifted_and_the_error_says_so():
+    ctx = tl.Context(dims=("b", "t", "j"))
+    j, (B, T, J) = ctx.dims[2], ctx.bounds
+    with ctx:
+        with pytest.raises(tl.TempoLabError, match=r"test_random.py:\d+: cannot multiply B by T"
+                           r".*\(tl.zeros\(\(\), 'int32'\) \+ B\) \* T"):
+            tl.random.permutation(j, B * T)
+        p = tl.random.permutation(j, (tl.zeros((), "int32") + B) * T)
+    got = ctx.compile(bounds={B: 3, T: 5, J: 15}, outputs={"p": p}).run()["p"]
+    assert sorted(np.asarray(got).tolist()) == list(range(15))

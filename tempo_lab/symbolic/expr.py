@@ -71,7 +71,9 @@ class Expr:
         if isinstance(self, Const):
             return _scale(other, self.value)
         raise ExprError(f"cannot multiply {self} by {other}: index expressions multiply only "
-                        "by integer constants (write e.g. 2*t)")
+                        f"by integer constants (write e.g. 2*t); for a size such as {self} * "
+                        f"{other} (a value, not an index), lift one first: "
+                        f"(tl.zeros((), 'int32') + {self}) * {other}")
 
     __rmul__ = __mul__
 
