@@ -82,3 +82,26 @@ def test_windowed_llama_decode_memory_is_flat_up_to_a_million_steps():
         out = next(s for i, s in prog.memory.storages.items() if prog.sdg.ops[i].name == "ids")
         peaks[steps] = prog.memory.peak_bytes - out.bytes_for((steps,))
     assert peaks[10**6] <= 1.05 * peaks[10**3] + 64 * 4
+
+
+@pytest.mark.parametrize("executor", EXECUTORS)
+def test_a_value_of_t_read_at_several_points_after_the_loop_is_not_stored(executor):
+    """``y[T - 1] + y[T - 2]`` of ``y = sin(t * 0.01)``: each point is recomputed where it is
+    read, so the plan does not grow with ``T`` (it stored every ``t`` with two reads)."""
+    def program():
+        ctx = tl.Context(dims=("t",))
+        (t,), (T,) = ctx.dims, ctx.bounds
+        with ctx:
+            y = tl.sin((tl.zeros((4,)) + t) * 0.01)
+            z = y[T - 1] + y[T - 2] + y[0]
+        return ctx, T, z
+
+    peaks = []
+    for n in (1_000, 1_000_000):
+        ctx, T, z = program()
+        prog = ctx.compile(bounds={T: n}, outputs={"z": z},
+                           config=tl.CompileConfig(executor=executor, check_invariants=True))
+        peaks.append(prog.memory.peak_bytes if prog.memory else 0)  # the reference plans none
+        want = np.sin(np.float32(0.01) * np.float32([n - 1, n - 2, 0])).sum()
+        np.testing.assert_allclose(prog.run()["z"], np.full(4, want, np.float32), rtol=1e-5)
+    assert peaks[0] == peaks[1] < 100, peaks

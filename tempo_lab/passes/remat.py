@@ -10,11 +10,15 @@ windowed decode, a TD(n) learner), 40 MB at ``T = 10**6`` for a small Llama's ta
 Recomputed at its readers' points it costs a few elementwise ops per step, and the fusion
 scheduler places it in its readers' loop (``schedule/fusion.py``), so one point is live. The
 clone is made once per reader domain; the original goes when nothing reads it.
+
+A reader outside such an op's loop that reads it at points (``y[T - 1] + y[T - 2]`` after the
+loop over ``t``) gets a clone with the points substituted into its dim values, so however many
+points are read, none of them is stored for every ``t``.
 """
 from __future__ import annotations
 
 from ..ir.sdg import Edge, Op, index_functions
-from ..symbolic import TRUE
+from ..symbolic import TRUE, Slice
 from .manager import Editor, register
 
 
@@ -23,19 +27,24 @@ def remat(ed: Editor):
     """Rematerialisation: an op computed from dim values alone is recomputed at the points of
     each reader that has more dims, instead of stored over all of its own."""
     cheap = index_functions(ed)
-    clones: dict[tuple[int, tuple], int] = {}
+    clones: dict[tuple, int] = {}
 
-    def clone(i: int, domain: tuple) -> int:
-        if (i, domain) not in clones:
+    def clone(i: int, domain: tuple, at: tuple = ()) -> int:
+        """Op ``i`` recomputed over ``domain``, its dims taken at ``at`` (dim, expr) pairs."""
+        if (i, domain, at) not in clones:
             op = ed.ops[i]
+            attrs = dict(op.attrs)
+            if op.kind == "dimval" and at:
+                attrs["expr"] = attrs["expr"].substitute(dict(at))
             edges = [Edge(-1, e.src, e.slot, e.index, e.cond, e.loc)
                      if ed.ops[e.src].kind == "const" else
-                     Edge(-1, clone(e.src, domain), e.slot, domain, e.cond, e.loc)
+                     Edge(-1, clone(e.src, domain, at), e.slot, domain, e.cond, e.loc)
                      for e in ed.in_edges(i)]
-            clones[(i, domain)] = ed.add(
-                Op(-1, op.kind, domain, op.type, dict(op.attrs), op.loc, op.name), edges, i,
-                f"%{i} recomputed over ({', '.join(d.name for d in domain)})")
-        return clones[(i, domain)]
+            where = f" at {', '.join(f'{d} = {x}' for d, x in at)}" if at else ""
+            clones[(i, domain, at)] = ed.add(
+                Op(-1, op.kind, domain, op.type, attrs, op.loc, op.name), edges, i,
+                f"%{i} recomputed over ({', '.join(d.name for d in domain)}){where}")
+        return clones[(i, domain, at)]
 
     changed = False
     for i in sorted(ed.ops):
@@ -45,10 +54,16 @@ def remat(ed: Editor):
         edges, moved = [], []
         for e in ed.in_edges(i):
             src = ed.ops[e.src]
-            if e.src in cheap and set(src.domain) < set(reader.domain) and e.cond == TRUE \
-                    and e.index == tuple(src.domain):
-                moved.append(e.src)
-                e = Edge(i, clone(e.src, reader.domain), e.slot, reader.domain, e.cond, e.loc)
+            if e.src in cheap and e.cond == TRUE:
+                if set(src.domain) < set(reader.domain) and e.index == tuple(src.domain):
+                    moved.append(e.src)
+                    e = Edge(i, clone(e.src, reader.domain), e.slot, reader.domain, e.cond,
+                             e.loc)
+                elif _point_outside(src, reader, e):
+                    moved.append(e.src)
+                    at = tuple(zip(src.domain, e.index))
+                    e = Edge(i, clone(e.src, reader.domain, at), e.slot, reader.domain,
+                             e.cond, e.loc)
             edges.append(e)
         if moved:
             ed.rewrite(i, reader, edges, "reads " + ", ".join(f"%{k}" for k in moved)
@@ -56,3 +71,9 @@ def remat(ed: Editor):
             changed = True
     if changed:
         ed.renumber()
+
+
+def _point_outside(src: Op, reader: Op, e: Edge) -> bool:
+    """``reader`` reads ``src`` at one point of a dim it does not have (outside its loop)."""
+    return (not set(src.domain) <= set(reader.domain)
+            and all(not isinstance(x, Slice) for x in e.index))
