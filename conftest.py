@@ -27,6 +27,6 @@ def _has_module_fixtures(item) -> bool:
     info = getattr(item, "_fixtureinfo", None)
     if info is None:
         return False
-    return any(defs and defs[-1].scope in ("module", "package", "session")
+    return any(defs and defs[-1].scope in ("module", "package")
                and defs[-1].baseid  # the project's own fixtures, not pytest's or a plugin's
                for defs in info.name2fixturedefs.values())

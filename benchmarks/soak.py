@@ -153,8 +153,8 @@ def in_subprocess(system: str, kind: str, count: int) -> dict:
 def table(records: list[dict]) -> str:
     rows = [f"{'system':10} {'kind':6} {'programs':>8} {'RSS first':>10} {'RSS last':>10} "
             f"{'growth':>9} {'per prog':>9} {'s/prog':>7}"]
+    mb = 2**20
     for r in records:
-        mb = 2**20
         per = r["growth_bytes"] / max(1, r["programs"] - 1) / mb
         rows.append(f"{r['system']:10} {r['kind']:6} {r['programs']:8d} "
                     f"{r['rss_bytes'][0] / mb:8.0f}MB {r['rss_bytes'][-1] / mb:8.0f}MB "
