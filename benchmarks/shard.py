@@ -1,6 +1,6 @@
 """Several devices: a program's batch dim sharded over a mesh against the same program on one.
 
-    python -m benchmarks.shard [--quick] [--devices 4] [--out FILE]
+    python -m benchmarks.shard [--quick] [--devices 4] [--processes 1] [--out FILE]
 
 For the decoder of ``benchmarks.decode`` (batch ``b`` sharded) and PPO of ``benchmarks.rl``
 (environments ``b`` sharded), compiled once for one device and once with
@@ -14,6 +14,11 @@ On a CPU-only machine the devices are XLA's forced host devices
 (``--xla_force_host_platform_device_count``): the benchmark re-runs itself with the flag set, so
 the numbers show that the program is partitioned and what that costs, not a speed-up (the host
 devices share the same cores).
+
+``--processes 2`` runs the same under ``python -m tempo_lab.launch -n 2``: the devices are split
+between two processes joined over loopback (JAX's multi-controller runtime, gloo collectives),
+the sharded program runs as one SPMD program across both, and its outputs, gathered in every
+process, are checked against the one-device run; process 0 records (``processes``).
 """
 from __future__ import annotations
 
@@ -109,6 +114,7 @@ def one(program: str, devices: int, quick: bool, runs: int) -> list[dict]:
                             else None),
             "device_peak_bytes": int(prog.lowered.device_peak_bytes),
             "peak_bytes": int(prog.memory.peak_bytes),
+            "processes": jax.process_count() if sharded else 1,
             "platform": jax.devices()[0].platform})
     return records
 
@@ -117,10 +123,23 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small sizes, 3 warm runs")
     ap.add_argument("--devices", type=int, default=4)
+    ap.add_argument("--processes", type=int, default=1,
+                    help="split the devices between this many local processes")
     ap.add_argument("--runs", type=int, default=None)
     ap.add_argument("--programs", nargs="+", default=list(PROGRAMS), choices=list(PROGRAMS))
     ap.add_argument("--out", default=DEFAULT_OUT)
     args = ap.parse_args(argv)
+    root = Path(__file__).resolve().parent.parent
+    argv = argv if argv is not None else sys.argv[1:]
+    if args.processes > 1 and "TEMPO_LAB_LAUNCH" not in os.environ:
+        if args.devices % args.processes:
+            print(f"--devices {args.devices} do not split over --processes {args.processes}",
+                  file=sys.stderr)
+            return 1
+        return subprocess.run([sys.executable, "-m", "tempo_lab.launch", "-n",
+                               str(args.processes), "--devices",
+                               str(args.devices // args.processes), "--timeout", "3000",
+                               str(Path(__file__).resolve()), *argv], cwd=root).returncode
     import jax
 
     from benchmarks.decode import write_results
@@ -132,21 +151,21 @@ def main(argv=None) -> int:
             return 1
         env = {**os.environ, "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} "
                                           f"{FLAG}={args.devices}".strip()}
-        root = Path(__file__).resolve().parent.parent
-        return subprocess.run([sys.executable, "-m", "benchmarks.shard",
-                               *(argv if argv is not None else sys.argv[1:])],
+        return subprocess.run([sys.executable, "-m", "benchmarks.shard", *argv],
                               env=env, cwd=root).returncode
     runs = args.runs or (3 if args.quick else 10)
-    records = []
-    print(f"{'program':>8} {'devices':>7} {'executor':>8} {'ms':>9} {'max err':>9} "
-          f"{'partitioned':>11} {'peak/device B':>13}")
+    records, first = [], jax.process_index() == 0
+    say = print if first else (lambda *a, **k: None)  # one table, from process 0
+    say(f"{'program':>8} {'devices':>7} {'executor':>8} {'ms':>9} {'max err':>9} "
+        f"{'partitioned':>11} {'peak/device B':>13}")
     for program in args.programs:
         for rec in one(program, args.devices, args.quick, runs):
             records.append(rec)
-            print(f"{rec['program']:>8} {rec['devices']:>7} {rec['executor']:>8} "
-                  f"{rec['ms']:>9.2f} {rec['max_abs_err']:>9.2e} {str(rec['partitioned']):>11}"
-                  f" {rec['device_peak_bytes']:>13}", flush=True)
-    write_results(records, args.out)
+            say(f"{rec['program']:>8} {rec['devices']:>7} {rec['executor']:>8} "
+                f"{rec['ms']:>9.2f} {rec['max_abs_err']:>9.2e} {str(rec['partitioned']):>11}"
+                f" {rec['device_peak_bytes']:>13}", flush=True)
+    if first:
+        write_results(records, args.out)
     return 0
 
 

@@ -423,6 +423,9 @@ def compile_context(ctx, bounds, outputs, config: CompileConfig | None = None) -
             with st.stage("compile"):
                 executable = lowered.compile(config.executor, config.sync_profile,
                                              config.xla_split)
+                if layout is not None:
+                    layout.agree(f"{executable.name} {sorted(bounds.items())}\n{lowered.ast}",
+                                 loc)
     finally:
         st.bar.close()
     return Program(ctx.trace, sdg, bounds, outs, config, st.times, schedule, plan, lowered,

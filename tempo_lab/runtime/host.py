@@ -118,14 +118,25 @@ class Host:
             op, jnp.pad(buf, [(0, x - y) for x, y in zip(want, buf.shape)])))
 
     def offload(self, op: int, buf) -> None:
-        """Copy a store to host memory (a real copy); the caller drops the device buffer."""
-        self.on_host[op] = np.array(buf)
-        self.offloaded_bytes = max(self.offloaded_bytes,
-                                   sum(a.nbytes for a in self.on_host.values()))
+        """Copy a store to host memory (a real copy); the caller drops the device buffer. A
+        store split over devices of several processes: each keeps its own devices' shards."""
+        if buf.is_fully_addressable:
+            self.on_host[op] = np.array(buf)
+        else:
+            self.on_host[op] = (buf.shape, buf.sharding, [
+                (x.device, np.array(x.data)) for x in buf.addressable_shards])
+        self.offloaded_bytes = max(self.offloaded_bytes, sum(
+            a.nbytes if isinstance(a, np.ndarray) else sum(x.nbytes for _, x in a[2])
+            for a in self.on_host.values()))
 
     def fetch(self, op: int):
         """The offloaded store back on its device(s)."""
-        return self._placed(op, jax.device_put(self.on_host.pop(op)))
+        held = self.on_host.pop(op)
+        if isinstance(held, np.ndarray):
+            return self._placed(op, jax.device_put(held))
+        shape, sharding, shards = held
+        return jax.make_array_from_single_device_arrays(
+            shape, sharding, [jax.device_put(x, d) for d, x in shards])
 
     def _placed(self, op: int, buf):
         layout = self.lowered.layout
@@ -161,10 +172,25 @@ class Host:
     def _at(self, s: int, point) -> dict[str, int]:
         return {d.name: int(v) for d, v in zip(self.lowered.stmts[s].op.domain, point)}
 
-    def source(self, s: int, point: tuple):
+    def source_call(self, s: int, point: tuple):
+        """The user's function at ``point``, called in this process (inside a compiled
+        program JAX calls it in one process and XLA hands the value to the others)."""
         return source_value(self.lowered.stmts[s].op, self._at(s, point))
 
+    def source(self, s: int, point: tuple):
+        """The value at ``point`` as every process of the mesh sees it: called in the leader
+        and sent to the others (each calling it could give each a different value)."""
+        layout = self.lowered.layout
+        if layout is None or not layout.multiprocess:
+            return self.source_call(s, point)
+        op = self.lowered.stmts[s].op
+        return layout.from_leader(lambda: self.source_call(s, point),
+                                  np.zeros(op.type.shape, op.type.dtype))
+
     def sink(self, s: int, point: tuple, y, lens) -> None:
+        layout = self.lowered.layout
+        if layout is not None and layout.multiprocess and not layout.leader:
+            return
         value = np.asarray(y)[tuple(slice(0, int(n)) for n in lens if n is not None)]
         deliver(self.lowered.stmts[s].op, self._at(s, point), value)
 

@@ -25,6 +25,7 @@ from ..stage import Stage
 from ..symbolic import TRUE, Const, Dim, Expr, Slice, mod
 from ..symbolic.cond import Cond
 from ..symbolic.sizes import const_cap, size_class
+from .sharding import to_host
 
 SCHEMA = "tempo_lab.lowered/1"
 
@@ -218,12 +219,12 @@ class Lowered(Stage):
     def outputs(self, bufs: Mapping[int, object], env: Mapping[str, int]) -> dict:
         """Each output's valid region (bounds as reached) from its store buffer, as NumPy, with
         the axes of vectorised dims back among the domain axes (universe order)."""
-        out = {}
+        out, bufs = {}, to_host({i: bufs[i] for i in self.sdg.outputs.values()})
         for name, i in self.sdg.outputs.items():
             op = self.sdg.ops[i]
             want = tuple(env[d.bound.name] for d in op.domain) + tuple(
                 x if isinstance(x, int) else x.evaluate(env) for x in op.type.shape)
-            arr = np.asarray(bufs[i])[tuple(slice(0, n) for n in want)]
+            arr = bufs[i][tuple(slice(0, n) for n in want)]
             if arr.shape != want:  # points outside every demanded set were never computed
                 full = np.zeros(want, arr.dtype)
                 full[tuple(slice(0, n) for n in arr.shape)] = arr

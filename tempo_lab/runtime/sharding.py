@@ -13,10 +13,12 @@ no axis to split: that is a ``ShardingError`` at compile time, not a silent repl
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import math
 from collections.abc import Mapping
 
 import jax
+import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from ..errors import ShardingError
@@ -94,8 +96,62 @@ class Layout:
         return self._spec(op_id, op.attrs.get("ndomain", 0), ndim) if op.kind == "from_array" \
             else None
 
+    @property
+    def multiprocess(self) -> bool:
+        """The mesh spans devices of other processes (``jax.distributed``): every value of the
+        run is then a global array, made from each process's own shards."""
+        return self.mesh.is_multi_process
+
+    @property
+    def leader(self) -> bool:
+        """This process calls the program's ``tl.source`` and ``tl.sink`` functions: the one
+        that holds the mesh's first device, where JAX runs a compiled program's host
+        callbacks (a point's value is whole in every process, so it is delivered once)."""
+        return jax.process_index() == self.mesh.devices.flat[0].process_index
+
+    def from_leader(self, make, like: np.ndarray) -> np.ndarray:
+        """``make()`` called in the leader and sent to every process (``like`` gives the
+        shape and dtype the others contribute)."""
+        from jax.experimental import multihost_utils
+
+        v = make() if self.leader else np.zeros_like(like)
+        out = multihost_utils.broadcast_one_to_all(
+            v.astype(np.uint8) if v.dtype == np.bool_ else v, is_source=self.leader)
+        return np.asarray(out).astype(v.dtype)
+
+    def agree(self, program: str, loc=None) -> None:
+        """Every process compiled the same ``program`` (its loop program and executor, as
+        text): one SPMD program whose processes ran different schedules would wait forever
+        in a collective or mix unrelated values. Otherwise a ``ShardingError``."""
+        if not self.multiprocess:
+            return
+        from jax.experimental import multihost_utils
+
+        digest = np.frombuffer(hashlib.sha256(program.encode()).digest(), np.uint8)
+        every = np.asarray(multihost_utils.process_allgather(digest)).reshape(-1, digest.size)
+        other = [k for k, d in enumerate(every) if not np.array_equal(d, every[0])]
+        if other:
+            raise ShardingError(
+                f"processes {other} compiled another program than process 0 (a schedule or "
+                "executor of their own): every process must compile the same program, with "
+                "the same bounds, config and input shapes (compare prog.lowered.pretty() in "
+                "each)", loc)
+
     def place(self, value, sharding):
-        return value if sharding is None else jax.device_put(value, sharding)
+        """``value`` on the mesh: split by ``sharding``, or where it goes without one (one
+        device; over several processes, replicated on every device of the mesh, since a
+        process's local array cannot meet the others' in one program)."""
+        if not self.multiprocess:
+            return value if sharding is None else jax.device_put(value, sharding)
+        sharding = sharding or NamedSharding(self.mesh, PartitionSpec())
+        if isinstance(value, jax.Array) and value.sharding == sharding:
+            return value
+        if isinstance(value, jax.Array) and not value.is_fully_addressable:
+            return jax.jit(lambda x: x, out_shardings=sharding)(value)
+        # every process holds the whole value (the same program, the same inputs): each puts
+        # only the shards its own devices hold, with no exchange between processes
+        host = np.asarray(value)
+        return jax.make_array_from_callback(host.shape, sharding, lambda idx: host[idx])
 
     def _local_spatial(self, i: int, s) -> tuple[int, ...] | None:
         """Store ``i``'s spatial shape on one device (None: not sharded)."""
@@ -132,6 +188,18 @@ class Layout:
                 f"devices"] + [f"{d} -> mesh axis {a}" for d, a in self.shard.items()]
 
 
+def to_host(tree):
+    """``tree``'s arrays as NumPy, whole in every process: an array split over devices of
+    several processes is gathered from all of them (a collective every process makes in the
+    same order, as every process runs the same program)."""
+    def whole(x):
+        if isinstance(x, jax.Array) and not (x.is_fully_addressable or x.is_fully_replicated):
+            from jax.experimental import multihost_utils
+            return multihost_utils.process_allgather(x, tiled=True)
+        return x
+    return jax.device_get(jax.tree.map(whole, tree))
+
+
 def _why_looped(sdg: SDG, d, looped) -> str:
     """Why ``d`` is still a loop: a read across its points where there is one."""
     for e in sdg.edges:
@@ -141,6 +209,12 @@ def _why_looped(sdg: SDG, d, looped) -> str:
             if x != d:
                 return (f"{c.label} (made at {c.loc}) reads {p.label} at {d} = {x}, so the "
                         f"points of {d} depend on each other")
+    calls = [op for op in looped if op.kind in ("source", "sink")]
+    if calls:
+        op = calls[0]
+        return (f"{op.label} (made at {op.loc}) is a tl.{op.kind}: it calls Python at every "
+                f"point of {d}, so {d} stays a loop; reduce over {d} before the tl.{op.kind} "
+                "(its value at a point of the other dims is then whole on every device)")
     op = looped[0]
     return (f"{op.label} (made at {op.loc}) still runs one point of {d} at a time after the "
             f"passes (vectorisation is off, or over its memory budget)")

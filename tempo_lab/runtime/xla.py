@@ -52,6 +52,7 @@ from . import index_code as ic
 from .host import Host
 from .kernels import attrs_key, kernel_body
 from .lowered import Lowered, Padded, Stmt
+from .sharding import to_host
 
 _OP_SCOPE = re.compile(r"(?:^|/)op(\d+)(?=/|$)")
 UNROLL_STEPS = 32  # an inner loop of at most this many steps may be traced once per step
@@ -781,7 +782,7 @@ class _Xla:
         _ACTIVE.append(host)
         try:
             # waits for the program; one transfer of everything it returns
-            outs, ints = jax.device_get(fn(bvec, hosts))
+            outs, ints = to_host(fn(bvec, hosts))
             n = len(self._ops)
             calls, ends, err = np.split(ints, [n, n + len(self.sdg.untils)])
             reached = dict(zip(self.sdg.untils, ends))
@@ -1157,8 +1158,8 @@ class _Trace:
             host = jnp.asarray(ic.jax_value(st.host, env)).astype(op.type.dtype)
         elif op.kind == "source":
             shape = jax.ShapeDtypeStruct(tuple(op.type.shape), op.type.dtype)
-            host = io_callback(_host_call("source", k, lambda: np.zeros(shape.shape,
-                                                                       shape.dtype)),
+            host = io_callback(_host_call("source_call", k,
+                                          lambda: np.zeros(shape.shape, shape.dtype)),
                                shape, tuple(point), ordered=True)
         y = fn(tuple(bufs), ints, host, None)
         if op.kind == "sink" or k in ex.checked:
