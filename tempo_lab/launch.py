@@ -29,7 +29,7 @@ import threading
 import time
 import traceback
 
-ENV = "TEMPO_LAB_LAUNCH"  # "coordinator,processes,process_id,platform": set for the children
+ENV = "TEMPO_LAB_LAUNCH"  # "coordinator,processes,process_id,platform,launcher pid": children
 
 
 def free_port() -> int:
@@ -54,6 +54,18 @@ def run_script(script: str, argv: list[str]) -> None:
     sys.argv = [script, *argv]
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     runpy.run_path(script, run_name="__main__")
+
+
+def _die_with(launcher: int) -> None:
+    """On Linux, this process is killed when the launcher dies, however it dies: a launcher
+    killed by a signal runs no cleanup, and a process left alone would wait in a collective
+    for the others forever."""
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL(None).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+    if os.getppid() != launcher:  # it died before this process asked
+        _leave(1)
 
 
 def _run_or_leave(script: str, argv: list[str]) -> None:
@@ -91,7 +103,7 @@ def spawn(n: int, script: str, argv: list[str], devices: int, timeout: float | N
     procs, pumps = [], []
     for k in range(n):
         env = dict(os.environ)
-        env[ENV] = f"127.0.0.1:{port},{n},{k},{platform}"
+        env[ENV] = f"127.0.0.1:{port},{n},{k},{platform},{os.getpid()}"
         if platform == "cpu":
             flags = [f for f in env.get("XLA_FLAGS", "").split()
                      if not f.startswith("--xla_force_host_platform_device_count")]
@@ -144,7 +156,8 @@ def main(args: list[str] | None = None) -> int:
     ap.add_argument("argv", nargs=argparse.REMAINDER)
     a = ap.parse_args(args)
     if a.child:
-        coordinator, n, k, platform = os.environ[ENV].split(",")
+        coordinator, n, k, platform, launcher = os.environ[ENV].split(",")
+        _die_with(int(launcher))
         initialize(coordinator, int(n), int(k), platform == "cpu")
         _run_or_leave(a.script, a.argv)
         return 0

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -166,3 +167,36 @@ def test_a_failing_process_stops_the_others_at_once(tmp_path, raise_, status, sh
 def test_launch_arguments_are_checked(tmp_path, args, words):
     proc = launch(tmp_path, "", *args, timeout=30)
     assert proc.returncode == 2 and words in proc.stderr
+
+
+def _running(marker: str) -> list[int]:
+    out = []
+    for d in Path("/proc").iterdir():
+        try:
+            cmdline = (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:  # gone, or not a process
+            continue
+        if d.name.isdigit() and marker in cmdline:
+            out.append(int(d.name))
+    return out
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+def test_killing_the_launcher_stops_its_processes(tmp_path):
+    path = tmp_path / "sleeps.py"
+    path.write_text("import time\ntime.sleep(120)\n")
+    launcher = subprocess.Popen([sys.executable, "-m", "tempo_lab.launch", "-n", "2",
+                                 str(path)], cwd=ROOT, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while len(_running(f"--child {path}")) < 2 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert len(_running(f"--child {path}")) == 2
+    finally:
+        launcher.kill()  # SIGKILL: the launcher runs no cleanup of its own
+        launcher.wait()
+    deadline = time.monotonic() + 10
+    while _running(f"--child {path}") and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert _running(f"--child {path}") == []
