@@ -139,7 +139,8 @@ def spawn(n: int, script: str, argv: list[str], devices: int, timeout: float | N
 
 
 def main(args: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m tempo_lab.launch", description=__doc__.split(
+    prog = sys.argv[0] if sys.argv[0].startswith("tempo-lab") else "python -m tempo_lab.launch"
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__.split(
         "\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("-n", "--local", type=int, metavar="N",
                     help="start N processes on this machine")

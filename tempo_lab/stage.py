@@ -33,6 +33,6 @@ class Stage:
     def explore(self, **options):
         """The interactive view of this stage (needs the ``viz`` extra); ``options`` go to
         the stage's view (e.g. ``run=`` for a Program's dashboard)."""
-        from widgets import explore
+        from .widgets import explore
 
         return explore(self, **options)

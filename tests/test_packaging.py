@@ -22,8 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 CONDA_ONLY = {"python", "pip", "graphviz"}
 
 # Modules that `import tempo_lab` must not pull in (DESIGN §2): the notebook stack lives in
-# widgets/, which depends on tempo_lab and never the reverse.
-FORBIDDEN_AT_IMPORT = ("IPython", "ipywidgets", "plotly", "graphviz", "widgets")
+# tempo_lab/widgets/, which the rest of tempo_lab imports only lazily (explore()).
+FORBIDDEN_AT_IMPORT = ("IPython", "ipywidgets", "plotly", "graphviz", "tempo_lab.widgets")
 
 
 def _norm(name: str) -> str:
@@ -195,8 +195,17 @@ def test_dev_extra_covers_all_extras_but_the_benchmark_references(pyproject):
 
 
 def test_packages_discovered(pyproject):
+    """Every package of the repository is installed, all under ``tempo_lab`` (a top-level
+    ``widgets`` would collide with any other package so named)."""
+    from setuptools import find_packages
+
     find = pyproject["tool"]["setuptools"]["packages"]["find"]
-    assert {"tempo_lab*", "widgets*"} <= set(find["include"])
+    found = find_packages(where=str(ROOT), include=find["include"])
+    assert "tempo_lab.widgets" in found and "tempo_lab.runtime" in found
+    assert {p.split(".")[0] for p in found} == {"tempo_lab"}
+    on_disk = {str(d.parent.relative_to(ROOT)).replace("/", ".")
+               for d in (ROOT / "tempo_lab").rglob("__init__.py")}
+    assert on_disk <= set(found)
 
 
 def test_nbval_sanitize_file_parses(pyproject):
@@ -268,5 +277,23 @@ def test_import_does_not_load_notebook_stack():
     loaded = json.loads(proc.stdout.strip().splitlines()[-1])
     assert loaded == [], (
         f"`import tempo_lab` imported {loaded}; import them lazily inside the functions that "
-        "need them (e.g. explore()), or move the code to widgets/"
+        "need them (e.g. explore()), or move the code to tempo_lab/widgets/"
     )
+
+
+def test_licence_in_the_file_and_the_metadata(pyproject):
+    assert pyproject["project"]["license"] == "MIT"
+    assert pyproject["project"]["license-files"] == ["LICENSE"]
+    assert (ROOT / "LICENSE").read_text(encoding="utf-8").startswith("MIT License")
+
+
+def test_the_tempo_lab_command(pyproject, capsys):
+    from tempo_lab import cli
+
+    assert pyproject["project"]["scripts"]["tempo-lab"] == "tempo_lab.cli:main"
+    assert cli.main(["info"]) == 0
+    assert "jax" in capsys.readouterr().out
+    assert cli.main(["nope"]) == 2 and "unknown command 'nope'" in capsys.readouterr().err
+    assert cli.main([]) == 2 and "demo" in capsys.readouterr().out
+    for name, (module, _) in cli.COMMANDS.items():  # each names a module with a main
+        assert module is None or callable(__import__(module, fromlist=["main"]).main), name

@@ -88,8 +88,9 @@ try:
     rnn(tl.CompileConfig(mesh=mesh, shard={"b": "data"}), batch=6)
 except tl.ShardingError as e:
     out["indivisible"] = str(e)
-out["benchmark"] = json.load(open(sys.argv[1])) if main(["--quick", "--out", sys.argv[1]]) == 0 \\
-    else None
+# the decoder only: PPO's rows take minutes to compile (python -m benchmarks.shard runs both)
+out["benchmark"] = json.load(open(sys.argv[1])) if main(
+    ["--quick", "--programs", "decoder", "--out", sys.argv[1]]) == 0 else None
 print("RESULT " + json.dumps(out))
 '''
 
@@ -116,7 +117,7 @@ def test_four_devices_give_the_reference_results_and_a_partitioned_program(tmp_p
     assert "6" in out["indivisible"] and "4 devices" in out["indivisible"]
     records = out["benchmark"]
     assert {(r["program"], r["sharded"]) for r in records} == {
-        (p, s) for p in ("decoder", "ppo") for s in (False, True)}
+        ("decoder", False), ("decoder", True)}
     for r in records:
         assert r["max_abs_err"] < 1e-4
         if r["sharded"]:

@@ -8,8 +8,8 @@ W = pytest.importorskip("ipywidgets")
 go = pytest.importorskip("plotly.graph_objects")
 pytest.importorskip("anywidget")
 
-from widgets import figures as F  # noqa: E402
-from widgets import graph as G  # noqa: E402
+from tempo_lab.widgets import figures as F  # noqa: E402
+from tempo_lab.widgets import graph as G  # noqa: E402
 
 
 def _prog(executor="auto", steps=4):
