@@ -61,7 +61,8 @@ from .frontend.context import Context, scope
 from .frontend.tensor import RecurrentTensor
 from .frontend.trace import Trace
 from .ir.sdg import SDG
-from .program import CompileConfig, Program, Run, lengths, until
+from .program import CompileConfig, Program, lengths, until
+from .runtime.run import Run
 from .saved import load, save
 from .symbolic import Bound, Dim, Slice
 

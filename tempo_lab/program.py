@@ -1,4 +1,5 @@
-"""``Program`` (a compiled context) and ``Run`` (its results): the objects tying the stages."""
+"""``Program``: a compiled context, tying its stages together (``Run``, its results, is in
+``runtime/run.py``)."""
 from __future__ import annotations
 
 import contextlib
@@ -21,6 +22,7 @@ from .errors import (
     user_api,
     user_location,
 )
+from .executors import CAPS, auto_backend
 from .frontend.build import build_sdg
 from .frontend.tensor import RecurrentTensor
 from .frontend.validate import validate
@@ -31,6 +33,7 @@ from .passes.ragged import lengths_output
 from .runtime.executable import BACKENDS
 from .runtime.lowered import Lowered
 from .runtime.reference import reference_bounds, run_reference
+from .runtime.run import ByBound, Run
 from .runtime.sharding import Layout, check_config
 from .schedule import FALLBACK_OPTION_SETS, OPTION_SETS, IncompleteSchedule, schedule_sdg
 from .stage import Stage
@@ -133,11 +136,14 @@ class CompileConfig:
         if budget is not None and not _positive_int(budget):
             raise ArgumentError(f"device_memory_budget={budget!r}: give a positive number of "
                                 "bytes, or None for no budget")
-        if budget is not None and self.executor == "xla":
-            raise ArgumentError("device_memory_budget with executor='xla': the XLA executor "
-                                "holds every store for the whole run, so it cannot move one "
-                                "to the host; use executor='codegen' or 'interpreter' (or "
-                                "'auto', which picks codegen under a budget)")
+        caps = CAPS.get(self.executor)
+        if budget is not None and caps is not None and not caps.memory_budget:
+            takes = [n for n, c in CAPS.items() if c.memory_budget]
+            raise ArgumentError(f"device_memory_budget with executor={self.executor!r}: that "
+                                "executor holds every store for the whole run, so it cannot "
+                                "move one to the host; use executor="
+                                f"{' or '.join(map(repr, takes))} (or 'auto', which picks "
+                                f"{auto_backend(False, True)} under a budget)")
         for f in fields(self):
             if f.type == "bool" and not isinstance(getattr(self, f.name), (bool, np.bool_)):
                 raise ArgumentError(f"{f.name}={getattr(self, f.name)!r}: give True or False")
@@ -563,118 +569,3 @@ class Program(Stage):
         run = Run(self, run_reference(sdg, bounds), time.perf_counter() - t0, None, bounds)
         run.lengths = ByBound({name: (r.over, r.lengths) for name, r in sdg.ragged.items()})
         return run
-
-
-def ragged_mask(dims: list[str], shape: tuple, lengths) -> np.ndarray:
-    """Over domain axes ``dims`` of sizes ``shape``: false at points past an instance's own
-    length under a ragged bound (``lengths``: ragged dim -> (outer dim, lengths))."""
-    mask = np.ones(shape, bool)
-    for dim, (over, n) in lengths.items():
-        if dim not in dims or over not in dims:
-            continue
-        t, b = dims.index(dim), dims.index(over)
-        pos = np.arange(shape[t]).reshape([-1 if k == t else 1 for k in range(len(dims))])
-        mask &= pos < n.reshape([-1 if k == b else 1 for k in range(len(dims))])
-    return mask
-
-
-class ByBound(dict):
-    """A dict keyed by bound name that a ``Bound`` or its ``Dim`` also indexes
-    (``run.lengths[T]``, ``run.lengths["T"]``, ``run.lengths[t]``)."""
-
-    @staticmethod
-    def _name(key):
-        return key.bound.name if isinstance(key, Dim) else (
-            key.name if isinstance(key, Bound) else key)
-
-    def __getitem__(self, key):
-        name = self._name(key)
-        if not dict.__contains__(self, name):
-            have = ", ".join(self) or "none"
-            raise BoundsError(f"{key!r} is not a ragged or data-dependent bound of this run "
-                              f"(those with lengths: {have})")
-        return dict.__getitem__(self, name)
-
-    def __contains__(self, key) -> bool:
-        return dict.__contains__(self, self._name(key))
-
-    def get(self, key, default=None):
-        return dict.get(self, self._name(key), default)
-
-
-class Run(Stage):
-    """Outputs of one execution: ``run["y"]`` or ``run[y]`` is a NumPy array over the output's
-    whole domain (domain axes in universe order, then the spatial axes)."""
-
-    def __init__(self, program: Program, values: dict[str, np.ndarray], seconds: float,
-                 profile=None, bounds=None):
-        self.program, self._values, self.seconds = program, values, seconds
-        self.profile = profile
-        self.bounds: dict[str, int] = dict(bounds or program.bounds)
-        # each ragged bound's outer dim and lengths (a per-instance tl.until's, as reached)
-        self.lengths: dict[str, tuple[str, np.ndarray]] = ByBound()
-
-    @property
-    def executor(self) -> str:
-        return self.profile.executor if self.profile is not None else "reference"
-
-    def __getitem__(self, key) -> np.ndarray:
-        if isinstance(key, RecurrentTensor) and self.program is None:
-            raise OutputError("this run has no program to look tensors up in; index it by "
-                              "output name")
-        name = self.program.name_of(key) if isinstance(key, RecurrentTensor) else key
-        if not isinstance(name, str) or name not in self._values:
-            have = ", ".join(repr(k) for k in self._values) or "none"
-            raise OutputError(f"{key!r} is not an output of this run (outputs: {have}); "
-                              "index the run by an output name or tensor")
-        return self._values[name]
-
-    def mask(self, key) -> np.ndarray:
-        """Which entries of ``run[key]``'s domain axes are real: false past each instance's own
-        length under a ragged bound (``tl.lengths``), true everywhere else."""
-        value, dims = self[key], self._dims(key)
-        return ragged_mask(dims, value.shape[:len(dims)], self._ragged())
-
-    def instances(self, key) -> list[np.ndarray]:
-        """``run[key]`` as one array per instance of a ragged bound's outer dim (first axis
-        dropped), each cut to that instance's own length."""
-        value, dims = self[key], self._dims(key)
-        for dim, (over, lengths) in self._ragged().items():
-            if dim in dims and over in dims:
-                b, t = dims.index(over), dims.index(dim)
-                per = np.moveaxis(value, b, 0)
-                t -= t > b
-                return [np.take(per[k], np.arange(n), axis=t) for k, n in enumerate(lengths)]
-        raise OutputError(f"{key!r} has no ragged dims (no tl.lengths bound over its domain); "
-                          "read it as run[name]")
-
-    def _ragged(self) -> dict[str, tuple[str, np.ndarray]]:
-        """``lengths`` by the name of the ragged dim rather than of its bound."""
-        return {next(d.name for d in self.program.sdg.dims if d.bound.name == bound): v
-                for bound, v in self.lengths.items()}
-
-    def _dims(self, key) -> list[str]:
-        self[key]  # an OutputError for a key that is not an output
-        name = self.program.name_of(key) if isinstance(key, RecurrentTensor) else key
-        return [d.name for d in self.program._outputs[name].domain]
-
-    def keys(self):
-        return self._values.keys()
-
-    def items(self):
-        return self._values.items()
-
-    def __repr__(self) -> str:
-        outs = ", ".join(f"{k}: {v.dtype.name}{list(v.shape)}" for k, v in self._values.items())
-        return f"Run(outputs=({outs}), executor={self.executor})"
-
-    def _sections(self):
-        return [("outputs", [f"{k}: {v.dtype.name}{list(v.shape)} min={v.min():.4g} "
-                             f"max={v.max():.4g} mean={v.mean():.4g}" if v.size else
-                             f"{k}: {v.dtype.name}{list(v.shape)} (empty)"
-                             for k, v in self._values.items()])]
-
-    def to_dict(self) -> dict:
-        return {"schema": "tempo_lab.run/1", "executor": self.executor,
-                "outputs": {k: {"shape": list(v.shape), "dtype": v.dtype.name}
-                            for k, v in self._values.items()}}

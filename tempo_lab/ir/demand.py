@@ -11,6 +11,8 @@ from collections.abc import Callable, Mapping
 
 import islpy as isl
 
+from ..symbolic import Bound, and_
+from ..symbolic import isl as I
 from .sdg import SDG, Edge
 
 
@@ -32,3 +34,9 @@ def demand(sdg: SDG, boxes: Mapping[int, isl.Set], maps: Mapping[Edge, isl.Map],
             if e.src not in merges and e.src not in roots:
                 out[e.src] = out[e.src] | (m.range() & boxes[e.src])
     return out
+
+
+def param_context(sdg: SDG) -> isl.Set:
+    """Bounds are positive: ``{ [B, T] : B >= 1 and T >= 1 }``."""
+    sp = isl.Space.create_from_names(I.CTX, set=[], params=list(sdg.params))
+    return I.cond_set(and_(*(Bound(p) >= 1 for p in sdg.params)), sp).params()

@@ -24,10 +24,9 @@ from __future__ import annotations
 
 import math
 
-from ..ir.demand import demand
+from ..ir.demand import demand, param_context
+from ..ir.graph import sccs
 from ..ir.sdg import Edge, Op
-from ..schedule.build import param_context
-from ..schedule.fusion import sccs
 from ..symbolic import TRUE, Const, Dim, Slice, eq, ne
 from ..symbolic import isl as I
 from .manager import Editor, register

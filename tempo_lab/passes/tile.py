@@ -23,10 +23,10 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
+from ..executors import CAPS, auto_backend
 from ..ir.ops import CATALOG, TensorType, flag, infer
 from ..ir.sdg import Edge, Op, read_type
 from ..ir.vmap import vdims
-from ..runtime.executable import auto_backend
 from ..symbolic import TRUE, Const, Dim, Slice, floordiv, min_
 from ..symbolic.sizes import const_cap
 from .manager import Editor, register
@@ -41,9 +41,9 @@ def auto_block(longest: int) -> int:
 
 
 def _padded_per_span(ed: Editor) -> bool:
-    """Whether the automatic block is left out: the program runs on the XLA executor (chosen,
-    or what "auto" picks, ``auto_backend``), which pads a growing read to the end of its span
-    of the loop (``xla_split``), so every kernel is static already, and a loop over blocks
+    """Whether the automatic block is left out: the program runs on an executor (chosen, or
+    what "auto" picks, ``auto_backend``) that pads a growing read to the end of its span of
+    the loop (``xla_split``; ``Caps.pads_per_span``: the XLA executor), so every kernel is static already, and a loop over blocks
     adds a loop iteration per block. Measured on the decode benchmark (T = 1024, causal, CPU, ms/token,
     blocks of 32 / untiled): GPT-2-style 1.60 / 1.36, Llama-style 1.82 / 1.72."""
     c = ed.config
@@ -51,8 +51,9 @@ def _padded_per_span(ed: Editor) -> bool:
         return False
     # a device memory budget may or may not make offloads: tiled is the safe side there
     calls = any(op.kind in ("source", "sink") for op in ed.ops.values())
-    return (c.executor if c.executor != "auto" else
-            auto_backend(calls, c.device_memory_budget is not None)) == "xla"
+    chosen = (c.executor if c.executor != "auto" else
+              auto_backend(calls, c.device_memory_budget is not None))
+    return chosen in CAPS and CAPS[chosen].pads_per_span
 
 
 class Region:

@@ -30,6 +30,8 @@ import math
 
 import numpy as np
 
+from ..ir.demand import param_context
+from ..ir.graph import sccs
 from ..ir.ops import CATALOG, TensorType, flag, infer, norm_dim
 from ..ir.sdg import Edge, Op
 from ..symbolic import TRUE, Bound, Const, Dim, Expr, Slice
@@ -219,8 +221,6 @@ def _only_whole(e, pos: int, d: Dim) -> bool:
 def _recurrent(ed: Editor, d: Dim, over: set[int]) -> set[int]:
     """The ops over ``d`` on a dependence cycle that reads across ``d`` (a strongly connected
     component with such a read): the recurrence a loop over ``d`` must keep."""
-    from ..schedule.fusion import sccs
-
     comps = sccs(sorted(over), {i: [e.dst for e in ed.out_edges(i) if e.dst in over]
                                 for i in over})
     out: set[int] = set()
@@ -260,8 +260,6 @@ def _demanded_everywhere(ed: Editor, ops: set[int]) -> set[int]:
     import islpy as isl
 
     from ..ir.demand import demand
-    from ..schedule.build import param_context
-
     sdg = ed.result()
     pctx = param_context(sdg)
     boxes: dict[int, isl.Set] = {i: sdg.isl_domain(i).intersect_params(pctx) for i in sdg.ops}

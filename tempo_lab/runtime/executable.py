@@ -12,11 +12,13 @@ from collections.abc import Mapping
 from typing import Protocol
 
 from ..errors import TempoLabError
+from ..executors import auto_backend
 from ..schedule import Offload
 from ..stage import Stage
 from .host import Cached, Host
 from .lowered import Lowered
 from .profile import Profile
+from .run import Run
 
 
 class Prepared(Protocol):
@@ -52,13 +54,6 @@ def backends() -> dict[str, Backend]:
 
     return {name: getattr(importlib.import_module(f".{mod}", __package__), cls)()
             for name, (mod, cls) in BACKENDS.items()}
-
-
-def auto_backend(calls_python: bool, offloads: bool) -> str:
-    """What ``executor="auto"`` runs: "xla" (every loop nest in one XLA program) unless the
-    program calls Python at every point (a ``tl.source`` or ``tl.sink``) or moves stores to
-    the host (``Offload``), which one XLA program holding every store cannot do."""
-    return "codegen" if calls_python or offloads else "xla"
 
 
 def compile_lowered(lowered: Lowered, backend, sync: bool = False, split: int = 8
@@ -116,8 +111,6 @@ class Executable(Stage):
     def run(self, bounds: Mapping[str, int] | None = None, record: bool = False):
         """Run with ``bounds`` (the compiled ones by default); ``record`` keeps every
         statement instance as a kernel event in ``run.profile.events``. Returns the ``Run``."""
-        from ..program import Run
-
         bounds = dict(self.lowered.bounds if bounds is None else bounds)
         host = Host(self.lowered, self.sync, record, self._cached)
         host.start(self.name, bounds)

@@ -5,7 +5,7 @@ from collections.abc import Callable, Iterator, Mapping
 
 import islpy as isl
 
-from ..ir.demand import demand
+from ..ir.demand import demand, param_context
 from ..ir.sdg import SDG
 from ..stage import Stage
 from ..symbolic import TRUE
@@ -135,7 +135,7 @@ def schedule_sdg(sdg: SDG, options: Mapping[str, int] | str | None = None) -> Sc
     (names of isl's ``schedule_*`` options) set. Each op is a statement over the points
     someone reads. ``IncompleteSchedule``: this method has no schedule, try another."""
     options = "fusion" if options is None else options
-    pctx = build.param_context(sdg)
+    pctx = param_context(sdg)
     boxes = {i: sdg.isl_domain(i).intersect_params(pctx) for i in sdg.ops}
     maps = {e: sdg.isl_map(e) for e in sdg.edges}
     tight = {i for i, op in sdg.ops.items() if any(sdg.role(d) == "blocks" for d in op.domain)}

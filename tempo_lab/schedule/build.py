@@ -24,6 +24,7 @@ import islpy as isl
 
 from ..cache import LRU
 from ..errors import BoundsError, ScheduleError
+from ..ir.demand import param_context
 from ..ir.ops import flag
 from ..ir.sdg import SDG
 from ..symbolic import Bound, Const, Dim, Expr, and_, eq, floordiv, max_, min_, mod, or_
@@ -33,12 +34,6 @@ from . import canon
 from .loops import Exec, For, Free, If, Node, Seq, While
 
 _AST_OPS = isl.ast_expr_op_type
-
-
-def param_context(sdg: SDG) -> isl.Set:
-    """Bounds are positive: ``{ [B, T] : B >= 1 and T >= 1 }``."""
-    sp = isl.Space.create_from_names(I.CTX, set=[], params=list(sdg.params))
-    return I.cond_set(and_(*(Bound(p) >= 1 for p in sdg.params)), sp).params()
 
 
 def statement_domains(demand: dict[int, isl.Set], tight=frozenset()) -> dict[int, isl.Set]:

@@ -11,8 +11,9 @@ def explore(stage, **options):
     from tempo_lab.ir.sdg import SDG
     from tempo_lab.memory.plan import MemoryPlan
     from tempo_lab.passes.manager import PassTrace
-    from tempo_lab.program import Program, Run
+    from tempo_lab.program import Program
     from tempo_lab.runtime.profile import Profile
+    from tempo_lab.runtime.run import Run
     from tempo_lab.saved import SavedProgram, SavedSchedule
     from tempo_lab.schedule import Schedule
 
