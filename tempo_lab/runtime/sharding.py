@@ -100,7 +100,8 @@ class Layout:
     def multiprocess(self) -> bool:
         """The mesh spans devices of other processes (``jax.distributed``): every value of the
         run is then a global array, made from each process's own shards."""
-        return self.mesh.is_multi_process
+        me = jax.process_index()
+        return any(d.process_index != me for d in self.mesh.devices.flat)
 
     @property
     def leader(self) -> bool:
