@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import weakref
 
+import jax
 import ml_dtypes
 import numpy as np
 import pytest
@@ -111,7 +112,16 @@ def _decoder(params, model, steps=12):
     return ctx.compile(bounds={B: 1, N: model.layers, T: steps}, outputs={"ids": ids})
 
 
-@pytest.mark.parametrize("dtype,layers", [("float32", 2), ("bfloat16", 2), ("float32", 1)])
+# XLA before jax 0.10.2 keeps a float32 copy of a bfloat16 table (measured with 0.5.0 to
+# 0.10.0: temporaries as large as the weights); the float32 cases hold on every tested version
+OLD_XLA = tuple(int(x) for x in jax.__version__.split(".")[:3]) < (0, 10, 2)
+
+
+@pytest.mark.parametrize("dtype,layers", [
+    ("float32", 2),
+    pytest.param("bfloat16", 2, marks=pytest.mark.skipif(
+        OLD_XLA, reason="XLA before jax 0.10.2 copies a bfloat16 weight to float32")),
+    ("float32", 1)])
 def test_the_xla_program_holds_no_copy_of_a_weight(dtype, layers):
     model = tl.nn.Llama(vocab=2048, embed=128, layers=layers, heads=4, kv_heads=2, hidden=256)
     params = model.init(0, dtype)
