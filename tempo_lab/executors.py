@@ -8,19 +8,16 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Caps:
-    holds_every_store: bool  # one program holds every store for the whole run
     pads_per_span: bool      # pads a growing read to the end of its span: static kernels
     calls_python: bool       # calls Python at a point without serialising a compiled program
-    memory_budget: bool      # moves stores to the host between phases (device_memory_budget)
+    memory_budget: bool      # moves stores to the host between phases (device_memory_budget);
+                             # without it, one program holds every store for the whole run
 
 
 CAPS = {
-    "xla": Caps(holds_every_store=True, pads_per_span=True, calls_python=False,
-                memory_budget=False),
-    "codegen": Caps(holds_every_store=False, pads_per_span=False, calls_python=True,
-                    memory_budget=True),
-    "interpreter": Caps(holds_every_store=False, pads_per_span=False, calls_python=True,
-                        memory_budget=True),
+    "xla": Caps(pads_per_span=True, calls_python=False, memory_budget=False),
+    "codegen": Caps(pads_per_span=False, calls_python=True, memory_budget=True),
+    "interpreter": Caps(pads_per_span=False, calls_python=True, memory_budget=True),
 }
 
 

@@ -29,7 +29,7 @@ import threading
 import time
 import traceback
 
-ENV = "TEMPO_LAB_LAUNCH"  # "coordinator,processes,process_id,platform,launcher pid": children
+ENV = "TEMPO_LAB_LAUNCH"  # "coordinator,processes,process_id,launcher pid": for the children
 
 
 def free_port() -> int:
@@ -96,19 +96,16 @@ def _pump(k: int, stream, out) -> None:
         out.flush()
 
 
-def spawn(n: int, script: str, argv: list[str], devices: int, timeout: float | None,
-          platform: str = "cpu") -> int:
-    """Start ``n`` local processes of ``script``; wait for them all; their exit status."""
+def spawn(n: int, script: str, argv: list[str], devices: int, timeout: float | None) -> int:
+    """Start ``n`` local CPU processes of ``script``; wait for them all; their exit status."""
     port = free_port()
     procs, pumps = [], []
     for k in range(n):
         env = dict(os.environ)
-        env[ENV] = f"127.0.0.1:{port},{n},{k},{platform},{os.getpid()}"
-        if platform == "cpu":
-            flags = [f for f in env.get("XLA_FLAGS", "").split()
-                     if not f.startswith("--xla_force_host_platform_device_count")]
-            env["XLA_FLAGS"] = " ".join([*flags,
-                                         f"--xla_force_host_platform_device_count={devices}"])
+        env[ENV] = f"127.0.0.1:{port},{n},{k},{os.getpid()}"
+        flags = [f for f in env.get("XLA_FLAGS", "").split()
+                 if not f.startswith("--xla_force_host_platform_device_count")]
+        env["XLA_FLAGS"] = " ".join([*flags, f"--xla_force_host_platform_device_count={devices}"])
         p = subprocess.Popen([sys.executable, "-m", "tempo_lab.launch", "--child", script, *argv],
                              env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              start_new_session=True)
@@ -157,9 +154,9 @@ def main(args: list[str] | None = None) -> int:
     ap.add_argument("argv", nargs=argparse.REMAINDER)
     a = ap.parse_args(args)
     if a.child:
-        coordinator, n, k, platform, launcher = os.environ[ENV].split(",")
+        coordinator, n, k, launcher = os.environ[ENV].split(",")
         _die_with(int(launcher))
-        initialize(coordinator, int(n), int(k), platform == "cpu")
+        initialize(coordinator, int(n), int(k), cpu=True)
         _run_or_leave(a.script, a.argv)
         return 0
     if a.local is not None:

@@ -54,16 +54,16 @@ def remat(ed: Editor):
         edges, moved = [], []
         for e in ed.in_edges(i):
             src = ed.ops[e.src]
+            at = None  # the dims of src fixed by the read: none, or points outside the loop
             if e.src in cheap and e.cond == TRUE:
                 if set(src.domain) < set(reader.domain) and e.index == tuple(src.domain):
-                    moved.append(e.src)
-                    e = Edge(i, clone(e.src, reader.domain), e.slot, reader.domain, e.cond,
-                             e.loc)
+                    at = ()
                 elif _point_outside(src, reader, e):
-                    moved.append(e.src)
                     at = tuple(zip(src.domain, e.index))
-                    e = Edge(i, clone(e.src, reader.domain, at), e.slot, reader.domain,
-                             e.cond, e.loc)
+            if at is not None:
+                moved.append(e.src)
+                e = Edge(i, clone(e.src, reader.domain, at), e.slot, reader.domain, e.cond,
+                         e.loc)
             edges.append(e)
         if moved:
             ed.rewrite(i, reader, edges, "reads " + ", ".join(f"%{k}" for k in moved)

@@ -43,8 +43,8 @@ def auto_block(longest: int) -> int:
 def _padded_per_span(ed: Editor) -> bool:
     """Whether the automatic block is left out: the program runs on an executor (chosen, or
     what "auto" picks, ``auto_backend``) that pads a growing read to the end of its span of
-    the loop (``xla_split``; ``Caps.pads_per_span``: the XLA executor), so every kernel is static already, and a loop over blocks
-    adds a loop iteration per block. Measured on the decode benchmark (T = 1024, causal, CPU, ms/token,
+    the loop (``xla_split``; ``Caps.pads_per_span``: the XLA executor), so every kernel is
+    static already, and a loop over blocks adds a loop iteration per block. Measured on the decode benchmark (T = 1024, causal, CPU, ms/token,
     blocks of 32 / untiled): GPT-2-style 1.60 / 1.36, Llama-style 1.82 / 1.72."""
     c = ed.config
     if c.tile_block is not None or c.xla_split < 2:

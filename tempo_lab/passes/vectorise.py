@@ -30,7 +30,7 @@ import math
 
 import numpy as np
 
-from ..ir.demand import param_context
+from ..ir.demand import demand, param_context
 from ..ir.graph import sccs
 from ..ir.ops import CATALOG, TensorType, flag, infer, norm_dim
 from ..ir.sdg import Edge, Op
@@ -259,7 +259,6 @@ def _demanded_everywhere(ed: Editor, ops: set[int]) -> set[int]:
     projection, which only the steps after the first read)."""
     import islpy as isl
 
-    from ..ir.demand import demand
     sdg = ed.result()
     pctx = param_context(sdg)
     boxes: dict[int, isl.Set] = {i: sdg.isl_domain(i).intersect_params(pctx) for i in sdg.ops}
