@@ -58,8 +58,9 @@ NONE = "none"  # a rule an op does not have, said explicitly (e.g. the VJP of a 
 #   bwd_only   made by tl.grad only; no VJP of its own (no second order through it)
 #   along      acts pointwise along an axis it keeps (tiling may split that axis in blocks)
 #   relayout   only moves axes (tiling lays a softmax's row factors out through it)
+#   keeps_zeros  zero padding in, zero padding out (the XLA executor reads such values in place)
 FLAGS = frozenset({"value", "array", "effect", "nonempty", "no_grad", "ct_only", "bwd_only",
-                   "along", "relayout"})
+                   "along", "relayout", "keeps_zeros"})
 
 
 @dataclass
@@ -72,6 +73,7 @@ class OpDef:
     numpy: Callable | str | None = None   # (op, ins, in_types, env) -> ndarray
     jax: Callable | str | None = None     # (op, xs, lens, in_types, out_shape) -> array
     vjp: Callable | str | None = None     # (node, g, xs, y) -> cotangent per input
+    ragged: Callable | None = None  # how a mask past a ragged end passes it (passes/ragged.py)
 
     def has(self, flag: str) -> bool:
         return flag in self.flags
@@ -89,7 +91,8 @@ def _register(name: str, category: str, flags=(), combine: str | None = None):
 
 
 def rule(kind: str, name: str):
-    """Register ``fn`` as the ``kind`` rule ("numpy", "jax" or "vjp") of op ``name``."""
+    """Register ``fn`` as the ``kind`` rule ("numpy", "jax", "vjp" or "ragged") of op
+    ``name``."""
     def deco(fn):
         setattr(CATALOG[name], kind, fn)
         return fn
@@ -243,7 +246,7 @@ def _merge(ins, attrs):
     return attrs["type"]
 
 
-@_register("identity", "control", ("ct_only", "along"))
+@_register("identity", "control", ("ct_only", "along", "keeps_zeros"))
 def _identity(ins, attrs):
     return ins[0]
 
@@ -505,7 +508,7 @@ def _reshape(ins, attrs):
     return TensorType(new, x.dtype, x.weak)
 
 
-@_register("transpose", "layout", ("ct_only", "along", "relayout"))
+@_register("transpose", "layout", ("ct_only", "along", "relayout", "keeps_zeros"))
 def _transpose(ins, attrs):
     (x,) = ins
     perm = attrs["perm"]
@@ -514,7 +517,7 @@ def _transpose(ins, attrs):
     return TensorType(tuple(x.shape[p] for p in perm), x.dtype, x.weak)
 
 
-@_register("squeeze", "layout", ("ct_only", "along", "relayout"))
+@_register("squeeze", "layout", ("ct_only", "along", "relayout", "keeps_zeros"))
 def _squeeze(ins, attrs):
     (x,) = ins
     axes = norm_axes(attrs["axis"], x.ndim, "squeeze")
@@ -524,7 +527,7 @@ def _squeeze(ins, attrs):
     return TensorType(tuple(s for i, s in enumerate(x.shape) if i not in axes), x.dtype, x.weak)
 
 
-@_register("expand_dims", "layout", ("ct_only", "along", "relayout"))
+@_register("expand_dims", "layout", ("ct_only", "along", "relayout", "keeps_zeros"))
 def _expand_dims(ins, attrs):
     (x,) = ins
     axes = norm_axes(attrs["axis"], x.ndim + len(attrs["axis"]), "expand_dims")

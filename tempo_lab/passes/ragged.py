@@ -28,7 +28,7 @@ import ml_dtypes
 import numpy as np
 
 from ..errors import BoundsError
-from ..ir.ops import BINARY, UNARY, TensorType, infer, is_floating
+from ..ir.ops import CATALOG, TensorType, infer, is_floating, rule
 from ..ir.sdg import Edge, Op, Ragged, read_type
 from ..symbolic import TRUE, Bound, Const, Dim, Expr, Slice
 from ..symbolic import isl as I
@@ -37,8 +37,7 @@ from ..symbolic.cond import eq as eq_
 from ..symbolic.cond import ne as ne_
 from .manager import Editor, register
 
-ELEMENTWISE = set(UNARY) | set(BINARY) | {"not", "cast", "where", "pow", "div", "identity"}
-REDUCE = ("sum", "mean", "max", "min")
+UNSUPPORTED = "unsupported"  # what a carry rule returns for a use it cannot mask
 
 
 class RaggedError(BoundsError):
@@ -393,62 +392,12 @@ class _Lower:
         e = ed.in_edges(i)[slot]
         rank = read_type(ed.ops[e.src], e).ndim
         where = f"{ed.ops[origin.src].label}[{origin.index_str()}]"
-        if op.kind in REDUCE:
-            reduced = [a - rank if a >= 0 else a for a in _axes(op.attrs.get("axis"), rank)]
-            if set(reduced) & set(axes):
-                self.reduce_masked(op, slot, mask, axes, rank)
-                return
-            keep = op.attrs.get("keepdims", False)
-            out = [a + (0 if keep else sum(1 for r in reduced if r > a)) for a in axes]
-            self.forward(i, mask, out, origin)
-        elif op.kind == "softmax":
-            if (op.attrs["axis"] % rank) - rank in axes:
-                lowest = ml_dtypes.finfo(op.type.dtype).min
-                self.mask_input(op, slot, mask, axes, rank, lowest)
-            self.forward(i, mask, axes, origin)
-        elif op.kind == "matmul":
-            other = ed.in_edges(i)[1 - slot]
-            rank_o = read_type(ed.ops[other.src], other).ndim
-            rank_y = rank if slot == 1 else rank_o
-            tb = op.attrs.get("tb", False)  # y stored transposed: its axes -1 and -2 swap
-            contract = -1 if slot == 0 or rank_y == 1 or tb else -2
-            if contract in axes:
-                self.mask_input(op, slot, mask, axes, rank, 0)
-                return
-            if axes == [-2] and slot == 0:
-                self.forward(i, mask, [-2 if rank_y >= 2 else -1], origin)
-            elif axes == [-2 if tb else -1] and slot == 1 and rank_y >= 2:
-                self.forward(i, mask, [-1], origin)
-            else:
-                self.unsupported(op, where, origin)
-        elif op.kind in ELEMENTWISE or op.kind == "broadcast_to":
-            self.forward(i, mask, axes, origin)
-        elif op.kind == "merge":  # a branch read at its own point (autodiff's guards)
-            if tuple(e.index) != tuple(op.domain) or ed.ops[e.src].domain != op.domain:
-                self.unsupported(op, where, origin)
-            self.forward(i, mask, axes, origin)
-        elif op.kind == "take" and slot == 0:
-            n = len(ed.in_edges(i)) - 1
-            first = op.attrs["axis"] % (rank - n + 1) - rank
-            picked = range(first, first + n)
-            if not set(axes) & set(picked):  # a pick along the range ends the mask
-                self.forward(i, mask, [a + n if a < first else a for a in axes], origin)
-        elif op.kind == "transpose" and len(axes) == 1:
-            perm = [p % rank for p in op.attrs["perm"]]
-            self.forward(i, mask, [perm.index(axes[0] + rank) - rank], origin)
-        elif op.kind == "expand_dims":
-            out_rank = op.type.ndim
-            new = sorted(a % out_rank for a in _axes(op.attrs["axis"], out_rank))
-            rest = [q for q in range(out_rank) if q not in new]
-            self.forward(i, mask, [rest[a + rank] - out_rank for a in axes], origin)
-        elif op.kind == "squeeze":
-            gone = [a % rank for a in _axes(op.attrs["axis"], rank)]
-            if any(a + rank in gone for a in axes):
-                self.unsupported(op, where, origin)
-            self.forward(i, mask, [a + sum(1 for g in gone if g > a + rank) for a in axes],
-                         origin)
-        else:
+        carry_rule = CATALOG[op.kind].ragged
+        out = None if carry_rule is None else carry_rule(self, op, slot, mask, axes, rank)
+        if out is UNSUPPORTED or out is None and carry_rule is None:
             self.unsupported(op, where, origin)
+        elif out is not None:
+            self.forward(i, mask, out, origin)
 
     def unsupported(self, op: Op, where: str, origin: Edge):
         raise RaggedError(f"{op.label} ({op.kind}) takes {where}, a range that ends at the "
@@ -678,3 +627,97 @@ def ragged(ed: Editor):
         _Lower(ed, name, r).run()
     ed.ragged = {}
     ed.renumber()
+
+
+# -- how each op carries a mask (``OpDef.ragged``) ---------------------------------------------
+# ``(lowering, op, slot, mask, axes, rank) -> axes``: the op reads, at input ``slot``, a value
+# whose ``axes`` hold points past the instance's end (false in ``mask``). The rule either masks
+# the input itself (and returns None: the mask ends here), returns the axes of its own value
+# that carry the mask on (its readers are visited next), or returns UNSUPPORTED. An op without
+# a rule is unsupported.
+def _reduce(lw, op, slot, mask, axes, rank):
+    reduced = [a - rank if a >= 0 else a for a in _axes(op.attrs.get("axis"), rank)]
+    if set(reduced) & set(axes):
+        lw.reduce_masked(op, slot, mask, axes, rank)
+        return None
+    keep = op.attrs.get("keepdims", False)
+    return [a + (0 if keep else sum(1 for r in reduced if r > a)) for a in axes]
+
+
+@rule("ragged", "softmax")
+def _softmax(lw, op, slot, mask, axes, rank):
+    if (op.attrs["axis"] % rank) - rank in axes:
+        lw.mask_input(op, slot, mask, axes, rank, ml_dtypes.finfo(op.type.dtype).min)
+    return axes
+
+
+@rule("ragged", "matmul")
+def _matmul(lw, op, slot, mask, axes, rank):
+    other = lw.ed.in_edges(op.id)[1 - slot]
+    rank_o = read_type(lw.ed.ops[other.src], other).ndim
+    rank_y = rank if slot == 1 else rank_o
+    tb = op.attrs.get("tb", False)  # y stored transposed: its axes -1 and -2 swap
+    contract = -1 if slot == 0 or rank_y == 1 or tb else -2
+    if contract in axes:
+        lw.mask_input(op, slot, mask, axes, rank, 0)
+        return None
+    if axes == [-2] and slot == 0:
+        return [-2 if rank_y >= 2 else -1]
+    if axes == [-2 if tb else -1] and slot == 1 and rank_y >= 2:
+        return [-1]
+    return UNSUPPORTED
+
+
+def _pointwise(lw, op, slot, mask, axes, rank):
+    return axes
+
+
+@rule("ragged", "merge")
+def _merge(lw, op, slot, mask, axes, rank):
+    """A branch read at its own point (autodiff's guards)."""
+    e = lw.ed.in_edges(op.id)[slot]
+    if tuple(e.index) != tuple(op.domain) or lw.ed.ops[e.src].domain != op.domain:
+        return UNSUPPORTED
+    return axes
+
+
+@rule("ragged", "take")
+def _take(lw, op, slot, mask, axes, rank):
+    if slot != 0:
+        return UNSUPPORTED
+    n = len(lw.ed.in_edges(op.id)) - 1
+    first = op.attrs["axis"] % (rank - n + 1) - rank
+    if set(axes) & set(range(first, first + n)):  # a pick along the range ends the mask
+        return None
+    return [a + n if a < first else a for a in axes]
+
+
+@rule("ragged", "transpose")
+def _transpose(lw, op, slot, mask, axes, rank):
+    if len(axes) != 1:
+        return UNSUPPORTED
+    perm = [p % rank for p in op.attrs["perm"]]
+    return [perm.index(axes[0] + rank) - rank]
+
+
+@rule("ragged", "expand_dims")
+def _expand_dims(lw, op, slot, mask, axes, rank):
+    out_rank = op.type.ndim
+    new = sorted(a % out_rank for a in _axes(op.attrs["axis"], out_rank))
+    rest = [q for q in range(out_rank) if q not in new]
+    return [rest[a + rank] - out_rank for a in axes]
+
+
+@rule("ragged", "squeeze")
+def _squeeze(lw, op, slot, mask, axes, rank):
+    gone = [a % rank for a in _axes(op.attrs["axis"], rank)]
+    if any(a + rank in gone for a in axes):
+        return UNSUPPORTED
+    return [a + sum(1 for g in gone if g > a + rank) for a in axes]
+
+
+for _k, _d in CATALOG.items():
+    if _d.category == "elementwise" or _k in ("identity", "broadcast_to"):
+        _d.ragged = _pointwise
+    elif _d.category == "reduce" and _k != "softmax":
+        _d.ragged = _reduce

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import functools
 import math
-from contextlib import contextmanager
 
 import jax
 import jax.numpy as jnp
@@ -20,28 +19,18 @@ from ..ir.ops import BINARY, CATALOG, NONE, UNARY, promote, rule
 from ..ir.sdg import Op
 from . import counter_rng
 
-_ZEROED: set[int] = set()  # ids of the traced inputs whose padding holds zeros (zero_padded)
+
+class Zeroed(tuple):
+    """The valid lengths of an input whose padding is known to hold zeros (a read of a store
+    beyond what its loop has written yet): masking it with zeros is left out, so an
+    attention step reads its values in place instead of copying them masked. A kernel's
+    ``lens`` carry the fact with the input, through ``vmap`` and fused bodies."""
 
 
-@contextmanager
-def zero_padded(xs):
-    """While tracing: the padding of each of ``xs`` is known to hold zeros (a read of a store
-    beyond what its loop has written yet), so masking it with zeros is left out. An
-    attention step then reads its values in place instead of copying them masked."""
-    ids = {id(x) for x in xs} - _ZEROED
-    _ZEROED.update(ids)
-    try:
-        yield
-    finally:
-        _ZEROED.difference_update(ids)
-
-
-def is_zero_padded(x) -> bool:
-    return id(x) in _ZEROED
-
-
-def _mask(x, axis: int, n, fill):
-    if is_zero_padded(x) and fill == 0:
+def _mask(x, axis: int, n, fill, lens=()):
+    """``x`` with entries ``n:`` of ``axis`` set to ``fill`` (left out where ``lens``, the
+    input's lengths, say its padding already holds zeros)."""
+    if isinstance(lens, Zeroed) and fill == 0:
         return x
     keep = lax.broadcasted_iota(jnp.int32, x.shape, axis) < n
     return jnp.where(keep, x, jnp.asarray(fill, x.dtype))
@@ -147,7 +136,7 @@ def _reduce_rule(fn):
         count = 1
         for ax in axes:
             if ln[ax] is not None:
-                x = _mask(x, ax, ln[ax], fill)
+                x = _mask(x, ax, ln[ax], fill, ln)
             count = count * (ln[ax] if ln[ax] is not None else x.shape[ax])
         y = fn(x, axis=axes, keepdims=op.attrs.get("keepdims", False))
         return y / jnp.asarray(count, dt) if k == "mean" else y
@@ -179,8 +168,8 @@ def _jax_matmul(op, xs, lens, types, out):
     ky = y.ndim - (1 if tb or y.ndim == 1 else 2)  # y's contracted axis
     n = lens[0][-1] if lens[0][-1] is not None else lens[1][ky]
     if n is not None:
-        x = _mask(x, x.ndim - 1, n, 0)
-        y = _mask(y, ky, n, 0)
+        x = _mask(x, x.ndim - 1, n, 0, lens[0])
+        y = _mask(y, ky, n, 0, lens[1])
     if y.ndim == 2 and tb and _fused_product(x, y, cdt):
         rows = math.prod(x.shape[:-1])
         out = _rows_product(jnp.dtype(cdt))(x.reshape(rows, x.shape[-1]), y)
@@ -234,7 +223,7 @@ def _rows_product(cdt):
 def _jax_embed(op, xs, lens, types, out):
     x, ax = xs[0], op.attrs["axis"] % xs[0].ndim
     if lens[0][ax] is not None:  # padding must not land inside the frame
-        x = _mask(x, ax, lens[0][ax], 0)
+        x = _mask(x, ax, lens[0][ax], 0, lens[0])
     frame = list(x.shape)
     frame[ax] = out[ax] + x.shape[ax]
     y = lax.dynamic_update_slice_in_dim(jnp.zeros(frame, x.dtype), x, xs[1], ax)

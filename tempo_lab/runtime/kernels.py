@@ -54,14 +54,11 @@ def _vmapped(op: Op, xs, lens, in_types, out_shape, levels):
     inner = []
     for i, ln in enumerate(lens):
         mapped = set(mapped_axes(levels, i))
-        inner.append(tuple(n for j, n in enumerate(ln) if j not in mapped))
-
-    zeroed = [i for i, x in enumerate(xs) if jax_ops.is_zero_padded(x)]
+        inner.append(type(ln)(n for j, n in enumerate(ln) if j not in mapped))
 
     def f(*args):
-        with jax_ops.zero_padded([args[i] for i in zeroed]):
-            return jax_ops.compute(base, list(args), inner, list(in_types),
-                                   out_shape[len(levels):])
+        return jax_ops.compute(base, list(args), inner, list(in_types),
+                               out_shape[len(levels):])
     xs = list(xs)
     for i, x in enumerate(xs):  # a stacked range read comes padded to its size class
         sizes = [out_shape[k] for k, level in enumerate(levels) if level[i] is not None]
@@ -108,7 +105,7 @@ def kernel_body(op: Op, in_types: tuple, patterns: tuple, out_shape: tuple, has_
     loop. ``levels``: per vectorised dim of the op, the axis of each input to map over.
     ``perms``: per input, the order its store's axes are held in (the XLA executor's
     ``perms``; None or missing: the logical order). ``zeroed``: per input, whether its
-    padding is known to hold zeros (``jax_ops.zero_padded``; missing: no)."""
+    padding is known to hold zeros (its lengths are a ``jax_ops.Zeroed``; missing: no)."""
     ndom = len(op.domain)
 
     def kernel(bufs, ints, host_value, out_buf):
@@ -142,7 +139,8 @@ def kernel_body(op: Op, in_types: tuple, patterns: tuple, out_shape: tuple, has_
                 ln.append(None if c is None else ints[pos])
                 pos += c is not None
             xs.append(x)
-            lens_struct.append(tuple(ln))
+            zero = r < len(zeroed) and zeroed[r]
+            lens_struct.append(jax_ops.Zeroed(ln) if zero else tuple(ln))
         at, slot = ints[pos:pos + ndom], ints[pos + ndom:]
         if op.kind == "sink":
             return xs[0]
@@ -153,9 +151,8 @@ def kernel_body(op: Op, in_types: tuple, patterns: tuple, out_shape: tuple, has_
         elif flag(op.kind, "value"):
             y = jnp.asarray(host_value)
         else:
-            with jax_ops.zero_padded([x for x, z in zip(xs, zeroed) if z]):
-                y = (_vmapped(op, xs, lens_struct, in_types, out_shape, levels) if levels
-                     else jax_ops.compute(op, xs, lens_struct, list(in_types), out_shape))
+            y = (_vmapped(op, xs, lens_struct, in_types, out_shape, levels) if levels
+                 else jax_ops.compute(op, xs, lens_struct, list(in_types), out_shape))
         y = jax_ops.fit(y.astype(op.type.dtype), out_shape)
         if not has_store:
             return y

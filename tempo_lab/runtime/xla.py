@@ -61,7 +61,6 @@ UNROLL_STATEMENTS = 1024  # ... while the program then traces at most this many 
 PEEL_STATEMENTS = 128  # a loop body of at most this many statements may be traced twice, a
 PEEL_SHARE = 20  # larger one when the branches peeling settles are a 20th of its statements
 MIN_SPAN = 16  # a loop is split into spans of at least this many steps
-_KEEPS_ZEROS = ("transpose", "squeeze", "expand_dims", "identity")  # zeros stay zeros
 BAKED_SIZE = 1024  # constants of at most this many elements become literals of the program
 MAX_PROGRAMS = 64  # compiled programs kept process-wide (XLA code only: no SDG, no weights)
 _PROGRAMS = LRU(MAX_PROGRAMS)
@@ -388,7 +387,7 @@ class _Xla:
 
     def _zeroed(self) -> set[tuple[int, int]]:
         """(statement, read) pairs whose padding is known to hold zeros, so that no op masks
-        it (``jax_ops.zero_padded``): a range read from the start of a store to past the
+        it (``jax_ops.Zeroed``): a range read from the start of a store to past the
         point written at this step, in the loop that writes that store one point a step in
         order (a loop run once: outside any other loop, with only unrolled ones inside it),
         of a store that starts as zeros (not prefilled, no ring on that axis): what lies
@@ -422,7 +421,7 @@ class _Xla:
                 for i, r in enumerate(st.reads):
                     if r.src in self.local:
                         ok = r.src in made and all(
-                            self.lowered.stmts[j].op.kind in _KEEPS_ZEROS and (j, 0) in found
+                            flag(self.lowered.stmts[j].op.kind, "keeps_zeros") and (j, 0) in found
                             for j in made[r.src])
                     else:
                         ok = k in where and r.src in written and self._past_written(
