@@ -24,6 +24,7 @@ state, and the run raises the same error as the other executors when the program
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 import re
 import time
@@ -64,7 +65,8 @@ MIN_SPAN = 16  # a loop is split into spans of at least this many steps
 BAKED_SIZE = 1024  # constants of at most this many elements become literals of the program
 MAX_PROGRAMS = 64  # compiled programs kept process-wide (XLA code only: no SDG, no weights)
 _PROGRAMS = LRU(MAX_PROGRAMS)
-_ACTIVE: list[Host] = []  # the host of the run in progress, for the program's callbacks
+_RUNS: dict[int, Host] = {}  # the runs in progress by id: a callback gets its run's id as
+_RUN_IDS = itertools.count(1)  # an argument of the program, so concurrent runs never mix
 
 
 class XlaBackend:
@@ -663,7 +665,7 @@ class _Xla:
     def _program(self):
         names = list(self.sdg.params)
 
-        def program(bvec, hosts):
+        def program(bvec, hosts, run_id):
             env = {ic.bound(p): bvec[k] for k, p in enumerate(names)}
             hosts = dict(zip(self.lowered.hosts, hosts))
             state = {"s": {i: self._prefill(i, hosts[i]) if i in self.prefilled else
@@ -672,7 +674,7 @@ class _Xla:
                      "w": {i: jnp.int32(-1) for i in self.sdg.untils.values()},
                      "b": {p: env[ic.bound(p)] for p in self.sdg.untils},
                      "err": jnp.zeros(2 + self._ndom, jnp.int32)}
-            ctx = _Trace(self, hosts)
+            ctx = _Trace(self, hosts, run_id)
             state = ctx.node(self.schedule.ast, env, state,
                              {i: self._literal(i) for i in self.baked})
             outs = {i: _logical(state["s"][i], self.perms.get(i))
@@ -728,7 +730,7 @@ class _Xla:
     def _args(self) -> tuple:
         """The program's arguments for the compiled bounds: bound values and host inputs."""
         bvec = np.asarray([self.bounds.get(p, 1) for p in self.sdg.params], np.int32)
-        return bvec, self._hosts()
+        return bvec, self._hosts(), np.int32(0)  # run 0: no host to call back
 
     def hlo(self) -> str:
         """The compiled XLA program as HLO text (after SPMD partitioning on a mesh: the shapes
@@ -778,15 +780,16 @@ class _Xla:
         hosts = self._hosts(host)
         fn = self._compiled()
         bvec = np.asarray([int(bounds.get(p, 1)) for p in self.sdg.params], np.int32)
-        _ACTIVE.append(host)
+        run_id = next(_RUN_IDS) % 2**31
+        _RUNS[run_id] = host
         try:
             # waits for the program; one transfer of everything it returns
-            outs, ints = to_host(fn(bvec, hosts))
+            outs, ints = to_host(fn(bvec, hosts, np.int32(run_id)))
             n = len(self._ops)
             calls, ends, err = np.split(ints, [n, n + len(self.sdg.untils)])
             reached = dict(zip(self.sdg.untils, ends))
         finally:
-            _ACTIVE.pop()
+            del _RUNS[run_id]
         host.raise_error()
         if err[0]:  # the first max/min over an empty range, as the other executors raise it
             s = int(err[1])
@@ -815,9 +818,9 @@ def _pinned(ex: _Xla, v, state: dict) -> dict:
 
 
 def _host_call(method: str, s: int, default=None):
-    """A callback into the host of the run in progress (statement ``s``'s ``method``)."""
-    def call(*args):
-        return _ACTIVE[-1].guarded(method, default)(s, *args)
+    """A callback into the host of run ``run_id`` (statement ``s``'s ``method``)."""
+    def call(run_id, *args):
+        return _RUNS[int(run_id)].guarded(method, default)(s, *args)
     return call
 
 
@@ -882,8 +885,8 @@ class _Trace:
     "w": until ops' last written point, "b": until bounds as reached, "err": the first
     max/min over an empty range (1 + statement, then its point)}."""
 
-    def __init__(self, ex: _Xla, hosts: dict):
-        self.ex, self.hosts = ex, hosts
+    def __init__(self, ex: _Xla, hosts: dict, run_id):
+        self.ex, self.hosts, self.run_id = ex, hosts, run_id
         self.seg: tuple = ()  # (loop variable, largest value) of the split loops being traced
         # the split loop traced as one loop: (it, its plan (_Xla.switched), its variable)
         self.switch: tuple | None = None
@@ -1159,15 +1162,15 @@ class _Trace:
             shape = jax.ShapeDtypeStruct(tuple(op.type.shape), op.type.dtype)
             host = io_callback(_host_call("source_call", k,
                                           lambda: np.zeros(shape.shape, shape.dtype)),
-                               shape, tuple(point), ordered=True)
+                               shape, self.run_id, tuple(point), ordered=True)
         y = fn(tuple(bufs), ints, host, None)
         if op.kind == "sink" or k in ex.checked:
             r = st.reads[0]
             lens = r.lens([ic.jax_int(p.length, env) for p in r.padded()])
         if op.kind == "sink":
             have = [n for n in lens if n is not None]
-            io_callback(_sink_call(k, [n is None for n in lens]), None, tuple(point), y,
-                        tuple(have), ordered=True)
+            io_callback(_sink_call(k, [n is None for n in lens]), None, self.run_id,
+                        tuple(point), y, tuple(have), ordered=True)
         if k in ex.checked:
             axes = _reduced(op, len(lens))
             empty = jnp.bool_(False)
@@ -1301,10 +1304,10 @@ def _merge(state, keys, carry):
 def _sink_call(s: int, static: list[bool]):
     """The sink callback of statement ``s``: the valid lengths come for the symbolic axes
     only (``static`` marks the others)."""
-    def call(point, y, have):
+    def call(run_id, point, y, have):
         it = iter(have)
         lens = [None if st else int(next(it)) for st in static]
-        return _ACTIVE[-1].guarded("sink")(s, point, y, lens)
+        return _RUNS[int(run_id)].guarded("sink")(s, point, y, lens)
     return call
 
 
