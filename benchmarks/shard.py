@@ -69,7 +69,7 @@ def partitioned(prog) -> bool:
     import jax.numpy as jnp
 
     layout, hlo = prog.lowered.layout, prog.executable.hlo()
-    for i, s in prog.executable.prepared.shapes.items():
+    for i, s in prog.executable.prepared.plan.shapes.items():
         sharding = layout.store(i, len(s[0]))
         if sharding is not None:
             local = sharding.shard_shape(s[0])

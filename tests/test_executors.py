@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import tempo_lab as tl
 from tempo_lab.demo import decoder, make_weights, numpy_decoder
-from tempo_lab.runtime import xla
+from tempo_lab.runtime import xla, xla_plan
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/ is not a package
 
@@ -416,7 +416,7 @@ def test_xla_splits_a_loop_whose_reads_grow_and_stays_exact(weights, monkeypatch
     prog = ctx.compile(bounds={N: LAYERS, T: 150}, outputs={"y": y}, config=cfg("xla"))
     assert "not split: its growing reads are whole buffers" in prog.executable.source
     close(prog.run()["y"], want, msg="unrolled")
-    monkeypatch.setattr(xla, "UNROLL_STEPS", 1)
+    monkeypatch.setattr(xla_plan, "UNROLL_STEPS", 1)
     for split, kw, tiled in ((8, {"tile": False}, False), (1, {"tile": False}, False),
                              (8, {"tile_block": 32}, True), (8, {}, False), (1, {}, True)):
         prog = ctx.compile(bounds={N: LAYERS, T: 150}, outputs={"y": y},
@@ -527,7 +527,7 @@ def test_xla_fills_an_input_store_with_the_whole_array_at_the_start():
         h[t] = tl.tanh(x[t] + h[t - 1]) + x[0:t + 1].sum(axis=0) * 0.1
     outs = {"h": h}
     xla = ctx.compile(bounds={T: 13}, outputs=outs, config=cfg("xla"))
-    assert op_named(xla, "x") in xla.executable.prepared.prefilled
+    assert op_named(xla, "x") in xla.executable.prepared.plan.prefilled
     line = next(s for s in xla.executable.source.splitlines() if "from_array" in s)
     assert "filled with the whole array" in line
     got = xla.run()
@@ -607,8 +607,8 @@ def test_xla_writes_small_constants_into_the_program_and_keys_it_by_their_values
             h[0] = tl.ones((3,))
             h[t] = 1 / (k + tl.exp(-h[t - 1]))
         prog = ctx.compile(bounds={T: 6}, outputs={"h": h}, config=cfg("xla"))
-        assert op_named(prog, "k") in prog.executable.prepared.baked
-        assert op_named(prog, "k") not in prog.executable.prepared.shapes
+        assert op_named(prog, "k") in prog.executable.prepared.plan.baked
+        assert op_named(prog, "k") not in prog.executable.prepared.plan.shapes
         assert "k = const()  [constant in the program]" in prog.executable.source
         return prog.run()["h"]
 
@@ -641,7 +641,7 @@ def test_xla_holds_a_store_read_by_a_transpose_in_the_order_the_transpose_gives(
     outs = {"att": att, "k": k} if read != "window" else {"att": att}
     config = cfg("xla", tile_block=8) if read == "tiled" else cfg("xla")
     prog = ctx.compile(bounds={T: 40}, outputs=outs, config=config)
-    held = prog.executable.prepared.perms
+    held = prog.executable.prepared.plan.perms
     assert held.get(op_named(prog, "k")) == (1, 0, 2), held
     if read != "tiled":
         assert held.get(op_named(prog, "x")) == (1, 0, 2), held
@@ -665,7 +665,7 @@ def test_xla_unrolls_the_loop_over_layers_and_holds_each_layers_weights_apart(la
     tokens = np.random.default_rng(layers).standard_normal((STEPS, EMBED)).astype(np.float32)
     ctx, N, T, y = _last_layer(w, tokens)
     prog = ctx.compile(bounds={N: layers, T: STEPS}, outputs={"y": y}, config=cfg("xla"))
-    ex = prog.executable.prepared
+    ex = prog.executable.prepared.plan
     assert list(ex.unrolled.values()) == [(0, layers)]
     assert f"for i_n in 0..{layers}:  # unrolled" in ex.source
     weights = {op_named(prog, k) for k in w}
@@ -711,7 +711,7 @@ def test_xla_keeps_a_store_read_by_a_loop_variable_stacked():
         h[t, n] = tl.tanh(h[t - 1, n] * wts[n] + wts[tl.min(t, N - 1)])
     outs = {"h": h}
     prog = ctx.compile(bounds={T: 5, N: 6}, outputs=outs, config=cfg("xla"))
-    ex = prog.executable.prepared
+    ex = prog.executable.prepared.plan
     assert ex.unrolled and op_named(prog, "wts") not in ex.unstacked
     close(prog.run()["h"], ctx.compile(bounds={T: 5, N: 6}, outputs=outs,
                                        config=REFERENCE).run()["h"])
@@ -728,12 +728,12 @@ def test_xla_does_not_unroll_layers_into_every_span_of_a_long_loop(monkeypatch):
     ctx, N, T, y = _last_layer(w, tokens)
     want = numpy_decoder(w, tokens, HEADS)
     prog = ctx.compile(bounds={N: 12, T: 128}, outputs={"y": y}, config=cfg("xla"))
-    ex = prog.executable.prepared
+    ex = prog.executable.prepared.plan
     assert ex.unrolled and "spans of" not in ex.source and "not split" in ex.source
     close(prog.run()["y"], want)
-    monkeypatch.setattr(xla._Xla, "_in_place", lambda self, st, r: False)
+    monkeypatch.setattr(xla_plan.XlaPlan, "_in_place", lambda self, st, r: False)
     prog = ctx.compile(bounds={N: 12, T: 128}, outputs={"y": y}, config=cfg("xla"))
-    ex = prog.executable.prepared
+    ex = prog.executable.prepared.plan
     assert "8 spans of 16 steps" in ex.source and not ex.unrolled and not ex.unstacked
     close(prog.run()["y"], want)
 

@@ -12,7 +12,7 @@ from hypothesis import Phase, given, note, settings
 from hypothesis import strategies as st
 
 import tempo_lab as tl
-from tempo_lab.runtime import xla
+from tempo_lab.runtime import xla_plan
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/ is not a package
 
@@ -128,9 +128,9 @@ def _spans(switched: bool):
     steps), its per-span work under one ``lax.switch`` or, not ``switched``, one loop per
     span."""
     with ExitStack() as stack:
-        stack.enter_context(mock.patch.object(xla, "MIN_SPAN", 1))
+        stack.enter_context(mock.patch.object(xla_plan, "MIN_SPAN", 1))
         if not switched:
-            stack.enter_context(mock.patch.object(xla._Xla, "_switch_plan",
+            stack.enter_context(mock.patch.object(xla_plan.XlaPlan, "_switch_plan",
                                                   lambda self, node: None))
         yield
 

@@ -1,0 +1,814 @@
+"""What the XLA executor decides about a run before it traces anything: ``XlaPlan``.
+
+Every decision the XLA-loop executor (``runtime/xla.py``) makes from the lowered program and the
+run's bounds lives here, JAX-free, so that it can be printed (``plan.pretty()``), tested and
+changed without reading the tracer: each store's static shape and the order its axes are held
+in; stores held one buffer per point (a layer's weights, read in place); values that stay traced
+values (written and read in one iteration); small constants baked into the program; inner loops
+unrolled; loops split into spans padded per span and the switch plan that traces only what
+differs per span; loops whose first step is traced apart (peeled); reads whose padding is known
+to hold zeros; statements whose range can be empty. The tracer reads these facts from the plan
+it is given; nothing is passed through module state.
+"""
+from __future__ import annotations
+
+import functools
+import math
+from typing import NamedTuple
+
+import numpy as np
+
+from ..ir.ops import flag
+from ..ir.sdg import SDG
+from ..ir.vmap import base_op
+from ..memory.plan import MemoryPlan
+from ..schedule import Exec, For, If, Seq, While
+from ..stage import Stage
+from ..symbolic import Const, Dim, as_expr
+from ..symbolic import isl as I
+from ..symbolic.cond import decide
+from ..symbolic.expr import Lin
+from ..symbolic.sizes import size_class
+from . import index_code as ic
+from .lowered import Lowered, Padded, Stmt
+
+UNROLL_STEPS = 32  # an inner loop of at most this many steps may be traced once per step
+UNROLL_STATEMENTS = 1024  # ... while the program then traces at most this many copies of
+# its statements (counted as if a loop split into spans traced all of its body once per span)
+PEEL_STATEMENTS = 128  # a loop body of at most this many statements may be traced twice, a
+PEEL_SHARE = 20  # larger one when the branches peeling settles are a 20th of its statements
+MIN_SPAN = 16  # a loop is split into spans of at least this many steps
+BAKED_SIZE = 1024  # constants of at most this many elements become literals of the program
+TO_DICT_VERSION = 1
+
+
+class XlaPlan(Stage):
+    """Every decision about how the loop AST runs as one XLA program for these bounds. Built
+    once per executable; its attributes cannot be reassigned (the memo tables inside, for
+    split loops, are filled as the tracer asks and hold the same answers every time)."""
+
+    def __init__(self, lowered: Lowered, split: int = 8):
+        s = super().__setattr__
+        s("lowered", lowered)
+        s("sdg", lowered.sdg)
+        s("schedule", lowered.schedule)
+        s("memory", lowered.plan)
+        s("bounds", lowered.bounds)
+        s("_building", True)
+        self._build(split)
+        s("_building", False)
+
+    def __setattr__(self, name, value):
+        if not self._building:
+            raise AttributeError(f"XlaPlan is frozen: {name} cannot be set")
+        super().__setattr__(name, value)
+
+    def _build(self, split: int):
+        lowered = self.lowered
+        self.local = _local_values(self.sdg, self.memory, self.schedule.ast,
+                                   set(self.sdg.untils.values()))
+        self.baked = self._baked()
+        self.perms = self._store_perms()
+        self.shapes = self._store_shapes()
+        self.prefilled = self._prefilled()
+        self.split = max(1, int(split))
+        unrolled = self._unrolled(spans=False)
+        while True:  # unrolling may hold stores apart, so that a loop around is not split
+            self.unrolled = unrolled
+            self.unstacked = self._unstacked()
+            kept = self._unrolled(spans=True)
+            if kept.keys() >= unrolled.keys():
+                break
+            unrolled = {k: v for k, v in unrolled.items() if k in kept}
+        self.zeroed = self._zeroed()
+        self.by_point = self._by_point()
+        self.pads = [self._static_pads(st) for st in lowered.stmts]
+        self._seg_pads: dict[tuple, tuple] = {}
+        self._switch: dict[int, dict | None] = {}
+        self._described: dict[int, list] = {}  # the Seqs of switched loops (_describe)
+        self.ops = sorted({n.op for n in self.schedule.ast.walk() if isinstance(n, Exec)})
+        self.slot = {i: k for k, i in enumerate(self.ops)}  # statement counters, by op
+        self.checked = {k for k, st in enumerate(lowered.stmts)
+                        if flag(st.op.kind, "nonempty") and _may_be_empty(lowered, st)}
+        self.ndom = max((len(st.op.domain) for st in lowered.stmts), default=0)
+        self.source = "\n".join(self._describe(self.schedule.ast, 0, {}))
+
+    def __repr__(self) -> str:
+        return (f"XlaPlan({len(self.shapes)} stores, {self.static_bytes} B static, "
+                f"{len(self.local)} traced values, {len(self.unstacked)} unstacked, "
+                f"{len(self.unrolled)} unrolled loops, {len(self.zeroed)} zero-padded reads)")
+
+    def _sections(self):
+        loops = [f"{line.strip()}" for line in self.source.splitlines()
+                 if line.lstrip().startswith(("lax.fori_loop", "lax.while_loop", "for "))
+                 and "#" in line]
+        consts = [self.sdg.ops[i].label for i in sorted(self.baked)]
+        zeroed = [f"{self.lowered.stmts[k].op.label} reads "
+                  f"{self.sdg.ops[self.lowered.stmts[k].reads[r].src].label} in place"
+                  for k, r in sorted(self.zeroed)]
+        return [*self.sections(),
+                ("constants baked into the program", consts),
+                ("loops unrolled, split into spans or peeled", loops),
+                ("reads whose padding holds zeros (not masked)", zeroed)]
+
+    def sections(self):
+        """The decisions a reader of the executable sees (``executable.pretty()``)."""
+        stores = [f"{self.sdg.ops[i].label}: {dt.name if hasattr(dt, 'name') else dt}"
+                  f"{list(sh)}" + (f" (axes held in the order {list(self.perms[i])})"
+                                   if i in self.perms else "")
+                  + (f" (one buffer per point of axis {self.unstacked[i]})"
+                     if i in self.unstacked else "")
+                  + (" (the host array in place: not allocated)" if i in self.in_place else "")
+                  for i, (sh, dt) in sorted(self.shapes.items())]
+        local = [self.sdg.ops[i].label for i in sorted(self.local)]
+        return [("static stores (allocated for the whole run)", stores),
+                ("values kept in registers (written and read in one iteration)", local),
+                ("source", self.source.splitlines())]
+
+    def _baked(self) -> set[int]:
+        """Small constants (not outputs) written into the program as literals, not held in
+        stores: XLA then sees their values (``1 / (1 + exp(-z))`` stays a sigmoid with a
+        constant one; passed in as a run-time value, the fused kernel was measured 7x slower)."""
+        outputs = set(self.sdg.outputs.values())
+        return {i for i, s in self.memory.storages.items()
+                if (op := self.sdg.ops[i]).kind == "const" and not op.domain
+                and i not in outputs and np.size(op.attrs["value"]) <= BAKED_SIZE
+                and np.shape(op.attrs["value"]) == tuple(s.spatial)}
+
+    def _store_perms(self) -> dict[int, tuple]:
+        """Stores held in another order of axes than the logical one (point axes, then value
+        axes): a store that a ``transpose`` reads over a range is held in the order that
+        transpose gives, after the axes the read indexes by point. A step's read of keys over
+        ``0:t+1`` is then a slice in the order attention contracts it; held in the logical
+        order, every step copied the slice into that order (the transpose XLA now folds away
+        cost a fifth of a decode step at 1024 keys). Not under a mesh (the stores' shardings
+        are in the logical order) and not for a ``tl.until`` condition."""
+        if self.lowered.layout is not None:
+            return {}
+        skip = self.local | self.baked | set(self.sdg.untils.values())
+        found: dict[int, tuple | None] = {}
+        for st in self.lowered.stmts:
+            if st.op.kind != "transpose" or len(st.reads) != 1 or st.reads[0].src in skip:
+                continue
+            r = st.reads[0]
+            order = _read_order(st, len(self.memory.storages[r.src].spatial))
+            if order is not None and found.setdefault(r.src, order) != order:
+                found[r.src] = None  # readers that disagree: the logical order
+        return {i: p for i, p in found.items() if p is not None and list(p) != sorted(p)}
+
+    def _store_shapes(self) -> dict[int, tuple]:
+        """Every store's shape as held (in the order of ``perms``), and its dtype."""
+        out = {}
+        for i, s in self.memory.storages.items():
+            if i in self.local or i in self.baked:
+                continue
+            op = self.sdg.ops[i]
+            axes = [w if w is not None else s.allocated(k, self.bounds.get(d.bound.name, 1))
+                    for k, (d, w) in enumerate(zip(op.domain, s.slots))]
+            shape = tuple(axes) + tuple(s.spatial)
+            out[i] = (tuple(shape[k] for k in self.perms.get(i, range(len(shape)))), s.dtype)
+        return out
+
+    def _prefilled(self) -> set[int]:
+        """``from_array`` ops whose store holds every point of the array, and constants held in
+        a store: the store starts as the array itself (an argument of the program) instead of
+        zeros that the array is copied into, point by point (a loop of as many steps). Not for
+        outputs, whose points outside the demanded set must stay zeros."""
+        out = set()
+        outputs = set(self.sdg.outputs.values())
+        for i in self.shapes:
+            op, s = self.sdg.ops[i], self.memory.storages[i]
+            arr = op.attrs.get({"from_array": "array", "const": "value"}.get(op.kind, ""))
+            nd = len(op.domain)
+            whole = all(w is None or w >= self.bounds.get(d.bound.name, w + 1)  # a ring that
+                        for d, w in zip(op.domain, s.slots))  # holds every point is whole
+            if (arr is not None and (nd or op.kind == "const") and i not in outputs and whole
+                    and np.ndim(arr) == nd + len(s.spatial)
+                    and tuple(np.shape(arr)[nd:]) == tuple(s.spatial)):
+                out.add(i)
+        return out
+
+    def _by_point(self) -> set[int]:
+        """Prefilled stores held one buffer per point of their first axis whose array has the
+        store's layout there: each point's array is an argument of its own (a view of the
+        user's array, in place on the CPU), not a slice the program cuts out, which XLA
+        copies (every layer's weights a second time)."""
+        out = set()
+        for i in self.prefilled & set(self.unstacked):
+            shape, dtype = self.shapes[i]
+            arr = self.lowered.host_array(i)
+            if (self.held_axis(i) == 0 and i not in self.perms and np.dtype(dtype) == arr.dtype
+                    and tuple(arr.shape[1:]) == tuple(shape[1:]) and arr.shape[0] <= shape[0]):
+                out.add(i)
+        return out
+
+    @functools.cached_property
+    def in_place(self) -> set[int]:
+        """Prefilled stores that are the host array itself, as it is (same shape and dtype,
+        axes in order): the program's argument, the user's array in place on the CPU, not a
+        buffer the program allocates."""
+        out = set()
+        for i in self.prefilled - set(self.perms):
+            shape, dt = self.shapes[i]
+            arr = self.lowered.host_array(i)
+            if arr.dtype == np.dtype(dt) and (tuple(arr.shape) == tuple(shape) or (
+                    i in self.by_point and tuple(arr.shape[1:]) == tuple(shape[1:])
+                    and arr.shape[0] == shape[0])):
+                out.add(i)
+        return out
+
+    @functools.cached_property
+    def static_bytes(self) -> int:
+        """Bytes of the stores the program allocates (not those held in place)."""
+        return sum(int(np.prod(shape, dtype=np.int64)) * np.dtype(dt).itemsize
+                   for i, (shape, dt) in self.shapes.items() if i not in self.in_place)
+
+    @property
+    def predicted_peak_bytes(self) -> int:
+        """Every store is allocated for the whole run: the peak is their sum."""
+        return self.static_bytes
+
+    def _max(self, op, p: Padded) -> int:
+        dom = self.schedule.domains[op.id]
+        if dom.is_empty() or p.orig is None:
+            return 1
+        return max(1, _max_over(p.orig, dom, op.domain, self.bounds, 1))
+
+    def _static_pads(self, st: Stmt, seg: tuple = ()) -> tuple:
+        """Padded sizes for every symbolic length of a statement, fixed for the whole run (or
+        for one segment of a split loop, ``seg``: (loop variable, its largest value) pairs): a
+        range read at its largest size class; a value's symbolic axes at its store's size."""
+        pads = []
+        for r in st.reads:
+            src = self.memory.storages[r.src]
+            for e in r.entries:
+                if e[0] == "s":
+                    p = e[2]
+                    pads.append(p.cap if p.cap is not None else _in_segment(p, seg) or
+                                size_class(self._max(st.op, p)))
+            for j, c in enumerate(r.cut):
+                if c is not None:
+                    pads.append(r.src in self.local and _in_segment(c, seg) or src.spatial[j])
+        own = self.memory.storages.get(st.op.id)
+        for j, x in enumerate(st.out):
+            if isinstance(x, Padded):
+                seg_pad = st.op.id in self.local and _in_segment(x, seg)
+                pads.append(seg_pad or (own.spatial[j] if own is not None else
+                                        x.cap if x.cap is not None else
+                                        size_class(self._max(st.op, x))))
+        return tuple(pads)
+
+    def pads_for(self, s: int, seg: tuple) -> tuple:
+        if not seg:
+            return self.pads[s]
+        key = (s, seg)
+        if key not in self._seg_pads:
+            self._seg_pads[key] = self._static_pads(self.lowered.stmts[s], seg)
+        return self._seg_pads[key]
+
+    def segments(self, node: For, whole: bool = True) -> list[tuple[int, int]]:
+        """How a loop is split so that range reads growing with its variable are padded per
+        segment, not to their largest size: [(first, end)] with equal static spans, or [] to
+        keep it whole (no such read, a bound that depends on another loop, or, with
+        ``whole``, every such read a whole buffer read in place: a slice per segment would
+        be copied, at about twice the cost of reading the whole buffer). Loops inside are
+        traced once per segment, their reads padded for it too."""
+        if self.split < 2 or node.step != 1 or node.hi.dims() or node.lo.dims():
+            return []
+        v = Dim(node.var)
+        grows = any(_offset(p, v) is not None
+                    for n in node.body.walk() if isinstance(n, Exec)
+                    for st in self.lowered.stmts_of(n) for r in st.reads
+                    if r.src in self.shapes and not (whole and self._in_place(st, r))
+                    for p in r.padded() if p.cap is None)
+        if not grows:
+            return []
+        classes = {b: size_class(n) for b, n in self.bounds.items()}
+        hi = node.hi.evaluate(classes)
+        span = -(-hi // self.split)
+        if span < MIN_SPAN:
+            return []
+        return [(k * span, (k + 1) * span) for k in range(self.split)]
+
+    def _unrolled(self, spans: bool) -> dict[int, tuple[int, int]]:
+        """Inner loops traced once per step, by ``id``: (first, end). An inner loop whose
+        variable picks a point of a store that the enclosing loop does not write (a layer's
+        weights, read at ``n`` in the loop over layers inside the loop over steps) reads it
+        by a dynamic index, which XLA copies out at every step; with the variable a constant,
+        each layer's weights can be a buffer of their own (``_unstacked``), read in place.
+        Only loops whose bounds are fixed numbers for these bounds, with few steps, outside
+        a ``tl.until`` loop's bound, and only while the program stays small: XLA's compile
+        time grows with the copies traced, ``spans`` counting the spans of the loops around
+        (twelve layers in eight spans of the decode loop: compiled in 10.3 s against 2.6 s,
+        for a step 18 % faster; with their keys and values held apart too, the loop is not
+        split, and unrolled they ran 1.34 ms a token against 1.97, first run 3.1 s against
+        4.3)."""
+        return {id(node): (node.lo.evaluate(self.bounds), node.hi.evaluate(self.bounds))
+                for node, loops in _nodes_in_loops(self.schedule.ast)
+                if isinstance(node, For) and loops and self._unrolls(node, loops, spans)}
+
+    def _unrolls(self, node: For, loops: tuple, spans: bool) -> bool:
+        lo, hi = as_expr(node.lo), as_expr(node.hi)
+        if (isinstance(node, While) or node.step != 1 or lo.dims() or hi.dims()
+                or any(b.name in self.sdg.untils for b in lo.bounds() | hi.bounds())):
+            return False
+        steps = hi.evaluate(self.bounds) - lo.evaluate(self.bounds)
+        execs = [n for n in node.body.walk() if isinstance(n, Exec)]
+        copies = steps * len(execs) * (math.prod(max(1, len(self.segments(f))) for f in loops)
+                                       if spans else 1)
+        if not 0 < steps <= UNROLL_STEPS or copies > UNROLL_STATEMENTS:
+            return False
+        v, written = Dim(node.var), set(writes(self, loops[-1]))
+        return any(e[0] == "p" and v in as_expr(e[1]).dims()
+                   for n in execs for st in self.lowered.stmts_of(n) for r in st.reads
+                   if r.src not in written and r.src in self.shapes for e in r.entries)
+
+    def _unstacked(self) -> dict[int, int]:
+        """Stores held as one buffer per point of one axis (the logical axis, by store): those
+        every statement reads, and writes, at a point of that axis that is a constant where
+        it is traced (in unrolled loops: a layer's weights, or its keys and values, at
+        ``n``). XLA copies a slice of a stacked buffer out at every step, even a constant
+        slice of a buffer the loop never writes; a buffer of its own is read in place
+        (measured: a two-layer MLP step 0.23 ms from a stacked buffer, 0.11 from one buffer
+        per layer). Not for outputs, ``tl.until`` conditions or under a mesh."""
+        if self.lowered.layout is not None:
+            return {}
+        skip = set(self.sdg.outputs.values()) | set(self.sdg.untils.values())
+        found: dict[int, int | None] = {}
+        for node, loops in _nodes_in_loops(self.schedule.ast):
+            if not isinstance(node, Exec):
+                continue
+            consts = {Dim(f.var) for f in loops if id(f) in self.unrolled}
+            for st in self.lowered.stmts_of(node):
+                for r in st.reads:
+                    if r.src in self.shapes:
+                        a = _constant_at([e[1] if e[0] == "p" else Const(0) for e in r.entries],
+                                         consts)
+                        if found.setdefault(r.src, a) != a:
+                            found[r.src] = None
+                if node.op in self.shapes and node.op not in self.prefilled:
+                    a = None if st.slots is None else _constant_at(st.slots, consts)
+                    if found.setdefault(node.op, a) != a:
+                        found[node.op] = None
+        return {i: a for i, a in found.items() if a is not None and i not in skip}
+
+    def _zeroed(self) -> set[tuple[int, int]]:
+        """(statement, read) pairs whose padding is known to hold zeros, so that no op masks
+        it (``jax_ops.Zeroed``): a range read from the start of a store to past the
+        point written at this step, in the loop that writes that store one point a step in
+        order (a loop run once: outside any other loop, with only unrolled ones inside it),
+        of a store that starts as zeros (not prefilled, no ring on that axis): what lies
+        beyond is not written yet. And a value a transpose or a squeeze makes of such a read.
+        Attention's values are then read in place at full length; masked, each step copied
+        them."""
+        written: dict[int, set] = {}  # store -> {(loop, axis)} along which every write is in order
+        where: dict[int, For] = {}  # statement -> the one loop not unrolled around it
+        made: dict[int, list[int]] = {}  # op -> its statements
+        for node, loops in _nodes_in_loops(self.schedule.ast):
+            if not isinstance(node, Exec):
+                continue
+            outer = [f for f in loops if id(f) not in self.unrolled]
+            if outer and outer[0] is not loops[0]:  # traced again per step of an unrolled loop
+                outer = []
+            for k in self.lowered.of_exec.get(id(node), ()):
+                made.setdefault(node.op, []).append(k)
+                if len(outer) == 1:
+                    where[k] = outer[0]
+                st = self.lowered.stmts[k]
+                if node.op not in self.shapes:
+                    continue
+                slots = self.memory.storages[node.op].slots
+                axes = set() if len(outer) != 1 or st.slots is None or node.op in (
+                    self.prefilled) else {(id(outer[0]), j) for j, e in enumerate(st.slots)
+                                         if as_expr(e) == Dim(outer[0].var) and slots[j] is None}
+                written[node.op] = written.get(node.op, axes) & axes
+        found: set[tuple[int, int]] = set()
+        for _ in range(2):  # a value made of a zeroed read, read later in the same step
+            for k, st in enumerate(self.lowered.stmts):
+                for i, r in enumerate(st.reads):
+                    if r.src in self.local:
+                        ok = r.src in made and all(
+                            flag(self.lowered.stmts[j].op.kind, "keeps_zeros") and (j, 0) in found
+                            for j in made[r.src])
+                    else:
+                        ok = k in where and r.src in written and self._past_written(
+                            r, where[k], written[r.src])
+                    if ok:
+                        found.add((k, i))
+        return found
+
+    @staticmethod
+    def _past_written(r, loop: For, written: set) -> bool:
+        """Whether every range of a read runs from the start of an axis that ``loop`` writes
+        in order to past the point written at this step (``0:t+1``)."""
+        ranges = [(j, e) for j, e in enumerate(r.entries) if e[0] == "s"]
+        return bool(ranges) and all(c is None for c in r.cut) and all(
+            e[3] is None and as_expr(e[1]) == Const(0) and (id(loop), j) in written
+            and (_offset(e[2], Dim(loop.var)) or 0) >= 1 for j, e in ranges)
+
+    def held_axis(self, op: int) -> int:
+        """The axis of an unstacked store, in the order it is held, whose point picks the
+        buffer."""
+        a = self.unstacked[op]
+        return self.perms[op].index(a) if op in self.perms else a
+
+    def _in_place(self, st: Stmt, r) -> bool:
+        """Whether a read is a whole buffer, read without a copy: of an unstacked store, at a
+        point of the unstacked axis only, every range from the start over the whole axis."""
+        if r.src not in self.unstacked or any(c is not None for c in r.cut):
+            return False
+        shape = self.shapes[r.src][0]
+        perm = self.perms.get(r.src, range(len(shape)))
+        for j, e in enumerate(r.entries):
+            if e[0] == "p" and j != self.unstacked[r.src]:
+                return False
+            if e[0] == "s" and (e[3] is not None or as_expr(e[1]) != Const(0)
+                                or e[2].pad(self._max(st.op, e[2]))
+                                != shape[list(perm).index(j)]):
+                return False
+        return True
+
+    def switched(self, node: For) -> dict | None:
+        """How a split loop runs as one loop: for each ``Seq`` in its body (by ``id``), its
+        children in order, a ``Run`` for those whose reads are padded per segment (traced
+        once per segment under one ``lax.switch`` on the segment of the step) with what
+        reads what they compute, a node for the rest (traced once). None keeps one loop per
+        segment: a split loop inside, or a value computed per segment read outside its run.
+        XLA compiles each copy traced, so only the work that differs per segment is copied
+        (one loop per segment compiled all of Llama's decode step eight times)."""
+        if id(node) not in self._switch:
+            self._switch[id(node)] = self._switch_plan(node)
+        return self._switch[id(node)]
+
+    def _switch_plan(self, node: For) -> dict | None:
+        segs = [((node.var, end - 1),) for _, end in self.segments(node)]
+        if any(isinstance(n, For) and self.segments(n) for n in node.body.walk()):
+            return None
+        varies = {k: len({self.pads_for(k, s) for s in segs}) > 1
+                  for k in range(len(self.lowered.stmts))}
+
+        def execs(n):
+            return [x for x in n.walk() if isinstance(x, Exec)]
+
+        def stmts(n):
+            return [k for x in execs(n) for k in self.lowered.of_exec.get(id(x), ())]
+
+        def shaped(n):  # values local to the loop whose shape differs per segment
+            out = set()
+            for k in stmts(n):
+                st = self.lowered.stmts[k]
+                m = sum(isinstance(x, Padded) for x in st.out)
+                if st.op.id in self.local and m and len(
+                        {self.pads_for(k, s)[-m:] for s in segs}) > 1:
+                    out.add(st.op.id)
+            return out
+
+        def ops(n):
+            return [x.op for x in execs(n)]
+
+        def reads(n):
+            return {r.src for k in stmts(n) for r in self.lowered.stmts[k].reads}
+
+        plan, runs, inside = {}, [], set()
+        for seq in [n for n in node.body.walk() if isinstance(n, Seq)]:
+            if id(seq) in inside:  # traced inside a run: not switched again
+                continue
+            parts, kids, i = [], _flat(seq), 0
+            inside |= {id(n) for n in _spliced(seq)}
+            while i < len(kids):  # a run starts at a statement padded per segment
+                if not (isinstance(kids[i], Exec) and any(varies[k] for k in stmts(kids[i]))):
+                    parts.append(kids[i])  # a loop or branch: its own Seqs are planned
+                    i += 1
+                    continue
+                j, made = i + 1, shaped(kids[i])
+                while True:  # ... and ends after the last node reading what it made
+                    last = max((m for m in range(j, len(kids)) if reads(kids[m]) & made),
+                               default=j - 1)
+                    if last < j:
+                        break
+                    made |= set().union(*(shaped(n) for n in kids[j:last + 1]))
+                    j = last + 1
+                run, wrote, read = [kids[i]], set(ops(kids[i])), reads(kids[i])
+                for n in kids[i + 1:j]:  # what the run does not depend on runs before it
+                    if (any(varies[k] or k in self.checked for k in stmts(n))
+                            or any(flag(self.sdg.ops[o].kind, "effect") for o in ops(n))
+                            or reads(n) & wrote or set(ops(n)) & (read | wrote)):
+                        run.append(n)
+                        wrote, read = wrote | set(ops(n)), read | reads(n)
+                    else:
+                        parts.append(n)
+                runs.append((run, made, {id(x) for n in run for x in n.walk()}))
+                inside |= runs[-1][2]
+                parts.append(len(runs) - 1)
+                i = j
+            plan[id(seq)] = parts
+        found = []
+        for run, made, members in runs:
+            after = set().union(*(reads(x) for x in execs(node.body) if id(x) not in members))
+            if after & made:
+                return None
+            mine = {o for n in run for o in ops(n)} & self.local
+            found.append(Run(tuple(run), tuple(sorted(mine & after))))
+        return {k: [found[p] if isinstance(p, int) else p for p in parts]
+                for k, parts in plan.items()}
+
+    def copies_only(self, node: For) -> bool:
+        """Whether a loop only copies arrays into prefilled stores: it is not run (its
+        statements are counted)."""
+        body = items(node.body)
+        return (not isinstance(node, While) and node.step == 1 and bool(body)
+                and not any(s.name in self.sdg.untils for s in node.hi.bounds())
+                and all(isinstance(n, Exec) and n.op in self.prefilled for n in body))
+
+    def peeled(self, node: For, lower: dict) -> bool:
+        """Whether the loop's first step is traced apart from the rest (``_peels``); only a
+        ``lax.fori_loop`` that is not split into segments."""
+        return (not isinstance(node, While) and node.step == 1 and not self.segments(node)
+                and not any(s.name in self.sdg.untils for s in node.hi.bounds())
+                and _peels(self, node, lower))
+
+    def to_dict(self) -> dict:
+        return {"version": TO_DICT_VERSION, "static_bytes": self.static_bytes, "in_place": sorted(self.in_place),
+                "static_stores": {str(i): list(sh) for i, (sh, _) in sorted(self.shapes.items())},
+                "store_axis_order": {str(i): list(p) for i, p in sorted(self.perms.items())},
+                "unstacked": {str(i): a for i, a in sorted(self.unstacked.items())},
+                "local": sorted(self.local), "source": self.source.splitlines()}
+
+    def _describe(self, node, d, lower) -> list[str]:
+        """The program as traced (``lower``: the loops' ranges, as in ``_Trace``)."""
+        pad = "  " * d
+        if isinstance(node, Seq):
+            out = []
+            for n in self._described.get(id(node), node.body):
+                if isinstance(n, Run):
+                    out.append(f"{pad}lax.switch(the span of the step):  # traced once per "
+                               "span, its reads padded for it")
+                    out += [x for m in n.nodes for x in self._describe(m, d + 1, lower)]
+                else:
+                    out += self._describe(n, d, lower)
+            return out
+        if isinstance(node, For) and self.copies_only(node):
+            return [f"{pad}{' '.join(self.schedule._stmt(n).split())}  [store, filled with the "
+                    "whole array at the start: no loop]" for n in node.body.walk()
+                    if isinstance(n, Exec)]
+        if isinstance(node, For) and id(node) in self.unrolled:
+            first, end = self.unrolled[id(node)]
+            return [f"{pad}for {ic.var(node.var)} in {first}..{end}:  # unrolled: each step "
+                    "traced with its own constant"] + self._describe(node.body, d + 1, lower)
+        if isinstance(node, For):
+            kind = "lax.while_loop" if isinstance(node, While) else "lax.fori_loop"
+            segs = self.segments(node)
+            plan = self.switched(node) if segs else None
+            self._described.update(plan or {})
+            peeled = not segs and self.peeled(node, lower)
+            note = (f"  # one loop in {len(segs)} spans of {segs[0][1]} steps" if plan else
+                    f"  # {len(segs)} loops of {segs[0][1]} steps, ranges padded per loop"
+                    if segs else "  # the first step is traced apart; below, the others"
+                    if peeled else "  # not split: its growing reads are whole buffers, read "
+                    "in place" if self.segments(node, False) else "")
+            first = as_expr(node.lo) + 1 if peeled else node.lo
+            return [f"{pad}{kind}({ic.var(node.var)} in {ic.expr_src(node.lo)}.."
+                    f"{ic.expr_src(node.hi)}):{note}"] + self._describe(
+                        node.body, d + 1, ranged(self, node, lower, first, False))
+        if isinstance(node, If):
+            if not has_exec(node):
+                return []
+            settled = decide(node.cond, lower)
+            if settled is not None:  # the loop's range decides it: traced without lax.cond
+                sub = node.then if settled else node.orelse
+                return [] if sub is None else self._describe(sub, d, lower)
+            out = [f"{pad}lax.cond({ic.cond_src(node.cond)}):"] + self._describe(
+                node.then, d + 1, lower)
+            if node.orelse is not None and has_exec(node.orelse):
+                out += [f"{pad}else:"] + self._describe(node.orelse, d + 1, lower)
+            return out
+        if isinstance(node, Exec):
+            kind = self.sdg.ops[node.op].kind
+            what = ("host callback" if flag(kind, "effect") else
+                    "value" if node.op in self.local else
+                    "constant in the program" if node.op in self.baked else
+                    "store, filled with the whole array at the start" if node.op in
+                    self.prefilled else "store")
+            return [f"{pad}{' '.join(self.schedule._stmt(node).split())}  [{what}]"]
+        return []
+
+
+def _may_be_empty(lowered: Lowered, st: Stmt) -> bool:
+    """Whether a ``max``/``min`` statement's range read can be empty for these bounds."""
+    op = st.op
+    dom = lowered.schedule.domains[op.id]
+    if dom.is_empty() or not st.edges:
+        return False
+    for x in st.edges[0].index:
+        if hasattr(x, "stop"):
+            most = _max_over(x.start - x.stop, dom, op.domain, lowered.bounds, None)
+            if most is not None and most >= 0:
+                return True
+    return False
+
+
+def _max_over(e, dom, dims, bounds, default):
+    """isl's maximum of ``e`` over ``dom`` for these bounds; ``default`` when no point of
+    ``dom`` exists for them."""
+    try:
+        return I.max_over(e, dom, dims, bounds)
+    except ValueError:  # isl answers NaN for an empty set
+        return default
+
+
+def _offset(p: Padded, v: Dim) -> int | None:
+    """c when the length is ``v + c``."""
+    d = p.length - v
+    return d.value if isinstance(d, Const) else None
+
+
+def _in_segment(p: Padded, seg: tuple) -> int | None:
+    """The padded size of a length ``v + c`` in a segment where ``v`` is at most ``top``."""
+    for var, top in seg:
+        c = _offset(p, Dim(var))
+        if c is not None:
+            return max(1, top + c)
+    return None
+
+
+def _nodes_in_loops(node, loops: tuple = ()):
+    """Every loop and statement of the AST with the loops around it, outermost first."""
+    if isinstance(node, Seq):
+        for n in node.body:
+            yield from _nodes_in_loops(n, loops)
+    elif isinstance(node, If):
+        yield from _nodes_in_loops(node.then, loops)
+        if node.orelse is not None:
+            yield from _nodes_in_loops(node.orelse, loops)
+    elif isinstance(node, For):
+        yield node, loops
+        yield from _nodes_in_loops(node.body, loops + (node,))
+    elif isinstance(node, Exec):
+        yield node, loops
+
+
+class Run(NamedTuple):
+    """Consecutive nodes of a split loop's body traced once per segment (XlaPlan.switched),
+    and the values local to the loop that they compute and later nodes read."""
+    nodes: tuple
+    values: tuple
+
+
+def _flat(seq: Seq) -> list:
+    """A ``Seq``'s children with the ``Seq``s among them spliced in."""
+    return [m for n in seq.body for m in (_flat(n) if isinstance(n, Seq) else [n])]
+
+
+def _spliced(seq: Seq) -> list:
+    """The ``Seq``s that ``_flat`` splices into ``seq``."""
+    return [m for n in seq.body if isinstance(n, Seq) for m in [n, *_spliced(n)]]
+
+
+def has_exec(node) -> bool:
+    return any(isinstance(n, Exec) for n in node.walk())
+
+
+def writes(xp: XlaPlan, node) -> list[int]:
+    return sorted({n.op for n in node.walk() if isinstance(n, Exec) and n.op in xp.shapes})
+
+
+def _read_order(st: Stmt, nspatial: int) -> tuple | None:
+    """The order of store axes in which a ``transpose`` statement's range read comes out
+    already transposed: the axes it reads by point, then the read's axes (ranges, then
+    values) in the order of the statement's output; None when the read has no range or a
+    vectorised level does not map it."""
+    r = st.reads[0]
+    points = [j for j, e in enumerate(r.entries) if e[0] == "p"]
+    axes = [j for j, e in enumerate(r.entries) if e[0] == "s"]
+    if not axes:
+        return None
+    axes += [len(r.entries) + k for k in range(nspatial)]
+    out = []
+    for level in st.levels:  # each vectorised level leads the output with its mapped axis
+        if level[0] is None or level[0] >= len(axes):
+            return None
+        out.append(axes.pop(level[0]))
+    perm = tuple(base_op(st.op).attrs["perm"])
+    if sorted(perm) != list(range(len(axes))):
+        return None
+    return tuple(points + out + [axes[p] for p in perm])
+
+
+def _constant_in(e, consts: set) -> bool:
+    """Whether ``e`` is a number once the variables ``consts`` are (and depends on one)."""
+    return bool(e.dims()) and e.dims() <= consts and not e.bounds()
+
+
+def _constant_at(exprs, consts: set) -> int | None:
+    """The first position whose index is a number once the variables ``consts`` are, and an
+    affine one, which tracing computes in Python (``max``, ``%``: as traced values)."""
+    return next((a for a, e in enumerate(exprs) if isinstance(as_expr(e), (Dim, Lin))
+                 and _constant_in(as_expr(e), consts)), None)
+
+
+def ranged(xp: XlaPlan, node: For, lower: dict, first, exact: bool) -> dict:
+    """``lower`` with ``node``'s variable starting at ``first`` (exactly ``first`` if
+    ``exact``); unchanged for a loop whose start moves with a ``tl.until`` bound."""
+    if node.step <= 0 or any(b.name in xp.sdg.untils for b in as_expr(node.lo).bounds()):
+        return lower
+    return {**lower, Dim(node.var): (first, exact)}
+
+
+def _peels(xp: XlaPlan, node: For, lower: dict) -> bool:
+    """Whether tracing a loop's first step apart settles branches the whole loop cannot
+    (``t == 0`` or ``t >= 1`` in a recurrence), so that neither copy has their lax.conds or
+    selects: where the body is small (``PEEL_STATEMENTS``) or those branches are at least a
+    ``1 / PEEL_SHARE`` of its statements (a chain of recurrences: 46 -> 4.4 ms a run). A large
+    body with few of them is not doubled: a 16-layer decode, whose only such branches pick the
+    prompt's token, compiled twice as long peeled for no faster a step."""
+    whole = ranged(xp, node, lower, node.lo, False)
+    rest = ranged(xp, node, lower, as_expr(node.lo) + 1, False)
+
+    def settled(c) -> bool:
+        return decide(c, whole) is None and decide(c, rest) is not None
+
+    unrolls = {id(f): xp.unrolled[id(f)][1] - xp.unrolled[id(f)][0] for f in
+               node.body.walk() if isinstance(f, For) and id(f) in xp.unrolled}
+    total = gained = 0
+    for n, loops, conds in _execs_under(node.body):
+        copies = math.prod(unrolls.get(id(f), 1) for f in loops)
+        total += copies
+        idx = xp.lowered.of_exec.get(id(n), ())
+        if any(settled(c) for c in conds) or any(
+                settled(xp.lowered.stmts[k].cond) for k in idx[:-1]):  # a merge's branches
+            gained += copies
+    return gained > 0 and (total <= PEEL_STATEMENTS or gained * PEEL_SHARE >= total)
+
+
+def _execs_under(node, loops: tuple = (), conds: tuple = ()):
+    """Every statement with the loops and the conditions (of ``If`` nodes) around it."""
+    if isinstance(node, Seq):
+        for n in node.body:
+            yield from _execs_under(n, loops, conds)
+    elif isinstance(node, If):
+        yield from _execs_under(node.then, loops, conds + (node.cond,))
+        if node.orelse is not None:
+            yield from _execs_under(node.orelse, loops, conds + (node.cond,))
+    elif isinstance(node, For):
+        yield from _execs_under(node.body, loops + (node,), conds)
+    elif isinstance(node, Exec):
+        yield node, loops, conds
+
+
+def items(node) -> list:
+    return list(node.body) if isinstance(node, Seq) else [node]
+
+
+def _local_values(sdg: SDG, plan: MemoryPlan, ast, keep: set[int]) -> set[int]:
+    """Point stores whose every read happens later in the same loop iteration that wrote them,
+    inside the If branch that wrote them (if any): held as traced values, never stored."""
+    where: dict[int, tuple] = {}   # exec op -> (enclosing For id, position, If branches)
+    execs: dict[int, Exec] = {}
+    count: dict[int, int] = {}
+    pos = [0]
+
+    def visit(node, loop, branches):
+        if isinstance(node, Seq):
+            for n in node.body:
+                visit(n, loop, branches)
+        elif isinstance(node, For):
+            visit(node.body, id(node), ())
+        elif isinstance(node, If):
+            visit(node.then, loop, branches + (id(node.then),))
+            if node.orelse is not None:
+                visit(node.orelse, loop, branches + (id(node.orelse),))
+        elif isinstance(node, Exec):
+            pos[0] += 1
+            count[node.op] = count.get(node.op, 0) + 1
+            where.setdefault(node.op, (loop, pos[0], branches))
+            execs.setdefault(node.op, node)
+
+    visit(ast, None, ())
+    out = set()
+    outputs = set(sdg.outputs.values())
+    for i, s in plan.storages.items():
+        if i in outputs or i in keep or any(w != 1 for w in s.slots) or count.get(i) != 1:
+            continue
+        if i not in where:
+            continue
+        loop, p, branches = where[i]
+        w_op = sdg.ops[i]
+        w_at = tuple(execs[i].args)
+        ok = True
+        for e in sdg.out_edges(i):
+            r = execs.get(e.dst)
+            if r is None:
+                continue
+            if count.get(e.dst) != 1:
+                ok = False
+                break
+            rloop, rp, rbranches = where[e.dst]
+            at = {Dim(d.name): a for d, a in zip(sdg.ops[e.dst].domain, r.args)}
+            idx = tuple(x.substitute(at) if not hasattr(x, "stop") else None for x in e.index)
+            if rloop != loop or rp <= p or rbranches[:len(branches)] != branches \
+                    or idx != w_at or len(idx) != len(w_op.domain):
+                ok = False
+                break
+        if ok:
+            out.add(i)
+    return out

@@ -1,0 +1,48 @@
+"""The XLA executor's decisions as a plan of their own (``runtime/xla_plan.py``): readable,
+frozen, and built without JAX code, so that a decision can be checked without tracing."""
+import ast
+import pathlib
+
+import numpy as np
+import pytest
+
+import tempo_lab as tl
+from tempo_lab.runtime import xla_plan
+
+
+def _decoder_step():
+    ctx = tl.Context(dims=("t",))
+    (t,), (T,) = ctx.dims, ctx.bounds
+    with ctx:
+        w = tl.from_array(np.eye(4, dtype=np.float32), domain=(), name="w")
+        k = tl.from_array(np.ones((16, 4), np.float32), domain=(t,), name="k")
+        s = tl.softmax(k[0:t + 1] @ w, axis=0)
+        y = tl.sum(s, axis=0)
+    return ctx.compile(bounds={T: 16}, outputs={"y": y}, config=tl.CompileConfig(executor="xla"))
+
+
+def test_the_plan_prints_its_decisions_and_cannot_be_changed():
+    prog = _decoder_step()
+    plan = prog.executable.prepared.plan
+    assert isinstance(plan, xla_plan.XlaPlan)
+    assert repr(plan).startswith("XlaPlan(") and "\n" not in repr(plan)
+    text = plan.pretty()
+    for title in ("static stores", "values kept in registers", "constants baked",
+                  "loops unrolled, split into spans or peeled", "padding holds zeros", "source"):
+        assert title in text, text
+    assert plan.to_dict()["version"] == xla_plan.TO_DICT_VERSION
+    assert "<details" in plan._repr_html_()
+    with pytest.raises(AttributeError, match="frozen"):
+        plan.shapes = {}
+    np.testing.assert_allclose(prog.run()["y"], prog.on("reference").run()["y"], rtol=1e-5)
+
+
+def test_the_plan_module_has_no_jax_code():
+    """Decisions read the lowered program and the bounds only; the tracer (``xla.py``) is
+    the one module that turns them into ``lax`` code."""
+    tree = ast.parse(pathlib.Path(xla_plan.__file__).read_text())
+    imported = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    imported |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert not {m for m in imported if m.split(".")[0] == "jax"}, imported
+    names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    assert not names & {"jax", "jnp", "lax"}, names & {"jax", "jnp", "lax"}
