@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import tempo_lab as tl
 from tempo_lab.demo import decoder, make_weights, numpy_decoder
-from tempo_lab.runtime import xla, xla_plan
+from tempo_lab.runtime import xla_plan
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/ is not a package
 
