@@ -1,5 +1,6 @@
 """tempo_lab: a notebook workbench for compiled dynamic deep learning over recurrent tensors."""
 from . import nn, optim, random, rl
+from .compile_config import CompileConfig
 from .config import config
 from .errors import (
                      ArgumentError,
@@ -57,11 +58,12 @@ from .frontend.api import (
 )
 from .frontend.api import constant_ as constant
 from .frontend.autodiff import grad
+from .frontend.bounds import lengths, until
 from .frontend.context import Context, scope
 from .frontend.tensor import RecurrentTensor
 from .frontend.trace import Trace
 from .ir.sdg import SDG
-from .program import CompileConfig, Program, lengths, until
+from .program import Program
 from .runtime.run import Run
 from .saved import load, save
 from .symbolic import Bound, Dim, Slice

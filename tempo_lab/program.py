@@ -3,327 +3,38 @@
 from __future__ import annotations
 
 import contextlib
-import functools
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
-from typing import Any
+from dataclasses import replace
 
 import numpy as np
 
 from . import progress
+from .compile_config import CompileConfig
 from .errors import (
     ArgumentError,
     BoundsError,
-    Location,
     OutputError,
     ScheduleError,
     TempoLabError,
     user_api,
     user_location,
 )
-from .executors import CAPS, auto_backend
+from .frontend.bounds import normalise_bounds
 from .frontend.build import build_sdg
 from .frontend.tensor import RecurrentTensor
 from .frontend.validate import validate
-from .ir.sdg import SDG, Ragged
+from .ir.sdg import SDG
 from .memory import offload, plan_memory
 from .passes import run_passes
 from .passes.ragged import lengths_output
-from .runtime.executable import BACKENDS
 from .runtime.lowered import Lowered
 from .runtime.reference import reference_bounds, run_reference
 from .runtime.run import ByBound, Run
-from .runtime.sharding import Layout, check_config
+from .runtime.sharding import Layout
 from .schedule import FALLBACK_OPTION_SETS, OPTION_SETS, IncompleteSchedule, schedule_sdg
 from .stage import Stage
-from .symbolic import Bound, Dim
-
-EXECUTORS = ("auto", *BACKENDS, "reference")
-
-
-@dataclass(frozen=True)
-class CompileConfig:
-    """Compiler switches.
-
-    executor: "auto" (the default) picks "xla" when every loop nest can run inside one XLA
-        program, else "codegen" (``prog.executable`` says which and why); "xla" runs the loop
-        AST as one jitted program of ``lax`` loops over statically sized stores; "codegen" runs
-        a Python function generated from the loop AST, one jitted kernel per statement
-        instance; "interpreter" walks the loop AST with the same kernels; "reference" is the
-        point-by-point NumPy interpreter.
-    block_size: points per block of a growing (block) store.
-    xla_split: on the XLA executor, a loop whose range reads grow with its variable (``0:t+1``)
-        is split into this many equal spans, each padding those reads to its own largest
-        length rather than the run's (so their cost grows with ``t``, in steps); the work so
-        padded is traced once per span under a ``lax.switch``. 1 keeps every loop whole.
-        More spans: less padding, longer XLA compilation.
-    sync_profile: wait for every kernel to finish so ``run.profile`` times are device times.
-    tile / tile_block: the tiling pass (``passes/tile.py``) and its points per block (None:
-        about 32 blocks at the longest range, 32 to 256 points; on the XLA executor, which
-        pads a growing range per span of its loop instead, None leaves ranges untiled).
-    device_memory_budget: bytes the stores may hold on the device at once; above it stores
-        are freed every iteration where they can be, and stores idle for a while move to host
-        memory and back (``memory/offload.py``); a dim whose vectorised values would take more
-        than half of it runs in blocks (incrementalisation, ``value_budget``). The XLA
-        executor holds every store for the whole run, so a budget runs on "codegen" (or
-        "interpreter").
-    mesh / shard: several devices (``runtime/sharding.py``): ``shard={"b": "data"}`` splits the
-        points of the vectorised dim ``b`` over the devices of the ``jax.sharding.Mesh`` axis
-        ``"data"``; XLA partitions the kernels and makes reductions over ``b`` collectives.
-    """
-
-    executor: str = "auto"
-    validate: bool = True
-    block_size: int = 64
-    xla_split: int = 8
-    sync_profile: bool = False
-    # passes, run in this order when their switch is on (see tempo_lab/passes)
-    passes: tuple[str, ...] = ("simplify", "fold", "cse", "remat", "stream", "contract", "dce",
-                               "tile",
-                               "vectorise", "incrementalise", "fuse")
-    simplify: bool = True
-    fold_constants: bool = True
-    cse: bool = True
-    dce: bool = True
-    remat: bool = True
-    stream: bool = False  # the memory objective: sums over a loop dim become running sums in
-    # the loop when their summands are ready a bounded number of steps after their point
-    # (passes/stream.py); off by default, as one vjp per step is slower than one per range
-    contract: bool = True
-    tile: bool = True
-    vectorise: bool = True
-    vectorise_groups: bool = False  # of the innermost recurrent dim, batch the ops off the
-    # recurrence (opt-in for now: see passes/vectorise.py)
-    incrementalise: bool = True
-    fuse: bool = True
-    tile_block: int | None = None
-    ragged_buckets: int = 4  # a tl.lengths bound's instances, sorted by length, run in this
-    # many groups, each up to its own longest (where no op reads across instances; 1: one box)
-    vectorise_budget_bytes: int = 256 * 2**20  # largest value a vectorised op may make (else
-    # incrementalisation vectorises the dim in blocks that fit)
-    check_invariants: bool = False  # check the SDG after every pass (tests turn this on)
-    device_memory_budget: int | None = None
-    mesh: Any = None
-    shard: Any = None
-
-    @property
-    def value_budget(self) -> int:
-        """The most bytes one vectorised value may take: ``vectorise_budget_bytes``, and under a
-        device memory budget at most half of that (a value must fit beside the stores it is
-        made from); above it, incrementalisation runs the dim in blocks that fit."""
-        if self.device_memory_budget is None:
-            return self.vectorise_budget_bytes
-        return min(self.vectorise_budget_bytes, self.device_memory_budget // 2)
-
-    def __hash__(self):  # a mesh and a shard dict are not hashable fields
-        return hash((self.executor, self.passes, tuple(sorted((self.shard or {}).items()))))
-
-    def __post_init__(self):
-        if self.executor not in EXECUTORS:
-            raise ArgumentError(f"unknown executor {self.executor!r}; choose one of {EXECUTORS}")
-        if not _positive_int(self.ragged_buckets):
-            raise ArgumentError(f"ragged_buckets={self.ragged_buckets!r}: give a positive number "
-                                "of groups (1: one box up to the longest instance)")
-        if self.tile_block is not None and not _positive_int(self.tile_block):
-            raise ArgumentError(f"tile_block={self.tile_block!r}: give a positive number of "
-                                "points per block, or None for the automatic size (tile=False "
-                                "turns tiling off)")
-        for name in ("block_size", "xla_split", "vectorise_budget_bytes"):
-            if not _positive_int(getattr(self, name)):
-                raise ArgumentError(f"{name}={getattr(self, name)!r}: give a positive int")
-        budget = self.device_memory_budget
-        if budget is not None and not _positive_int(budget):
-            raise ArgumentError(f"device_memory_budget={budget!r}: give a positive number of "
-                                "bytes, or None for no budget")
-        caps = CAPS.get(self.executor)
-        if budget is not None and caps is not None and not caps.memory_budget:
-            takes = [n for n, c in CAPS.items() if c.memory_budget]
-            raise ArgumentError(f"device_memory_budget with executor={self.executor!r}: that "
-                                "executor holds every store for the whole run, so it cannot "
-                                "move one to the host; use executor="
-                                f"{' or '.join(map(repr, takes))} (or 'auto', which picks "
-                                f"{auto_backend(False, True)} under a budget)")
-        for f in fields(self):
-            if f.type == "bool" and not isinstance(getattr(self, f.name), (bool, np.bool_)):
-                raise ArgumentError(f"{f.name}={getattr(self, f.name)!r}: give True or False")
-        from .passes import REGISTRY
-
-        optional = [n for n, p in REGISTRY.items() if p.switch is not None]
-        passes = self.passes
-        if isinstance(passes, str) or not isinstance(passes, (tuple, list)):
-            raise ArgumentError(f"passes={passes!r}: give a tuple of pass names, from "
-                                f"{', '.join(optional)}")
-        unknown = [p for p in passes if p not in optional]
-        if unknown or len(set(passes)) != len(passes):
-            what = f"unknown pass {unknown[0]!r}" if unknown else "a pass named twice"
-            raise ArgumentError(f"passes={tuple(passes)!r}: {what}; passes run in the order "
-                                f"given, each at most once, from {', '.join(optional)}")
-        object.__setattr__(self, "passes", tuple(passes))
-        object.__setattr__(self, "shard", check_config(self.mesh, self.shard) or None)
-
-
-def _checked_init(init):
-    """``CompileConfig.__init__`` that names an unknown field at the user's line with the
-    closest field names (a dataclass's own is Python's bare ``TypeError``)."""
-    import difflib
-
-    @functools.wraps(init)
-    def __init__(self, *args, **kwargs):
-        names = [f.name for f in fields(CompileConfig)]
-        for key in kwargs:
-            if key not in names:
-                near = difflib.get_close_matches(key, names, n=3, cutoff=0.5)
-                hint = f"did you mean {' or '.join(map(repr, near))}? " if near else ""
-                raise ArgumentError(f"CompileConfig has no field {key!r}; {hint}its fields are "
-                                    f"{', '.join(names)}")
-        if len(args) > len(names):
-            raise ArgumentError(f"CompileConfig takes at most {len(names)} fields, got "
-                                f"{len(args)} positional arguments; name them")
-        init(self, *args, **kwargs)
-    return __init__
-
-
-CompileConfig.__init__ = _checked_init(CompileConfig.__init__)
-
-
-def _positive_int(v) -> bool:
-    return not isinstance(v, bool) and isinstance(v, (int, np.integer)) and v >= 1
-
-
-def _bound_name(key, ctx) -> str:
-    if isinstance(key, Dim):
-        key = key.bound
-    if isinstance(key, Bound):
-        key = key.name
-    names = [b.name for b in ctx.bounds]
-    if not isinstance(key, str) or key not in names:
-        raise BoundsError(f"{key!r} is not a bound of this context; bounds are "
-                          f"{', '.join(names)} (use ctx.bounds or dims)")
-    return key
-
-
-@dataclass(frozen=True)
-class Until:
-    """A data-dependent bound: the dim ends after the first point where ``done`` holds."""
-
-    done: RecurrentTensor
-    max: int
-    loc: Location
-
-
-def until(done: RecurrentTensor, max: int) -> Until:  # noqa: A002 - the documented keyword
-    """``bounds={T: tl.until(done, max=N)}``: run ``t`` until ``done[t]`` first holds (at most
-    ``N`` steps); outputs have the length actually reached."""
-    if not isinstance(done, RecurrentTensor):
-        raise BoundsError("tl.until needs a boolean recurrent tensor: tl.until(done, max=N)")
-    if not _positive_int(max) or max > MAX_BOUND:
-        raise BoundsError(f"tl.until: max must be a positive int up to {MAX_BOUND}, got "
-                          f"{max!r}")
-    return Until(done, int(max), user_location())
-
-
-MAX_BOUND = 2**31 - 1  # kernels index with int32
-
-
-@dataclass(frozen=True, eq=False)
-class Lengths:
-    """A ragged bound: one length per point of an outer dim, given (``lengths``) or where
-    ``done`` over ``(over, t)`` first holds (``until``)."""
-
-    array: np.ndarray | None
-    over: Dim
-    loc: Location
-    done: RecurrentTensor | None = None
-    max: int = 0
-
-
-def lengths(array, over: Dim) -> Lengths:
-    """``bounds={T: tl.lengths(array, over=b)}``: at each point ``b``, dim ``t`` has
-    ``array[b]`` points, so ``x`` over ``(b, t)`` lives on ``{(b, t) : t < T_b}``; ``T - 1`` is
-    each instance's own last point and ``x[b, 0:T]`` its own whole range. Outputs come back
-    padded with zeros; ``run.mask(name)`` says which entries are real."""
-    loc = user_location()
-    if not isinstance(over, Dim):
-        raise BoundsError(f"tl.lengths(array, over=...): over must be a dim (e.g. b), got "
-                          f"{over!r}", loc)
-    if isinstance(array, RecurrentTensor):
-        raise BoundsError(f"tl.lengths: {array.name} is a recurrent tensor; give the lengths as "
-                          "a NumPy array known before the run, or end each instance by data "
-                          f"with tl.until(done, max=N) where done is over ({over}, t)", loc)
-    a = np.asarray(array)
-    if a.ndim != 1 or a.size == 0 or a.dtype.kind not in "iu":
-        raise BoundsError(f"tl.lengths: give a non-empty 1-D integer array with one length per "
-                          f"point of {over}, got {a.dtype.name} of shape {a.shape}", loc)
-    if a.min() < 1 or a.max() > MAX_BOUND:
-        raise BoundsError(f"tl.lengths: every length must be between 1 and {MAX_BOUND}, got "
-                          f"{a.min()}..{a.max()}; drop the empty instances", loc)
-    return Lengths(a.astype(np.int64), over, loc)
-
-
-def _normalise_bounds(ctx, bounds) -> tuple[dict[str, int], dict[str, RecurrentTensor],
-                                            dict[str, Ragged]]:
-    if bounds is None:
-        bounds = {}
-    if not isinstance(bounds, Mapping):
-        raise BoundsError(f"bounds={bounds!r}: give a dict from bounds to values, e.g. "
-                          f"bounds={{{', '.join(f'{b.name}: 8' for b in ctx.bounds)}}}")
-    out, dynamic, ragged = {}, {}, {}
-    for k, v in bounds.items():
-        name = _bound_name(k, ctx)
-        if name in out:
-            raise BoundsError(f"the bound {name} is given twice in bounds=; give it once")
-        if isinstance(v, Lengths) and v.array is not None:
-            ragged[name] = v
-            v = int(v.array.max())
-        if isinstance(v, Until):
-            d = next(d for d in ctx.dims if d.bound.name == name)
-            per_instance = len(v.done.domain) == 2 and d in v.done.domain
-            if (v.done.domain != (d,) and not per_instance) or v.done.dtype != np.bool_ \
-                    or v.done.shape != ():
-                raise BoundsError(f"tl.until for {name}: done ({v.done.name}, made at "
-                                  f"{v.done.loc}) must be a bool scalar over ({d},), or over "
-                                  f"(b, {d}) to end {d} per instance of b; got {v.done.type} "
-                                  f"over ({', '.join(map(str, v.done.domain))}); write it at "
-                                  f"the point {d}, e.g. done = x[{d}] > 0.5", v.loc)
-            if per_instance:
-                over = next(x for x in v.done.domain if x != d)
-                ragged[name] = Lengths(None, over, v.loc, v.done, v.max)
-            else:
-                dynamic[name] = v.done
-            v = v.max
-        if isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 1:
-            raise BoundsError(f"the bound {name} must be a positive int or tl.until(done, max=N),"
-                              f" got {v!r}")
-        if v > MAX_BOUND:
-            raise BoundsError(f"the bound {name} = {v} exceeds {MAX_BOUND}, the largest index "
-                              "the kernels can address (int32); split the dim in two")
-        out[name] = int(v)
-    return out, dynamic, _check_ragged(ctx, out, ragged, dynamic)
-
-
-def _check_ragged(ctx, bounds: dict[str, int], given: dict[str, Lengths],
-                  dynamic) -> dict[str, Ragged]:
-    """Each ragged bound's outer dim is another, plainly bounded dim, with one length per
-    point."""
-    out = {}
-    for name, v in given.items():
-        b = v.over
-        if b not in ctx.dims or b.bound.name == name:
-            raise BoundsError(f"tl.lengths for {name}: over={b} must be another dim of this "
-                              f"context ({', '.join(map(str, ctx.dims))})", v.loc)
-        if b.bound.name in given or b.bound.name in dynamic:
-            raise BoundsError(f"tl.lengths for {name}: {b}'s bound is ragged or data-"
-                              "dependent itself; give over= a dim with an int bound", v.loc)
-        want = bounds.get(b.bound.name)
-        if v.array is None:  # tl.until per instance: the done tensor, an op once built
-            out[name] = Ragged(b.name, None, v.done, v.max)
-            continue
-        if want is not None and want != len(v.array):
-            raise BoundsError(f"tl.lengths for {name}: {len(v.array)} lengths, but {b.bound} = "
-                              f"{want}; give one length per point of {b}", v.loc)
-        out[name] = Ragged(b.name, v.array)
-    return out
+from .symbolic import Bound
 
 
 def _normalise_outputs(outputs, ctx) -> dict[str, RecurrentTensor]:
@@ -392,7 +103,7 @@ def compile_context(ctx, bounds, outputs, config: CompileConfig | None = None) -
     st = _Stages()
     try:
         with st.stage("build"):
-            bounds, dynamic, ragged = _normalise_bounds(ctx, bounds)
+            bounds, dynamic, ragged = normalise_bounds(ctx, bounds)
             outs = _normalise_outputs(outputs, ctx)
             for rt in outs.values():
                 if rt.ctx is not ctx:

@@ -16,7 +16,7 @@ def close(actual, expected, rtol=RTOL, atol=ATOL):
     assert actual.shape == expected.shape, (actual.shape, expected.shape)
     np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol)
 
-EXECUTORS = [e for e in ("reference", "interpreter") if e in tl.program.EXECUTORS]
+EXECUTORS = [e for e in ("reference", "interpreter") if e in tl.compile_config.EXECUTORS]
 
 _STATE = {"executor": "reference"}
 

@@ -16,7 +16,7 @@ import tempo_lab as tl
 from tempo_lab.demo import make_weights, numpy_decoder
 from tempo_lab.examples import op_chain, unrolled_decoder
 from tempo_lab.memory import plan_memory
-from tempo_lab.schedule import build, canon
+from tempo_lab.schedule import canon, liveness
 
 sys.path.insert(0, str(Path(__file__).parent))
 from randprog import compile_program, program_strategy  # noqa: E402
@@ -47,7 +47,7 @@ def _frees(prog):
     ``T - 2 >= 0`` or ``T - 3 >= 0 | T - 2 == 0``, with and without a memo)."""
     s = prog.schedule
     maps = {e: prog.sdg.isl_map(e) for e in prog.sdg.edges}
-    found = build.last_reads(prog.sdg, s.order, s.domains, maps)
+    found = liveness.last_reads(prog.sdg, s.order, s.domains, maps)
     return {k: sorted((i, _truth(c)) for i, c in v) for k, v in found.items()}
 
 

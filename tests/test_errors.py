@@ -53,7 +53,7 @@ def compile_(ctx, bounds, **outputs):
 
 # Errors found while running are checked on every executor (the compiled ones may find them
 # earlier, at compile time).
-EXECUTORS = [e for e in tl.program.EXECUTORS if e != "auto"]
+EXECUTORS = [e for e in tl.compile_config.EXECUTORS if e != "auto"]
 
 
 @pytest.fixture(params=EXECUTORS)

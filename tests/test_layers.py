@@ -3,8 +3,8 @@ the same layer or one below, except the two façades DESIGN.md names; and the im
 a module loads form no cycle. The layers, bottom first:
 
     base (errors, cache, config, progress, stage, executors) < symbolic < ir < frontend
-    < passes < schedule < memory < runtime < program < nn, optim, rl and the other top-level
-    modules < widgets
+    < passes < schedule < memory < runtime < program (with compile_config) < nn, optim, rl
+    and the other top-level modules < widgets
 """
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from pathlib import Path
 PKG = Path(__file__).resolve().parent.parent / "tempo_lab"
 BASE = {"errors", "cache", "config", "progress", "stage", "executors"}
 LAYERS = ["symbolic", "ir", "frontend", "passes", "schedule", "memory", "runtime", "program"]
+ALONGSIDE = {"compile_config": "program"}  # top-level modules in a layer of the list
 # (importer, imported): the façades that reach upward, lazily, inside one method each
 FACADES = {
     ("tempo_lab.frontend.context", "tempo_lab.program"): "Context.compile runs the pipeline",
@@ -34,6 +35,7 @@ MODULES = _modules()
 
 def _rank(module: str) -> int:
     part = module.split(".")[1] if "." in module else ""
+    part = ALONGSIDE.get(part, part)
     if part in BASE:
         return 0
     if part in LAYERS:

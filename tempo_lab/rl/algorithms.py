@@ -322,8 +322,8 @@ def train(build, env, cfg, iterations: int, num_envs: int, steps: int, config=No
     """Compile and run ``build(ctx, env, cfg)`` (``ppo`` or ``reinforce``) in a fresh context
     with the dims ``cfg.DIMS`` and bounds ``cfg.bounds(...)``; returns the per-iteration
     curves as NumPy arrays."""
+    from ..compile_config import CompileConfig
     from ..frontend.context import Context
-    from ..program import CompileConfig
 
     ctx = Context(dims=cfg.DIMS)
     tr = build(ctx, env, cfg)
@@ -345,9 +345,10 @@ def evaluate(env, theta: np.ndarray, num_envs: int, hidden: int = 32, seed: int 
     a training run) in a ``(b, t)`` program whose length follows the episodes:
     ``T = tl.until(every episode is over, max=max_steps)``. Returns each episode's return and
     length and the number of steps the program ran."""
+    from ..compile_config import CompileConfig
     from ..frontend.api import constant_
+    from ..frontend.bounds import until
     from ..frontend.context import Context
-    from ..program import CompileConfig, until
 
     net = ActorCritic.for_env(env, hidden)
     ctx = Context(dims=("b", "t"))

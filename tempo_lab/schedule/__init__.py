@@ -10,7 +10,7 @@ from ..ir.sdg import SDG
 from ..stage import Stage
 from ..symbolic import TRUE
 from ..symbolic import isl as I
-from . import build, fusion
+from . import build, fusion, liveness
 from .loops import Exec, Fetch, For, Free, If, Node, Offload, Seq, While, to_code
 
 SCHEMA = "tempo_lab.schedule/1"
@@ -160,7 +160,7 @@ def schedule_sdg(sdg: SDG, options: Mapping[str, int] | str | None = None) -> Sc
     order = tree.get_map() if options == "fusion" else build.time_map(ast, sdg)
     if not dom.is_subset(order.domain()):
         raise IncompleteSchedule(f"the schedule ({options}) leaves out statement instances")
-    ast = build.insert_frees(ast, build.last_reads(sdg, order, domains, maps), sdg)
+    ast = liveness.insert_frees(ast, liveness.last_reads(sdg, order, domains, maps), sdg)
     return Schedule(sdg, domains, validity, tree, ast, order, options, placed)
 
 
