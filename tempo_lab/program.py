@@ -25,7 +25,7 @@ from .frontend.build import build_sdg
 from .frontend.tensor import RecurrentTensor
 from .frontend.validate import validate
 from .ir.sdg import SDG
-from .memory import offload, plan_memory
+from .memory import offload, plan_memory, with_frees
 from .passes import run_passes
 from .passes.ragged import lengths_output
 from .runtime.lowered import Lowered
@@ -163,7 +163,7 @@ def _best_schedule(sdg: SDG, bounds, config, times):
                                  or len(sdg.ops) > ISL_RETRY_OPS):
             break
         try:
-            schedule = schedule_sdg(sdg, options)
+            schedule = with_frees(sdg, schedule_sdg(sdg, options))
         except IncompleteSchedule:
             continue
         t1 = time.perf_counter()

@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 import tempo_lab as tl
 from tempo_lab.demo import make_weights, numpy_decoder
 from tempo_lab.examples import op_chain, unrolled_decoder
-from tempo_lab.memory import plan_memory
-from tempo_lab.schedule import canon, liveness
+from tempo_lab.memory import liveness, plan_memory
+from tempo_lab.schedule import canon
 
 sys.path.insert(0, str(Path(__file__).parent))
 from randprog import compile_program, program_strategy  # noqa: E402

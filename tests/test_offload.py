@@ -103,7 +103,7 @@ def _iterations():
 
 
 def test_a_store_read_in_the_iteration_that_made_it_can_be_freed_every_iteration():
-    from tempo_lab.schedule.liveness import iteration_frees, maps_by_op
+    from tempo_lab.memory.liveness import iteration_frees, maps_by_op
 
     ctx, bounds, outs = _iterations()
     prog = ctx.compile(bounds=bounds, outputs=outs, config=tl.CompileConfig(executor="codegen"))

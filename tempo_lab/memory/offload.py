@@ -8,7 +8,7 @@ need a move before it falls):
 
 1. the cheap move first: a store whose values are all read in the iteration of a loop that made
    them is freed at the end of every iteration instead of after the last
-   (``schedule.liveness.iteration_frees``), at the price of a fresh buffer per iteration;
+   (``liveness.iteration_frees``), at the price of a fresh buffer per iteration;
 2. then copies: a store that one part of a sequence touches and a later part touches again, with
    parts in between that do not, goes to the host after the first (``Offload``) and comes back
    before the later one (``Fetch``); in a loop's body the idle stretch may wrap around, from the
@@ -26,8 +26,8 @@ from dataclasses import dataclass
 
 from ..ir.sdg import SDG
 from ..schedule import Exec, Fetch, For, Free, If, Node, Offload, Seq, While
-from ..schedule.liveness import insert_frees, iteration_frees, maps_by_op
 from ..symbolic import Dim
+from .liveness import insert_frees, iteration_frees, maps_by_op
 from .simulate import simulate
 
 SMALL = 64  # stores below 1/SMALL of the excess are not moved

@@ -10,7 +10,7 @@ from ..ir.sdg import SDG
 from ..stage import Stage
 from ..symbolic import TRUE
 from ..symbolic import isl as I
-from . import build, fusion, liveness
+from . import build, fusion
 from .loops import Exec, Fetch, For, Free, If, Node, Offload, Seq, While, to_code
 
 SCHEMA = "tempo_lab.schedule/1"
@@ -33,7 +33,8 @@ class Schedule(Stage):
         self.placed = dict(placed or {})
 
     def with_ast(self, ast: Node) -> Schedule:
-        """The same schedule running ``ast`` (the loop AST with offloads placed in it)."""
+        """The same schedule running ``ast`` (the loop AST with frees or offloads placed in
+        it: ``memory/``)."""
         return Schedule(self.sdg, self.domains, self.validity, self.tree, ast, self.order,
                         self.options, self.placed)
 
@@ -160,7 +161,6 @@ def schedule_sdg(sdg: SDG, options: Mapping[str, int] | str | None = None) -> Sc
     order = tree.get_map() if options == "fusion" else build.time_map(ast, sdg)
     if not dom.is_subset(order.domain()):
         raise IncompleteSchedule(f"the schedule ({options}) leaves out statement instances")
-    ast = liveness.insert_frees(ast, liveness.last_reads(sdg, order, domains, maps), sdg)
     return Schedule(sdg, domains, validity, tree, ast, order, options, placed)
 
 

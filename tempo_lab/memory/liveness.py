@@ -5,8 +5,8 @@ A store is freed right after the last instance (in the order the AST runs, ``tim
 any statement that reads or writes it; outputs and ``tl.until`` conditions are kept to the
 end. ``iteration_frees`` finds the stricter frees the memory objective asks for (a store
 freed in every iteration of the deepest loop whose iterations read all its values). The
-scheduler inserts the first kind into the AST it returns (``schedule_sdg``); the memory
-stage (``memory/offload.py``) inserts the second where it helps.
+pipeline adds the first kind to every schedule before planning its memory (``with_frees``);
+``offload.py`` inserts the second where it helps.
 """
 from __future__ import annotations
 
@@ -17,12 +17,19 @@ import islpy as isl
 from ..cache import LRU
 from ..ir.demand import param_context
 from ..ir.sdg import SDG
+from ..schedule import Schedule, canon
+from ..schedule.loops import Exec, For, Free, If, Node, Seq
 from ..symbolic import and_
 from ..symbolic import isl as I
-from . import canon
-from .loops import Exec, For, Free, If, Node, Seq
 
 _LAST_READS = LRU(8192)
+
+
+def with_frees(sdg: SDG, schedule: Schedule) -> Schedule:
+    """``schedule`` running its loop AST with a ``Free`` after each store's last use."""
+    maps = {e: sdg.isl_map(e) for e in sdg.edges}
+    frees = last_reads(sdg, schedule.order, schedule.domains, maps)
+    return schedule.with_ast(insert_frees(schedule.ast, frees, sdg))
 
 
 def maps_by_op(order: isl.UnionMap) -> dict[int, isl.Map]:
