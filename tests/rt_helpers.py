@@ -1,10 +1,36 @@
-"""Helpers shared by the semantic tests: every test runs on each executor (the reference
-interpreter, the ground truth, and the JAX interpreter); expected values never come from
-tempo_lab. A test module activates the executor parametrisation by importing ``executor``."""
+"""Helpers shared by the tests.
+
+The executors the tests run on, derived from what the package registers (every back end in
+``runtime.executable.BACKENDS`` and the reference interpreter) and from their capabilities in
+``tempo_lab.executors.CAPS``: ``conftest.py`` parametrises every test that takes an
+``executor`` argument over ``ALL`` unless ``@pytest.mark.executors(SUBSET, reason=...)`` names
+a subset.
+
+The semantic tests (``test_semantics``, ``test_indexing``, ``test_ops``) run on every executor;
+their expected values never come from tempo_lab. Such a module activates the parametrisation
+of ``compile_``/``run`` by importing ``executor`` (an autouse fixture)."""
 import numpy as np
 import pytest
 
 import tempo_lab as tl
+from tempo_lab.executors import CAPS
+from tempo_lab.runtime.executable import BACKENDS
+
+# every executor but "auto" (which runs one of the back ends): the back ends and the reference
+ALL = (*BACKENDS, "reference")
+# ALL and "auto": every name CompileConfig(executor=...) takes
+WITH_AUTO = ("auto", *ALL)
+# the back ends, which lower, schedule and plan memory (the reference does none of these)
+COMPILED = tuple(BACKENDS)
+# the back ends that take a device memory budget (move stores to the host between phases)
+MEMORY_BUDGET = tuple(name for name in BACKENDS if CAPS[name].memory_budget)
+# for slow tests: one back end per set of capabilities (of those sharing one, the last
+# registered: the interpreter, which codegen runs the same kernels as, from generated code) and
+# the reference
+_ONE_PER_CAPS = {CAPS[name]: name for name in BACKENDS}
+DISTINCT = tuple(name for name in ALL if name in (*_ONE_PER_CAPS.values(), "reference"))
+
+assert set(WITH_AUTO) == set(tl.compile_config.EXECUTORS), (WITH_AUTO, tl.compile_config.EXECUTORS)
 
 RTOL = 1e-5
 
@@ -16,12 +42,12 @@ def close(actual, expected, rtol=RTOL, atol=ATOL):
     assert actual.shape == expected.shape, (actual.shape, expected.shape)
     np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol)
 
-EXECUTORS = [e for e in ("reference", "interpreter") if e in tl.compile_config.EXECUTORS]
-
 _STATE = {"executor": "reference"}
 
-@pytest.fixture(autouse=True, params=EXECUTORS)
+@pytest.fixture(autouse=True)
 def executor(request):
+    """Each test of a module that imports this runs on every executor of ``ALL`` (parametrised
+    by ``conftest.py``); ``compile_`` and ``run`` compile for it."""
     _STATE["executor"] = request.param
     yield request.param
     _STATE["executor"] = "reference"

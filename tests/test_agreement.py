@@ -8,15 +8,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from rt_helpers import WITH_AUTO
 
 import tempo_lab as tl
 
-EXECUTORS = ("reference", "interpreter", "codegen", "xla", "auto")
-
-
-@pytest.fixture(params=EXECUTORS)
-def executor(request):
-    return request.param
+pytestmark = pytest.mark.executors(WITH_AUTO, reason='as a user runs them: on "auto" too')
 
 
 def compile_(ctx, bounds, outputs, executor, **kw):

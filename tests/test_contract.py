@@ -9,15 +9,13 @@ import itertools
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from rt_helpers import ALL
 
 import tempo_lab as tl
 
 DIMS = ("i", "b", "t")
-EXECUTORS = ("reference", "interpreter", "codegen", "xla")
-
 
 def f(w, x):
     """A one-layer net's scalar output: its cotangent for ``w`` is an outer product per point."""
@@ -33,7 +31,7 @@ def programs(draw):
     bounds = {d: draw(st.integers(1, 3)) for d in DIMS}
     param = tuple(d for d in DIMS if draw(st.booleans()))   # the dims the parameter varies on
     return {"bounds": bounds, "param": param, "recurrent": draw(st.booleans()),
-            "executor": draw(st.sampled_from(EXECUTORS)), "contract": draw(st.booleans()),
+            "executor": draw(st.sampled_from(ALL)), "contract": draw(st.booleans()),
             "seed": draw(st.integers(0, 2**16))}
 
 
@@ -128,7 +126,6 @@ def test_ppo_has_no_per_point_parameter_gradients():
         np.testing.assert_allclose(a[k], b[k], rtol=1e-4, atol=1e-5)
 
 
-@pytest.mark.parametrize("executor", EXECUTORS)
 def test_not_applied_where_the_parameter_varies_along_the_range(executor):
     """A parameter over ``(i, b, t)`` gets one cotangent per point: nothing to contract."""
     spec = {"bounds": {"i": 2, "b": 2, "t": 3}, "param": DIMS, "recurrent": False,

@@ -12,6 +12,7 @@ import sys
 
 import numpy as np
 import pytest
+from rt_helpers import ALL
 
 import tempo_lab as tl
 
@@ -52,15 +53,7 @@ def compile_(ctx, bounds, **outputs):
 
 
 # Errors found while running are checked on every executor (the compiled ones may find them
-# earlier, at compile time).
-EXECUTORS = [e for e in tl.compile_config.EXECUTORS if e != "auto"]
-
-
-@pytest.fixture(params=EXECUTORS)
-def executor(request):
-    return request.param
-
-
+# earlier, at compile time): a test that takes ``executor`` runs on each (conftest.py).
 def compile_and_run(ctx, bounds, executor, **outputs):
     config = tl.CompileConfig(executor=executor)
     return ctx.compile(bounds=bounds, outputs=outputs, config=config).run()
@@ -1176,7 +1169,7 @@ def test_hostile_names_reach_every_emitter_escaped():
             x[t] = x[t - 1] + 1.0
             outs[name] = x
     prog = ctx.compile(bounds={T: 3}, outputs=outs)
-    for ex in EXECUTORS:
+    for ex in ALL:
         run = prog.on(ex).run()
         assert all(float(run[n][-1]) == 2.0 for n in HOSTILE), ex
     for stage in (prog.sdg, prog.schedule, prog.memory, prog.lowered, prog.executable,

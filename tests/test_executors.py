@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from rt_helpers import ALL, COMPILED
 
 import tempo_lab as tl
 from tempo_lab.demo import decoder, make_weights, numpy_decoder
@@ -27,7 +28,8 @@ from test_execution import (  # noqa: E402
     recurrence_then_read,
 )
 
-EXECUTORS = ("interpreter", "codegen", "xla")
+# lowered programs, schedules and measured store bytes: the back ends' (the reference has none)
+pytestmark = pytest.mark.executors(COMPILED, reason="checks what only the back ends have")
 REFERENCE = tl.CompileConfig(executor="reference")
 
 
@@ -51,7 +53,6 @@ def assert_peaks_agree(prog, run, rel=0.10):
 # ------------------------------------------------------------------------------------------------
 # the memory programs: window vs causal reads
 # ------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("executor", EXECUTORS)
 @pytest.mark.parametrize("read", ["window", "causal"])
 def test_window_and_causal_reads(executor, read):
     ctx, T, z = recurrence_then_read(read)
@@ -70,7 +71,6 @@ def test_window_and_causal_reads(executor, read):
         assert peaks[1] >= peaks[0]
 
 
-@pytest.mark.parametrize("executor", EXECUTORS)
 def test_storage_kinds_program_with_every_read_kind(executor):
     a = np.random.default_rng(0).standard_normal((9, 3)).astype(np.float32)
     ctx = tl.Context(dims=("t",))
@@ -116,7 +116,6 @@ def _last_layer(weights, tokens):
     return ctx, N, T, y
 
 
-@pytest.mark.parametrize("executor", EXECUTORS)
 def test_causal_decoder(weights, executor):
     tokens = np.random.default_rng(1).standard_normal((STEPS, EMBED)).astype(np.float32)
     ctx, N, T, y = _last_layer(weights, tokens)
@@ -138,7 +137,6 @@ def test_causal_decoder_tiled(weights, executor):
     close(prog.run()["y"], numpy_decoder(weights, tokens, HEADS), msg=executor)
 
 
-@pytest.mark.parametrize("executor", EXECUTORS)
 def test_batched_window_decoder(weights, executor):
     tokens = np.random.default_rng(2).standard_normal((BATCH, STEPS, EMBED)).astype(np.float32)
     ctx = tl.Context(dims=("b", "n", "t"))
@@ -158,7 +156,6 @@ def test_batched_window_decoder(weights, executor):
 # ------------------------------------------------------------------------------------------------
 # data-dependent bounds, dimval, a program reading its own earlier point
 # ------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("executor", EXECUTORS)
 @pytest.mark.parametrize("threshold, reached", [(5.0, 6), (100.0, 20)])
 def test_until(executor, threshold, reached):
     ctx, T, c, done, outs = counter(threshold)
@@ -170,7 +167,6 @@ def test_until(executor, threshold, reached):
     assert float(run["last"]) == reached - 1
 
 
-@pytest.mark.parametrize("executor", EXECUTORS)
 def test_until_with_a_second_dim(executor):
     ctx = tl.Context(dims=("b", "t"))
     b, t = ctx.dims
@@ -189,7 +185,6 @@ def test_until_with_a_second_dim(executor):
     np.testing.assert_array_equal(run["x"], [[0, 1, 3, 6], [1, 2, 4, 7]])
 
 
-@pytest.mark.parametrize("executor", EXECUTORS)
 def test_dim_values_and_a_copy_of_an_earlier_point(executor):
     ctx = tl.Context(dims=("t",))
     (t,), (T,) = ctx.dims, ctx.bounds
@@ -203,7 +198,6 @@ def test_dim_values_and_a_copy_of_an_earlier_point(executor):
     close(run["y"], np.arange(5)[:, None] * 0.5 + np.ones((5, 2)))
 
 
-@pytest.mark.parametrize("executor", EXECUTORS)
 def test_max_over_an_empty_range_is_an_error_on_every_executor(executor):
     """XLA cannot raise inside its program: it records the first empty point and raises the
     same error when the program returns."""
@@ -231,7 +225,6 @@ def _sink_program(calls):
     return ctx, T, x
 
 
-@pytest.mark.parametrize("executor", EXECUTORS)
 def test_sinks(executor):
     calls = []
     ctx, T, x = _sink_program(calls)
@@ -275,7 +268,6 @@ def test_auto_picks_xla_for_a_program_without_host_callbacks():
 # ------------------------------------------------------------------------------------------------
 # stage objects
 # ------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("executor", EXECUTORS)
 def test_executables_and_profiles_are_stage_objects(executor):
     def make():
         ctx, T, z = recurrence_then_read("causal", (3,))
@@ -397,7 +389,7 @@ def test_semantic_programs_under_pass_switches_on_every_executor(weights, switch
         prog = ctx.compile(bounds=bounds, outputs=outs,
                            config=cfg("interpreter", check_invariants=True,
                                       **SWITCH_SETS[switches]))
-        for executor in EXECUTORS:
+        for executor in COMPILED:
             run = prog.on(executor).run()
             assert run.bounds == ref.bounds
             for k in outs:
@@ -434,7 +426,7 @@ def test_xla_splits_a_loop_whose_reads_grow_and_stays_exact(weights, monkeypatch
 # ------------------------------------------------------------------------------------------------
 # user names reach generated code only escaped; compiler-made dims are not told by their names
 # ------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("executor", EXECUTORS + ("reference",))
+@pytest.mark.executors(ALL, reason="names reach the reference's output too")
 def test_names_with_quotes_and_newlines(executor):
     calls = []
     ctx = tl.Context(dims=("t",))
@@ -451,7 +443,6 @@ def test_names_with_quotes_and_newlines(executor):
     assert calls == list(range(5))
 
 
-@pytest.mark.parametrize("executor", EXECUTORS)
 def test_a_user_dim_named_like_a_compiler_dim(executor):
     """Tiling makes a dim for its blocks; a user dim called ``t_tile`` (or ``b_blk``) is still
     the user's: made dims are marked by role, not by name."""

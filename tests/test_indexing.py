@@ -7,9 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from rt_helpers import (  # noqa: F401 (executor: the autouse parametrisation)
-    _STATE,
     ATOL,
-    EXECUTORS,
     RTOL,
     close,
     compile_,

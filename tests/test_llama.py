@@ -7,13 +7,14 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from rt_helpers import DISTINCT
 
 import tempo_lab as tl
 from benchmarks import llama as twin
 
 B, T, P = 2, 7, 3
 MODEL = tl.nn.Llama(vocab=23, embed=16, layers=2, heads=4, kv_heads=2, hidden=24)
-EXECUTORS = ("reference", "interpreter", "xla")
+pytestmark = pytest.mark.executors(DISTINCT, reason="for time: a model of several layers")
 
 
 def params(model=MODEL, seed=0):
@@ -32,7 +33,6 @@ def context():
     return (ctx, *ctx.dims, *ctx.bounds)
 
 
-@pytest.mark.parametrize("executor", EXECUTORS)
 @pytest.mark.parametrize("window", [None, 3])
 def test_logits_match_the_jax_twin(executor, window):
     model = tl.nn.Llama(23, 16, 2, 4, 2, 24, window=window, tied=window is None)
@@ -71,7 +71,6 @@ def _generate(temperature, seed=0, executor="xla"):
     return p, prompts, res["ids"], res["logits"]
 
 
-@pytest.mark.parametrize("executor", EXECUTORS)
 def test_greedy_generation_matches_a_jax_greedy_loop(executor):
     p, prompts, got, _ = _generate(0.0, executor=executor)
     pd, caches = twin.device_params(p, MODEL), twin.empty_caches(MODEL, B, T)

@@ -6,10 +6,11 @@ import pytest
 from budget import examples
 from hypothesis import HealthCheck, given, settings
 from randprog import assert_outputs_match, program_strategy, run_tempo
+from rt_helpers import MEMORY_BUDGET
 
 import tempo_lab as tl
 
-EXECUTORS = ("codegen", "interpreter")  # the XLA executor holds every store for the whole run
+pytestmark = pytest.mark.executors(MEMORY_BUDGET, reason="offloading needs a memory budget")
 
 
 def _phases():
@@ -45,7 +46,6 @@ def _with_half_budget(program, executor):
     return want, free, prog
 
 
-@pytest.mark.parametrize("executor", EXECUTORS)
 def test_a_store_idle_in_the_middle_phase_goes_to_the_host(executor):
     want, free, prog = _with_half_budget(_phases(), executor)
     budget = free.memory.peak_bytes // 2
@@ -120,7 +120,6 @@ def test_a_store_read_in_the_iteration_that_made_it_can_be_freed_every_iteration
     assert iteration_frees(prog.sdg, by_op, sch.domains, by["s"]) is None
 
 
-@pytest.mark.parametrize("executor", EXECUTORS)
 def test_a_store_idle_for_most_of_each_iteration_wraps_around_to_the_host(executor):
     want, free, prog = _with_half_budget(_iterations(), executor)
     code = prog.schedule.code().splitlines()
@@ -138,7 +137,6 @@ def test_a_store_idle_for_most_of_each_iteration_wraps_around_to_the_host(execut
     assert run.profile.offloaded_bytes == prog.memory.offloaded_bytes == 4096 * 2 * 4
 
 
-@pytest.mark.parametrize("executor", EXECUTORS)
 def test_an_output_that_ends_a_loop_on_the_host_comes_back(executor):
     """The whole program is one loop nest; under the smallest budget the output leaves the
     device in every iteration and must be fetched after the loop (found by hypothesis)."""
@@ -156,7 +154,6 @@ def test_an_output_that_ends_a_loop_on_the_host_comes_back(executor):
     np.testing.assert_array_equal(prog.run()["v1"], data)
 
 
-@pytest.mark.parametrize("executor", EXECUTORS)
 def test_a_store_offloaded_in_one_branch_comes_back_for_the_other(executor):
     """A loop over ``c0`` whose body is one ``if``: its ``then`` branch is a loop that reads a
     store and moves it to the host after each iteration, its ``else`` branch a loop that reads
@@ -197,7 +194,7 @@ def test_random_programs_under_a_budget_match_numpy(program):
     iteration and moved to the host where that lowers the peak), and one byte (nothing
     vectorised; every move that lowers the peak): results still equal NumPy's, and the
     measured device peak is the plan's (without a tl.until, whose plan is for its maximum)."""
-    for executor in EXECUTORS:
+    for executor in MEMORY_BUDGET:
         free = run_tempo(program, config=tl.CompileConfig(executor=executor))
         for budget in (max(1, free["_peak"][1] // 2), 1):
             got = run_tempo(program, config=tl.CompileConfig(executor=executor,

@@ -12,8 +12,6 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from rt_helpers import (  # noqa: F401 (executor: the autouse parametrisation)
-    _STATE,
-    EXECUTORS,
     RTOL,
     compile_,
     executor,

@@ -9,10 +9,10 @@ import pytest
 from budget import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from rt_helpers import ALL, COMPILED
 
 import tempo_lab as tl
 
-EXECUTORS = ("reference", "interpreter", "codegen", "xla")
 FEATURES = ("forward", "backward", "last", "sum", "mean", "max", "attention", "suffix",
             "batch")
 D = 3
@@ -95,7 +95,7 @@ def check(run, want, lengths, features):
 @settings(max_examples=examples(12), deadline=None, derandomize=True, database=None)
 @given(lengths=st.lists(st.integers(1, 7), min_size=1, max_size=10),
        features=st.sets(st.sampled_from(FEATURES), min_size=1, max_size=4),
-       executor=st.sampled_from(EXECUTORS), batched=st.booleans())
+       executor=st.sampled_from(ALL), batched=st.booleans())
 def test_random_ragged_programs_match_each_instance_alone(lengths, features, executor,
                                                           batched):
     data = np.random.RandomState(len(lengths)).randn(len(lengths), max(lengths), D) \
@@ -106,7 +106,7 @@ def test_random_ragged_programs_match_each_instance_alone(lengths, features, exe
     check(run, per_instance(data, lengths, features), lengths, features)
 
 
-@pytest.mark.parametrize("executor,batched", [(e, False) for e in EXECUTORS]
+@pytest.mark.parametrize("executor,batched", [(e, False) for e in ALL]
                          + [("interpreter", True), ("xla", True)])
 def test_every_feature_on_every_executor(executor, batched):
     """``batched``: the steps' parts outside the recurrences run batched over all steps
@@ -131,7 +131,7 @@ def test_the_bound_as_a_value_is_the_instances_where_b_is_in_its_domain():
     with ctx:
         own = tl.zeros(()) + (T + b)          # over (b,): instance b's length, plus b
         longest = tl.zeros(()) + T            # over no dims: the longest instance's length
-    for executor in EXECUTORS:
+    for executor in ALL:
         run = ctx.compile(bounds={B: 3, T: tl.lengths(np.array([2, 5, 3]), over=b)},
                           outputs={"own": own, "longest": longest},
                           config=tl.CompileConfig(executor=executor)).run()
@@ -180,7 +180,6 @@ def birnn_loss_jax(W, data, lengths):
     return total
 
 
-@pytest.mark.parametrize("executor", EXECUTORS)
 def test_gradient_through_a_ragged_birnn_matches_jax_grad(executor):
     lengths = np.array([3, 5, 2, 4])
     rs = np.random.RandomState(0)
@@ -299,7 +298,6 @@ def early_exit_jax(W, data, threshold, max_steps):
     return total, steps
 
 
-@pytest.mark.parametrize("executor", EXECUTORS)
 @pytest.mark.parametrize("threshold", [0.8, 5.0])  # some instances exit early / none do
 def test_until_per_instance_matches_plain_jax(executor, threshold):
     rs = np.random.RandomState(3)
@@ -334,7 +332,8 @@ def test_until_per_instance_needs_a_bool_over_its_dims():
 SEPARABLE = ("last", "sum", "mean", "max", "attention")
 
 
-@pytest.mark.parametrize("executor", EXECUTORS[1:])
+@pytest.mark.executors(COMPILED, reason="grouping by length is a pass; the reference runs "
+                        "the program as written")
 def test_instances_grouped_by_length_match_each_instance_alone(executor):
     lengths = np.random.RandomState(5).randint(1, 9, size=13)
     data = np.random.RandomState(2).randn(13, lengths.max(), D).astype(np.float32)
@@ -396,7 +395,8 @@ def test_gradient_through_ragged_trees_matches_jax_grad(executor):
                                atol=1e-6)
 
 
-@pytest.mark.parametrize("executor", EXECUTORS[1:])
+@pytest.mark.executors(COMPILED, reason="grouping by size is a pass; the reference runs "
+                        "the program as written")
 def test_trees_grouped_by_size_match_numpy(executor):
     from benchmarks.autobatch import treelstm_numpy, treelstm_postorder_tempo, treelstm_problem
 
@@ -429,7 +429,6 @@ def generate_trees(X, WL, WR, we, max_nodes, xp=np):
     return xp.stack(outs), sizes
 
 
-@pytest.mark.parametrize("executor", EXECUTORS)
 def test_generated_trees_end_per_instance_and_differentiate(executor):
     """Generation with data-dependent branching: node n's parent is found from the running
     count of expanding nodes, the tree ends per instance (tl.until over (b, n)), and the
@@ -496,7 +495,7 @@ def test_a_masked_range_through_squeeze_keeps_its_axis():
         x = tl.from_array(data, domain=(b, t))
         y = x[b, 0:T].squeeze(axis=1).max(axis=0)
     want = np.stack([data[k, :n, 0].max(axis=0) for k, n in enumerate(lengths)])
-    for executor in EXECUTORS:
+    for executor in ALL:
         run = ctx.compile(bounds={B: 3, T: tl.lengths(lengths, over=b)}, outputs={"y": y},
                           config=tl.CompileConfig(executor=executor)).run()
         np.testing.assert_allclose(run["y"], want, rtol=1e-6, err_msg=executor)

@@ -43,6 +43,7 @@ from randprog import (  # noqa: E402
     run_tempo,
     to_source,
 )
+from rt_helpers import ALL  # noqa: E402
 
 # Budget (2 cores): compiling a program costs ~150 ms (isl schedule, memory plan), more with a
 # gradient; a run on the interpreter or generated code ~100 ms (JAX kernels, most cached across
@@ -52,7 +53,6 @@ N_EXECUTORS = examples(300)
 N_GROUPS = examples(60)
 N_REFERENCE = examples(400)
 N_SPANS = examples(40)
-EXECUTORS = ("reference", "xla", "codegen", "interpreter")
 SWITCHES = ("simplify", "fold_constants", "cse", "contract", "dce", "tile", "vectorise",
             "incrementalise", "fuse")
 NO_EXPLAIN = tuple(p for p in Phase if p is not Phase.explain)  # its notes are noise here
@@ -87,7 +87,7 @@ def test_random_programs_on_every_executor_under_pass_switches(program, switches
     calls: dict = {}
     prog = compile_program(program, calls, config=config)
     counted = {}
-    for executor in EXECUTORS:
+    for executor in ALL:
         got = run_tempo(program, prog.on(executor), calls)
         if "_calls" in got:
             counted[executor] = got.pop("_calls")

@@ -1,12 +1,9 @@
 """Rematerialisation of index functions (passes/remat.py) and their placement in their readers'
 loop (schedule/fusion.py): same results, memory that does not grow with the bound."""
 import numpy as np
-import pytest
 
 import tempo_lab as tl
 from tempo_lab.ir.sdg import index_functions
-
-EXECUTORS = ("reference", "interpreter", "xla")
 
 
 def _table_program():
@@ -28,7 +25,6 @@ def _table_program():
     return ctx, {"h": h, "last": last}, table
 
 
-@pytest.mark.parametrize("executor", EXECUTORS)
 def test_a_table_of_t_is_recomputed_in_the_loop_and_gives_the_same_result(executor):
     ctx, outs, _ = _table_program()
     N, T = ctx.bounds
@@ -84,7 +80,6 @@ def test_windowed_llama_decode_memory_is_flat_up_to_a_million_steps():
     assert peaks[10**6] <= 1.05 * peaks[10**3] + 64 * 4
 
 
-@pytest.mark.parametrize("executor", EXECUTORS)
 def test_a_value_of_t_read_at_several_points_after_the_loop_is_not_stored(executor):
     """``y[T - 1] + y[T - 2]`` of ``y = sin(t * 0.01)``: each point is recomputed where it is
     read, so the plan does not grow with ``T`` (it stored every ``t`` with two reads)."""

@@ -1,4 +1,4 @@
-"""Semantics of recurrent-tensor programs on the reference interpreter (DESIGN §1–§2).
+"""Semantics of recurrent-tensor programs on every executor (DESIGN §1–§2).
 
 Every expected value is computed independently with plain NumPy loops inside the test; nothing
 is taken from tempo_lab except the value under test.
@@ -10,9 +10,7 @@ import itertools
 import numpy as np
 import pytest
 from rt_helpers import (  # noqa: F401 (executor: the autouse parametrisation)
-    _STATE,
     ATOL,
-    EXECUTORS,
     RTOL,
     close,
     compile_,

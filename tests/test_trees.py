@@ -13,8 +13,6 @@ from hypothesis import strategies as st
 
 import tempo_lab as tl
 
-EXECUTORS = ("reference", "interpreter", "codegen", "xla")
-
 
 def random_forest(trees: int, max_leaves: int, seed: int):
     """Random binary trees in post-order, as the autobatch benchmark draws them."""
@@ -129,7 +127,6 @@ def treelstm(p, executor, grad=False):
     return prog
 
 
-@pytest.mark.parametrize("executor", EXECUTORS)
 def test_treelstm_level_by_level_equals_numpy(executor):
     from benchmarks.autobatch import treelstm_numpy, treelstm_problem
 

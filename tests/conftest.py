@@ -1,0 +1,44 @@
+"""The one executor parametrisation: a test that takes an ``executor`` argument runs once on each
+executor of ``rt_helpers.ALL`` (ids: the executor names), or of the subset that
+``@pytest.mark.executors(SUBSET, reason=...)`` names (on the test, or as a module's
+``pytestmark``); the subsets are derived in ``rt_helpers`` from what the package registers. A
+test that parametrises ``executor`` itself with ``pytest.mark.parametrize`` keeps its own."""
+from __future__ import annotations
+
+import pytest
+from rt_helpers import ALL
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "executors(names, reason): run the test on these executors only (a subset "
+        "from rt_helpers) and say why")
+
+
+def _parametrised_by_mark(metafunc, name):
+    for mark in metafunc.definition.iter_markers("parametrize"):
+        names = mark.args[0]
+        if isinstance(names, str):
+            names = [n.strip() for n in names.split(",")]
+        if name in names:
+            return True
+    return False
+
+
+def pytest_generate_tests(metafunc):
+    if "executor" not in metafunc.fixturenames or _parametrised_by_mark(metafunc, "executor"):
+        return
+    mark = metafunc.definition.get_closest_marker("executors")
+    if mark is None:
+        names = ALL
+    else:
+        names = tuple(mark.args[0])
+        assert mark.kwargs.get("reason"), "pytest.mark.executors needs a reason="
+        assert set(names) <= {"auto", *ALL}, names
+    metafunc.parametrize("executor", names, ids=list(names), indirect=True)
+
+
+@pytest.fixture
+def executor(request):
+    """The executor's name (parametrised by ``pytest_generate_tests``)."""
+    return request.param
