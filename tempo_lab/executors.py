@@ -12,12 +12,16 @@ class Caps:
     calls_python: bool       # calls Python at a point without serialising a compiled program
     memory_budget: bool      # moves stores to the host between phases (device_memory_budget);
                              # without it, one program holds every store for the whole run
+    store_timeline: bool     # its profile has the store bytes after every statement
 
 
 CAPS = {
-    "xla": Caps(pads_per_span=True, calls_python=False, memory_budget=False),
-    "codegen": Caps(pads_per_span=False, calls_python=True, memory_budget=True),
-    "interpreter": Caps(pads_per_span=False, calls_python=True, memory_budget=True),
+    "xla": Caps(pads_per_span=True, calls_python=False, memory_budget=False,
+                store_timeline=False),
+    "codegen": Caps(pads_per_span=False, calls_python=True, memory_budget=True,
+                    store_timeline=True),
+    "interpreter": Caps(pads_per_span=False, calls_python=True, memory_budget=True,
+                        store_timeline=True),
 }
 
 
@@ -28,3 +32,9 @@ def auto_backend(calls_python: bool, offloads: bool) -> str:
     fits = [name for name, c in CAPS.items()
             if (c.calls_python or not calls_python) and (c.memory_budget or not offloads)]
     return fits[0]
+
+
+def timeline_backend() -> str:
+    """The executor a measured memory curve runs on: the first whose profile records the
+    store bytes after every statement."""
+    return next(name for name, c in CAPS.items() if c.store_timeline)

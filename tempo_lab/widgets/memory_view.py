@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import math
 
+from tempo_lab.executors import timeline_backend
+
 from .base import FigureSlot, stage_view
 from .palette import HIGHLIGHT, STORE_COLOURS, TEMPLATE
 
@@ -124,8 +126,8 @@ def compare_memory(plans: dict, profiles: dict | None = None):
 
 class MemoryView:
     """Memory figure in a FigureWidget; ``select(op_id)`` highlights that op's buffer. With
-    ``prog`` and no per-step measurement, a button measures one: a run on the interpreter,
-    which records the store bytes after every statement."""
+    ``prog`` and no per-step measurement, a button measures one: a run on an executor that
+    records the store bytes after every statement (``executors.timeline_backend``)."""
 
     def __init__(self, plan, profile=None, prog=None):
         import ipywidgets as W
@@ -155,7 +157,7 @@ class MemoryView:
         self.measure = None
         if prog is not None and prog.lowered is not None and (
                 profile is None or len(profile.timeline) <= 1):
-            self.measure = W.Button(description="measure per step (interpreter run)",
+            self.measure = W.Button(description=f"measure per step ({timeline_backend()} run)",
                                     layout=W.Layout(width="auto"))
             self.measure.add_class("tempo-lab-measure-memory")
             self.measure.on_click(lambda _: self.measure_steps())
@@ -200,9 +202,9 @@ class MemoryView:
         return plan
 
     def measure_steps(self):
-        """Run the program on the interpreter, whose profile has the store bytes after every
-        statement, and show that measured curve."""
-        self.profile = self.prog.on("interpreter").run().profile
+        """Run the program on an executor whose profile has the store bytes after every
+        statement (``executors.timeline_backend``), and show that measured curve."""
+        self.profile = self.prog.on(timeline_backend()).run().profile
         if self.measure is not None:
             self.measure.disabled = True
         self.summary.value = self._summary()
