@@ -46,3 +46,43 @@ def test_the_plan_module_has_no_jax_code():
     assert not {m for m in imported if m.split(".")[0] == "jax"}, imported
     names = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
     assert not names & {"jax", "jnp", "lax"}, names & {"jax", "jnp", "lax"}
+
+
+def _two_phases():
+    """``a`` over ``t``, summed; then ``b`` over ``t`` from the sum: ``a`` is dead while ``b``
+    is made, so the memory plan's peak (with frees) is about half of every store held at once,
+    which is what the XLA program holds for the whole run."""
+    ctx = tl.Context(dims=("t",))
+    (t,), (T,) = ctx.dims, ctx.bounds
+    with ctx:
+        a = tl.placeholder((256,), domain=(t,), name="a")
+        a[0] = tl.ones((256,))
+        a[t] = a[t - 1] * 0.99 + 0.01
+        b = tl.placeholder((256,), domain=(t,), name="b")
+        b[0] = a[0:T].sum(axis=0)
+        b[t] = b[t - 1] * 0.5 + 1.0
+        out = b[0:T].sum()
+    return ctx, {T: 100}, {"out": out}
+
+
+def test_auto_under_a_budget_runs_xla_only_where_its_stores_fit():
+    """A budget met by frees alone (no store moves to the host) used to run on XLA, which holds
+    every store for the whole run: above the budget, silently."""
+    ctx, bounds, outs = _two_phases()
+    want = ctx.compile(bounds=bounds, outputs=outs,
+                       config=tl.CompileConfig(executor="reference")).run()["out"]
+    free = ctx.compile(bounds=bounds, outputs=outs, config=tl.CompileConfig(executor="xla"))
+    held = free.executable.prepared.plan.static_bytes
+    assert free.memory.peak_bytes < held
+    tight = ctx.compile(bounds=bounds, outputs=outs,
+                        config=tl.CompileConfig(device_memory_budget=free.memory.peak_bytes))
+    assert "offload" not in tight.schedule.code()
+    assert tight.executor != "xla" and tl.executors.CAPS[tight.executor].memory_budget
+    assert "above device_memory_budget" in " ".join(tight.executable.choice)
+    assert tight.run().profile.peak_bytes <= free.memory.peak_bytes
+    roomy = ctx.compile(bounds=bounds, outputs=outs,
+                        config=tl.CompileConfig(device_memory_budget=held))
+    assert roomy.executor == "xla" and "fit device_memory_budget" in " ".join(
+        roomy.executable.choice)
+    for prog in (tight, roomy):
+        np.testing.assert_allclose(prog.run()["out"], want, rtol=1e-5)

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Protocol
 
 from ..errors import TempoLabError
-from ..executors import auto_backend
+from ..executors import CAPS, auto_backend
 from ..schedule import Offload
 from ..stage import Stage
 from .host import Cached, Host
@@ -75,6 +75,19 @@ def compile_lowered(lowered: Lowered, backend, sync: bool = False, split: int = 
                    "the XLA program"] + reasons if reasons else
                   ["auto chose xla: every loop nest runs inside one XLA program (static "
                    "store shapes for these bounds, no host callbacks)"])
+        budget = lowered.plan.budget
+        if budget is not None and not CAPS[backend].memory_budget:
+            prepared = found[backend].prepare(lowered, sync, split)
+            if prepared.predicted_peak_bytes <= budget:
+                return Executable(lowered, found[backend], prepared, sync, choice + [
+                    f"its stores, held for the whole run ({prepared.predicted_peak_bytes} B), "
+                    f"fit device_memory_budget ({budget} B)"])
+            backend = auto_backend(bool(reasons), True)
+            choice = [f"auto chose {backend}: {found[auto_backend(bool(reasons), False)].name}"
+                      f" holds every store for the whole run, "
+                      f"{prepared.predicted_peak_bytes} B, above device_memory_budget "
+                      f"({budget} B); {backend} frees stores as the memory plan says "
+                      f"(predicted peak {lowered.plan.peak_bytes} B)"]
     if isinstance(backend, str):
         if backend not in found:
             raise TempoLabError(f"unknown executor {backend!r}; choose one of "
