@@ -97,10 +97,12 @@ def test_autobatch_benchmark_tiny(tmp_path):
 
 def test_rl_memory_benchmark_tiny(tmp_path):
     """Both experiments' records; PPO on 3x8x8 images fits half its unbudgeted peak (the
-    issue's target, met at every size the benchmark runs) with the same results."""
+    issue's target, met at every size the benchmark runs) with the same results. Monte-Carlo
+    and TD(4) with and without streaming, their losses compared, are what the rl_memory
+    notebook runs (tests/test_notebooks.py): here TD(4) alone, at 8 steps, for its records."""
     out = tmp_path / "rl_memory.json"
-    _run("benchmarks.rl_memory", "--steps", "32", "--num-envs", "2", "--iterations", "2",
-         "--runs", "1", "--algorithms", "mc", "td4", "--obs-sides", "8", "--out", str(out))
+    _run("benchmarks.rl_memory", "--steps", "8", "--num-envs", "2", "--iterations", "1",
+         "--runs", "1", "--algorithms", "td4", "--obs-sides", "8", "--out", str(out))
     records = json.loads(out.read_text())
     obs = [r for r in records if r["experiment"] == "large_obs"]
     assert len(obs) == 1 and obs[0]["matches_unbudgeted"]
@@ -108,7 +110,7 @@ def test_rl_memory_benchmark_tiny(tmp_path):
     assert obs[0]["device_peak_bytes"] <= obs[0]["budget_bytes"] < obs[0]["unbudgeted_peak_bytes"]
     assert obs[0]["offloaded_bytes"] > 0
     algs = {(r["algorithm"], r["stream"]) for r in records if r["experiment"] == "algorithm"}
-    assert algs == {("mc", True), ("td4", True), ("td4", False)}
+    assert algs == {("td4", True), ("td4", False)}
 
 
 def test_soak_benchmark_tiny(tmp_path):
