@@ -8,11 +8,16 @@ from collections.abc import Callable, Hashable
 
 
 class LRU:
-    """At most ``size`` entries; getting or putting an entry makes it the most recent."""
+    """At most ``size`` entries and, with ``weigh`` (an entry's bytes), at most ``max_bytes``
+    in all, except that the newest entry is kept whatever its size; getting or putting an
+    entry makes it the most recent."""
 
-    def __init__(self, size: int):
-        self.size = size
+    def __init__(self, size: int, max_bytes: int | None = None,
+                 weigh: Callable[[object], int] | None = None):
+        self.size, self.max_bytes, self.weigh = size, max_bytes, weigh
         self._items: OrderedDict = OrderedDict()
+        self._bytes: dict = {}
+        self.nbytes = 0  # the entries' bytes, as weighed
 
     def get(self, key: Hashable, make: Callable[[], object]):
         """The entry for ``key``, made with ``make()`` (and the oldest dropped) if missing."""
@@ -20,8 +25,14 @@ class LRU:
             self._items.move_to_end(key)
             return self._items[key]
         value = self._items[key] = make()
-        while len(self._items) > self.size:
-            self._items.popitem(last=False)
+        if self.weigh is not None:
+            self._bytes[key] = int(self.weigh(value))
+            self.nbytes += self._bytes[key]
+        while len(self._items) > self.size or (
+                self.max_bytes is not None and self.nbytes > self.max_bytes
+                and len(self._items) > 1):
+            old, _ = self._items.popitem(last=False)
+            self.nbytes -= self._bytes.pop(old, 0)
         return value
 
     def __len__(self) -> int:
@@ -32,3 +43,5 @@ class LRU:
 
     def clear(self):
         self._items.clear()
+        self._bytes.clear()
+        self.nbytes = 0
