@@ -100,7 +100,7 @@ def test_storage_kinds_program_with_every_read_kind(executor):
 LAYERS, EMBED, HEADS, STEPS, BATCH, WINDOW = 2, 16, 2, 12, 2, 4
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture  # seeded and cheap: per test, so these tests are not held to one xdist worker
 def weights():
     return make_weights(LAYERS, EMBED, 2 * EMBED)
 
