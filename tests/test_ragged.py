@@ -556,3 +556,31 @@ def test_ragged_bounds_survive_save_and_load(tmp_path):
     (r,) = back.passes.initial.ragged.values()
     assert r.over == "b" and r.lengths.tolist() == lengths.tolist()
     assert back.passes.initial.pretty() == prog.passes.initial.pretty()
+
+
+@pytest.mark.executors(COMPILED, reason="group vectorisation is a pass; the reference runs "
+                        "the program as written")
+def test_an_input_array_read_over_the_ragged_range_with_group_vectorisation(executor):
+    """``x[b, 0:T]`` of an input array whose ``t`` extent is the longest length, vectorised
+    beside a mask of ``T`` padded to its size class, and a point read at each instance's end:
+    the operands of the mask's ``where`` had 7 and 8 points (InternalError before)."""
+    lengths = np.array([7, 3, 5])
+    data = np.random.default_rng(0).standard_normal((3, 7, 4)).astype(np.float32)
+    ctx = tl.Context(dims=("b", "t"))
+    (b, t), (B, T) = ctx.dims, ctx.bounds
+    with ctx:
+        x = tl.from_array(data, domain=(b, t), name="x")
+        h = tl.placeholder((4,), domain=(b, t), name="h")
+        h[b, 0] = x[b, 0]
+        h[b, t] = tl.tanh(h[b, t - 1] * 0.5 + x[b, t])
+        y = x[b, 0:T].sum(axis=0) + h[b, T - 1]
+    bounds = {B: 3, T: tl.lengths(lengths, over=b)}
+    want = np.zeros((3, 4), np.float32)
+    for k, n in enumerate(lengths):
+        hk = data[k, 0]
+        for s in range(1, n):
+            hk = np.tanh(hk * 0.5 + data[k, s])
+        want[k] = data[k, :n].sum(axis=0) + hk
+    run = ctx.compile(bounds=bounds, outputs={"y": y}, config=tl.CompileConfig(
+        executor=executor, vectorise_groups=True)).run()
+    np.testing.assert_allclose(run["y"], want, rtol=1e-5, atol=1e-5)

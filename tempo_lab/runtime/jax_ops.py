@@ -66,8 +66,27 @@ def _unary_rule(fn):
 def _binary_rule(fn):
     def rule_(op, xs, lens, types, out):
         cdt, _ = promote(types)
-        return fn(xs[0].astype(cdt), xs[1].astype(cdt))
+        a, b = _broadcastable(xs, out)
+        return fn(a.astype(cdt), b.astype(cdt))
     return rule_
+
+
+def _broadcastable(xs, out) -> list:
+    """The operands of an elementwise op, each axis that is shorter than the output's padded
+    axis (and not 1) padded to it: a whole static array read where the output's axis is a
+    bound padded to its size class (``x[b, 0:T]`` of a 7-point array, vectorised, beside a
+    mask of ``T`` padded to 8). The padding is past every valid point."""
+    out = tuple(out)
+    fitted = []
+    for x in xs:
+        lead = len(out) - x.ndim
+        pads = [(0, 0)] * x.ndim
+        for a in range(x.ndim):
+            n = out[lead + a] if lead + a >= 0 else x.shape[a]
+            if isinstance(n, int) and 1 < x.shape[a] < n:
+                pads[a] = (0, n - x.shape[a])
+        fitted.append(jnp.pad(x, pads) if any(p != (0, 0) for p in pads) else x)
+    return fitted
 
 
 for _k, _e in UNARY.items():
@@ -122,7 +141,8 @@ def _jax_fused(op, xs, lens, in_types, out):
 @rule("jax", "where")
 def _jax_where(op, xs, lens, types, out):
     cdt, _ = promote(types[1:])
-    return jnp.where(xs[0], xs[1].astype(cdt), xs[2].astype(cdt))
+    c, a, b = _broadcastable(xs, out)
+    return jnp.where(c, a.astype(cdt), b.astype(cdt))
 
 
 def _reduce_rule(fn):
