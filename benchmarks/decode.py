@@ -1,7 +1,8 @@
 """Decoding benchmark: a decoder written once in tempo_lab and twice in plain JAX.
 
-    python -m benchmarks.decode [--quick] [--model gpt2|llama] [--layers 2] [--heads 4]
-        [--kv-heads H] [--vocab V] [--embed 256] [--batch 4] [--seq-len 256 1024]
+    python -m benchmarks.decode [--quick] [--model gpt2|llama] [--preset llama-3.2-1b]
+        [--dtype float32|bfloat16] [--layers 2] [--heads 4] [--kv-heads H] [--head-dim D]
+        [--rope-scaling F LOW HIGH CTX] [--vocab V] [--embed 256] [--batch 4] [--seq-len 256 1024]
         [--attention causal|window|both] [--window 64] [--runs 5] [--tl-runs N]
         [--systems ...] [--kv-layout bhtd|bthd] [--out benchmarks/results/decode.json]
         [--no-progress]
@@ -17,12 +18,13 @@ Models (``--model``, recorded as ``model``):
   checked as a greedy decode by the plain-JAX twin (see ``benchmarks.llama``); no system can
   run a layer over all steps at once, as in serving.
 
-Systems (same weights, same tokens, outputs checked against the model's check before timing):
+Systems (same weights, same tokens, outputs checked against the model's check after the timed
+runs):
 
 - ``tempo_lab``: the decoder with batch, layer and step as dims ``(b, n, t)``; attention reads
   keys/values over ``0:t+1`` (causal) or ``max(0, t-W+1):t+1`` (window).
-- ``jax_scan``: one ``jax.jit`` of a ``lax.scan`` over t with a preallocated KV cache
-  ``(layers, batch, heads, T, dh)`` (``--kv-layout bthd``: ``(layers, batch, T, heads, dh)``);
+- ``jax_scan``: one ``jax.jit`` of a ``lax.scan`` over t with a preallocated KV cache per layer,
+  ``(batch, heads, T, dh)`` (``--kv-layout bthd``: ``(batch, T, heads, dh)``);
   attention over the whole cache under a causal (or causal+window) mask.
 - ``jax_step``: the same step jitted alone and called from a Python loop, the cache donated.
 
