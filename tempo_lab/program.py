@@ -10,7 +10,7 @@ from dataclasses import replace
 import numpy as np
 
 from . import progress
-from .compile_config import CompileConfig
+from .compile_config import EXECUTORS, CompileConfig
 from .errors import (
     ArgumentError,
     BoundsError,
@@ -35,6 +35,9 @@ from .runtime.sharding import Layout
 from .schedule import FALLBACK_OPTION_SETS, OPTION_SETS, IncompleteSchedule, schedule_sdg
 from .stage import Stage
 from .symbolic import Bound
+
+# EXECUTORS: the names CompileConfig(executor=...) takes, also read as tl.program.EXECUTORS
+__all__ = ["EXECUTORS", "Program", "compile_context"]
 
 
 def _normalise_outputs(outputs, ctx) -> dict[str, RecurrentTensor]:

@@ -102,3 +102,19 @@ def test_the_sampled_timeline_is_the_measured_one(make):
     assert run.profile.peak_bytes == prog.memory.peak_bytes
     assert len(run.profile.timeline) == prog.memory.n_steps
     assert [run.profile.timeline[s] for s in prog.memory.steps] == prog.memory.timeline
+
+
+def test_a_schedule_made_by_hand_is_planned_with_its_frees():
+    """The scheduler returns its loop AST without frees; the memory stage adds them. A plan
+    made from ``schedule_sdg``'s result (as tutorial 03 does) is the pipeline's plan, not one
+    that holds every store to the end."""
+    from tempo_lab.memory import plan_memory, with_frees
+    from tempo_lab.schedule import Free, schedule_sdg
+
+    prog = _causal(64)
+    bare = schedule_sdg(prog.sdg, prog.schedule.options)
+    assert not bare.freed and not any(isinstance(n, Free) for n in bare.ast.walk())
+    freed = with_frees(prog.sdg, bare)
+    assert freed.freed and any(isinstance(n, Free) for n in freed.ast.walk())
+    assert with_frees(prog.sdg, freed) is freed
+    assert plan_memory(prog.sdg, bare, prog.bounds).peak_bytes == prog.memory.peak_bytes

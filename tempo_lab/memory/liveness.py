@@ -26,10 +26,13 @@ _LAST_READS = LRU(8192)
 
 
 def with_frees(sdg: SDG, schedule: Schedule) -> Schedule:
-    """``schedule`` running its loop AST with a ``Free`` after each store's last use."""
+    """``schedule`` running its loop AST with a ``Free`` after each store's last use (as it
+    is where it has them already)."""
+    if schedule.freed:
+        return schedule
     maps = {e: sdg.isl_map(e) for e in sdg.edges}
     frees = last_reads(sdg, schedule.order, schedule.domains, maps)
-    return schedule.with_ast(insert_frees(schedule.ast, frees, sdg))
+    return schedule.with_ast(insert_frees(schedule.ast, frees, sdg), freed=True)
 
 
 def maps_by_op(order: isl.UnionMap) -> dict[int, isl.Map]:

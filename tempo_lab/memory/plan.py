@@ -24,6 +24,7 @@ from ..symbolic import Const, Dim, Expr, Slice
 from ..symbolic import isl as I
 from ..symbolic.expr import MinMax
 from ..symbolic.sizes import const_cap, pad, size_class, store_extent
+from .liveness import with_frees
 from .simulate import simulate
 
 SCHEMA = "tempo_lab.memory/1"
@@ -211,6 +212,9 @@ def _grow(slots: tuple, j: int) -> tuple:
 
 
 def plan_memory(sdg: SDG, schedule, bounds: dict[str, int], block: int = 64) -> MemoryPlan:
+    """The stores of ``schedule`` (its frees added first where it has none: a schedule made
+    by ``schedule_sdg``) for these bounds, simulated in bytes."""
+    schedule = with_frees(sdg, schedule)
     order = I.fix(schedule.order, bounds)
     by_op = {int(m.get_tuple_name(isl.dim_type.in_)[2:]): m for m in I.maps_of(order)}
     keys = canon.Keys(by_op)

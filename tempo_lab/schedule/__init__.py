@@ -23,20 +23,22 @@ class Schedule(Stage):
     def __init__(self, sdg: SDG, domains: Mapping[int, isl.Set], validity: isl.UnionMap,
                  tree: isl.Schedule, ast: Node, order: isl.UnionMap,
                  options: Mapping[str, int] | None = None,
-                 placed: Mapping[tuple[int, str], tuple[int, int]] | None = None):
+                 placed: Mapping[tuple[int, str], tuple[int, int]] | None = None,
+                 freed: bool = False):
         self.sdg, self.domains, self.validity, self.tree, self.ast = (sdg, dict(domains),
                                                                       validity, tree, ast)
+        self.freed = freed  # whether the AST frees each store after its last use (memory/)
         self.order = order  # statement instance -> time in the loop AST that runs
         self.options = options  # "fusion", or the isl scheduler options it was computed with
         # the fusion scheduler's loops: (op, dim) -> (direction, shift), point x of the op runs
         # at loop time direction * x + shift (how many iterations late a reader runs)
         self.placed = dict(placed or {})
 
-    def with_ast(self, ast: Node) -> Schedule:
+    def with_ast(self, ast: Node, freed: bool | None = None) -> Schedule:
         """The same schedule running ``ast`` (the loop AST with frees or offloads placed in
         it: ``memory/``)."""
         return Schedule(self.sdg, self.domains, self.validity, self.tree, ast, self.order,
-                        self.options, self.placed)
+                        self.options, self.placed, self.freed if freed is None else freed)
 
     def lag(self, reader: int, producer: int, dim: str) -> int:
         """How many points along ``dim`` the producer has moved on when ``reader`` runs the
