@@ -35,6 +35,12 @@ class LRU:
             self.nbytes -= self._bytes.pop(old, 0)
         return value
 
+    def pop(self, key: Hashable):
+        """Drop the entry for ``key`` (if there is one)."""
+        if key in self._items:
+            del self._items[key]
+            self.nbytes -= self._bytes.pop(key, 0)
+
     def __len__(self) -> int:
         return len(self._items)
 

@@ -173,7 +173,7 @@ def _isl_schedule(sdg: SDG, dom, validity, options: Mapping[str, int]):
         for k, v in options.items():
             getattr(ctx, f"set_schedule_{k}")(v)
         try:
-            return build.compute(sdg, dom, validity)
+            return build.compute(sdg, dom, validity, tuple(sorted(options.items())))
         except build.IslCrashed as e:
             raise IncompleteSchedule(str(e)) from None
     finally:

@@ -303,9 +303,19 @@ def _prefix_closed(dom: isl.Set, op, t: Dim, b: Bound) -> bool:
 ISL_SECONDS = 60.0  # how long one attempt of isl's scheduler may take (it runs in a child)
 
 
-def compute(sdg: SDG, dom: isl.UnionSet, validity: isl.UnionMap) -> isl.Schedule:
-    text = _in_child(lambda: _schedule_text(dom, validity), ISL_SECONDS)
+_ISL_SCHEDULES = LRU(64)  # isl's answers by problem text: the same program compiled again (a
+# notebook cell run twice, another executor) is not scheduled again (PPO: 7.6 s each time)
+
+
+def compute(sdg: SDG, dom: isl.UnionSet, validity: isl.UnionMap,
+            options: tuple = ()) -> isl.Schedule:
+    """isl's schedule of ``dom`` under ``validity`` (``options``: the scheduler options set,
+    part of what the answer depends on)."""
+    key = (str(dom), str(validity), options)
+    text = _ISL_SCHEDULES.get(key, lambda: _in_child(lambda: _schedule_text(dom, validity),
+                                                     ISL_SECONDS))
     if text is None:
+        _ISL_SCHEDULES.pop(key)  # a crash or a timeout may not happen again
         raise IslCrashed(f"isl's scheduler crashed or took over {ISL_SECONDS:.0f} s")
     if text == "":
         raise cycle_error(sdg, validity)
@@ -408,14 +418,18 @@ def _find_cycle(sdg: SDG, ops: set[int]):
 
 
 # -- isl AST -> loop AST --------------------------------------------------------------------------
+_ASTS = LRU(64)  # isl's ASTs by schedule text (PPO's: 1.9 s each time)
+
+
 def ast(sched, context: isl.Set) -> isl.AstNode:
     """isl's AST of a schedule tree or a schedule map."""
-    ctx = I.CTX
-    ctx.set_ast_build_detect_min_max(1)
-    build = isl.AstBuild.from_context(context)
-    if isinstance(sched, isl.UnionMap):
-        return build.node_from_schedule_map(sched)
-    return build.node_from_schedule(sched)
+    def make():
+        I.CTX.set_ast_build_detect_min_max(1)
+        build = isl.AstBuild.from_context(context)
+        if isinstance(sched, isl.UnionMap):
+            return build.node_from_schedule_map(sched)
+        return build.node_from_schedule(sched)
+    return _ASTS.get((type(sched).__name__, str(sched), str(context)), make)
 
 
 def lower(node: isl.AstNode, sdg: SDG) -> Node:
