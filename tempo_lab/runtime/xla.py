@@ -1,5 +1,9 @@
 """The XLA-loop executor: the whole loop AST as one jitted JAX program.
 
+What it decides before tracing (store shapes and layouts, unrolled, split and peeled loops,
+values kept in registers, zero-padded reads) is an ``XlaPlan`` (``xla_plan.py``, no JAX code);
+this module traces ``lax`` code from the plan it is given and runs the compiled program.
+
 Every store gets a static shape for the run's bounds (point and ring stores already have one; a
 growing store is allocated at its padded size class at once), so the loop nest can be traced
 into ``lax`` loops: a ``For`` becomes ``lax.fori_loop`` (``lax.while_loop`` when a ``tl.until``
