@@ -24,6 +24,9 @@ class LRU:
         if key in self._items:
             self._items.move_to_end(key)
             return self._items[key]
+        if self.max_bytes is not None:  # an entry kept above the budget only as the newest
+            while self._items and self.nbytes > self.max_bytes:  # goes before the next is
+                self._evict()  # made: two such (PPO programs, 100 MB each) are never held
         value = self._items[key] = make()
         if self.weigh is not None:
             self._bytes[key] = int(self.weigh(value))
@@ -31,9 +34,12 @@ class LRU:
         while len(self._items) > self.size or (
                 self.max_bytes is not None and self.nbytes > self.max_bytes
                 and len(self._items) > 1):
-            old, _ = self._items.popitem(last=False)
-            self.nbytes -= self._bytes.pop(old, 0)
+            self._evict()
         return value
+
+    def _evict(self):
+        old, _ = self._items.popitem(last=False)
+        self.nbytes -= self._bytes.pop(old, 0)
 
     def pop(self, key: Hashable):
         """Drop the entry for ``key`` (if there is one)."""
