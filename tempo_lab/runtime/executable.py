@@ -62,6 +62,7 @@ def compile_lowered(lowered: Lowered, backend, sync: bool = False, split: int = 
     point, then "codegen") or a ``Backend`` object."""
     found = backends()
     choice: list[str] = []
+    prepared = None  # made already when auto checked it against a budget
     if backend == "auto":
         reasons = [f"{lowered.stmts[k].op.label} is a tl.{lowered.stmts[k].op.kind} at "
                    f"{lowered.stmts[k].op.loc}: it calls Python at every point"
@@ -78,23 +79,25 @@ def compile_lowered(lowered: Lowered, backend, sync: bool = False, split: int = 
         budget = lowered.plan.budget
         if budget is not None and not CAPS[backend].memory_budget:
             prepared = found[backend].prepare(lowered, sync, split)
-            if prepared.predicted_peak_bytes <= budget:
-                return Executable(lowered, found[backend], prepared, sync, choice + [
-                    f"its stores, held for the whole run ({prepared.predicted_peak_bytes} B), "
-                    f"fit device_memory_budget ({budget} B)"])
-            backend = auto_backend(bool(reasons), True)
-            choice = [f"auto chose {backend}: {found[auto_backend(bool(reasons), False)].name}"
-                      f" holds every store for the whole run, "
-                      f"{prepared.predicted_peak_bytes} B, above device_memory_budget "
-                      f"({budget} B); {backend} frees stores as the memory plan says "
-                      f"(predicted peak {lowered.plan.peak_bytes} B)"]
+            held = prepared.predicted_peak_bytes
+            if held <= budget:
+                choice.append(f"its stores, held for the whole run ({held} B), fit "
+                              f"device_memory_budget ({budget} B)")
+            else:
+                prepared, whole, backend = None, backend, auto_backend(bool(reasons), True)
+                choice = [f"auto chose {backend}: {whole} holds every store for the whole run, "
+                          f"{held} B, above device_memory_budget ({budget} B); {backend} frees "
+                          f"stores as the memory plan says (predicted peak "
+                          f"{lowered.plan.peak_bytes} B)"]
     if isinstance(backend, str):
         if backend not in found:
             raise TempoLabError(f"unknown executor {backend!r}; choose one of "
                                 f"{', '.join(['auto', *found])}")
         choice = choice or [f"CompileConfig(executor={backend!r})"]
         backend = found[backend]
-    return Executable(lowered, backend, backend.prepare(lowered, sync, split), sync, choice)
+    if prepared is None:
+        prepared = backend.prepare(lowered, sync, split)
+    return Executable(lowered, backend, prepared, sync, choice)
 
 
 class Executable(Stage):
