@@ -8,8 +8,10 @@ from collections.abc import Hashable
 import numpy as np
 
 from ..ir.ops import CATALOG, flag
+from ..errors import ExprError
 from ..ir.sdg import Edge, Op
-from ..symbolic import TRUE
+from ..symbolic import TRUE, Const, and_
+from ..symbolic import isl as I
 from .manager import Editor, register
 
 
@@ -82,18 +84,31 @@ def _explain_lifts(ed: Editor):
         j = first[k]
         pairs = [(a, b) for a, b in zip(ed.in_edges(i), ed.in_edges(j))
                  if (a.src, a.index, a.cond) != (b.src, b.index, b.cond)]
-        if not any(a.src == b.src for a, b in pairs):  # other tensors: another layer, say
+        if not any(_one_tensor(ed, a.src, b.src) for a, b in pairs):  # another layer, say
             continue
         why = [_differ(ed, a, b) for a, b in pairs]
         ed.note(i, f"the same function as %{j} on other inputs, so its forward pass is "
                    f"computed again: " + "; ".join(why), j)
 
 
+def _one_tensor(ed: Editor, a: int, b: int) -> bool:
+    """Whether ops ``a`` and ``b`` hold points of one tensor: they are one op, or one holds
+    the other's points at some constant dims (``_pinned_reads``)."""
+    pa, pb = ed.ops[a], ed.ops[b]
+    return a == b or (pa.name is not None and pa.name == pb.name
+                      and "at" in {**pa.attrs, **pb.attrs})
+
+
 def _differ(ed: Editor, a, b) -> str:
     def read(e):
-        return f"{ed.ops[e.src].label}[{', '.join(map(str, e.index))}]"
+        p = ed.ops[e.src]
+        index = e.index
+        if "at" in p.attrs:  # the point of the tensor it holds a part of
+            point = dict(zip((d.name for d in p.domain), e.index)) | dict(p.attrs["at"])
+            index = [point[d.name] for d in ed.dims if d.name in point]
+        return f"{p.label}[{', '.join(map(str, index))}]"
     same = " (other points of one tensor: a parameter differs after an update)" \
-        if a.src == b.src else ""
+        if _one_tensor(ed, a.src, b.src) else ""
     return f"input {a.slot} reads {read(a)} here, {read(b)} there{same}"
 
 
@@ -158,6 +173,52 @@ def _reaches(ed: Editor, start: int, target: int, same_point: bool) -> bool:
     return False
 
 
+def _pinned_reads(ed: Editor) -> bool:
+    """Each read of a placeholder at a constant point along some of its dims (``theta[i, 0,
+    0]``) reads a placeholder over its other dims that has only the branches that can hold
+    there; True if any read changed. Why: PPO's rollout reads the parameters at the first
+    update of an iteration, a placeholder whose other branches read the rollout's results;
+    read whole, the two form one cycle of ops at each iteration that no loop over one dim
+    runs, and the scheduler's fused nest was declined (isl then took 8 s)."""
+    made: dict[tuple, int | None] = {}
+    for e in ed.edges:
+        m = ed.ops[e.src]
+        if m.kind != "merge" or e.src == e.dst:
+            continue
+        pins = {d: x for d, x in zip(m.domain, e.index) if isinstance(x, Const)}
+        key = (m.id, tuple((d.name, x.value) for d, x in pins.items()))
+        if pins and key not in made:
+            made[key] = _branches_at(ed, m, pins)
+        if pins and made[key] is not None:
+            ed.reindex(e, [x for d, x in zip(m.domain, e.index) if d not in pins],
+                       f"reads {m.label} where only some of its branches hold", made[key])
+    return any(v is not None for v in made.values())
+
+
+def _branches_at(ed: Editor, m: Op, pins: dict) -> int | None:
+    """A placeholder over ``m``'s dims but ``pins`` with the branches of ``m`` that can hold
+    where those dims have the pinned values (None if that is all of them)."""
+    rest = tuple(d for d in m.domain if d not in pins)
+    params = [d.bound.name for d in ed.dims]
+    within = and_(*[(d.bound >= 1) for d in ed.dims], *[d.bound > x for d, x in pins.items()])
+    kept = []
+    for b in ed.in_edges(m.id):
+        cond = b.cond.substitute(pins)
+        try:
+            holds = I.cond_set(cond & within, I.space(rest, params)) & I.box(rest, params)
+        except (ExprError, TypeError):  # a condition over something other than dims, bounds
+            return None
+        if not holds.is_empty():
+            kept.append(Edge(-1, b.src, len(kept), tuple(x.substitute(pins) for x in b.index),
+                             cond, b.loc))
+    if len(kept) == len(ed.in_edges(m.id)) or not kept:
+        return None
+    at = tuple((d.name, x.value) for d, x in pins.items())
+    point = ", ".join(f"{d} = {x}" for d, x in at)
+    return ed.add(Op(-1, "merge", rest, m.type, {**m.attrs, "at": at}, m.loc, m.name, m.scope),
+                  kept, m.id, f"{m.label} at {point}: the branches that hold there")
+
+
 def _transposed_array(ed: Editor, e):
     """The read of an array (a ``const`` or ``from_array``) that ``e`` reads through a
     transpose of its last two axes, at the transpose's own point; else None."""
@@ -187,7 +248,7 @@ def simplify(ed: Editor):
     -> that branch (so ops on it and on the branch become duplicates: ``tl.rl``'s loss reuses
     the acting forward pass), unless the branch reads the placeholder back other than through
     another placeholder, or at the same point (a cycle the scheduler reports as written)."""
-    forwarded = False
+    forwarded = _pinned_reads(ed)
     for i in sorted(ed.ops):
         op = ed.ops.get(i)
         if op is None:

@@ -158,11 +158,13 @@ class Editor:
         return op if op.scope or not self._ops[i].scope else dataclasses.replace(
             op, scope=self._ops[i].scope)
 
-    def reindex(self, e: Edge, index: tuple, note: str = ""):
-        """The read ``e`` at another index (a pass that changes the producer's domain)."""
+    def reindex(self, e: Edge, index: tuple, note: str = "", src: int | None = None):
+        """The read ``e`` at another index (a pass that changes the producer's domain), of
+        another producer ``src`` if given."""
         self._out[e.src].discard(e)
-        self._link(Edge(e.dst, e.src, e.slot, tuple(index), e.cond, e.loc))
-        self.events.append(Event("reindexed", e.dst, e.src, note))
+        src = e.src if src is None else src
+        self._link(Edge(e.dst, src, e.slot, tuple(index), e.cond, e.loc))
+        self.events.append(Event("reindexed", e.dst, src, note))
 
     def replace(self, old: int, new: int, note: str = ""):
         """Make every reader of ``old`` read ``new`` instead (same domain and type), then erase
