@@ -7,8 +7,8 @@ from collections.abc import Hashable
 
 import numpy as np
 
-from ..ir.ops import CATALOG, flag
 from ..errors import ExprError
+from ..ir.ops import CATALOG, flag
 from ..ir.sdg import Edge, Op
 from ..symbolic import TRUE, Const, and_
 from ..symbolic import isl as I
