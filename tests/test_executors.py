@@ -691,13 +691,14 @@ def test_xla_masks_a_range_of_a_store_its_loop_wrote_in_an_earlier_outer_step():
 def test_xla_keeps_a_store_read_by_a_loop_variable_stacked():
     """Weights read at ``n`` inside the unrolled loop over layers and at ``t`` (a variable,
     not a constant, in the loop over steps) stay one stacked buffer; the loop is still
-    unrolled and the values are the reference's."""
+    unrolled and the values are the reference's. (64 floats a point: a loop is unrolled for
+    reads of at least ``xla_plan.UNROLL_BYTES``.)"""
     ctx = tl.Context(dims=("t", "n"))
     (t, n), (T, N) = ctx.dims, ctx.bounds
-    data = np.random.RandomState(5).randn(6, 3).astype(np.float32)
+    data = np.random.RandomState(5).randn(6, 64).astype(np.float32)
     with ctx:
         wts = tl.from_array(data, domain=(n,), name="wts")
-        h = tl.placeholder((3,), "float32", domain=(t, n), name="h")
+        h = tl.placeholder((64,), "float32", domain=(t, n), name="h")
         h[0, n] = wts[n]
         h[t, n] = tl.tanh(h[t - 1, n] * wts[n] + wts[tl.min(t, N - 1)])
     outs = {"h": h}

@@ -33,10 +33,13 @@ from . import index_code as ic
 from .lowered import Lowered, Padded, Stmt
 
 UNROLL_STEPS = 32  # an inner loop of at most this many steps may be traced once per step
+UNROLL_BYTES = 256  # ... that reads a point of at least this many bytes of a store
 UNROLL_STATEMENTS = 1024  # ... while the program then traces at most this many copies of
 # its statements (counted as if a loop split into spans traced all of its body once per span)
-PEEL_STATEMENTS = 128  # a loop body of at most this many statements may be traced twice, a
-PEEL_SHARE = 20  # larger one when the branches peeling settles are a 20th of its statements
+PEEL_SMALL = 32  # a loop body of at most this many statements may be traced twice; a larger
+PEEL_STEPS = 16  # one only in a loop of at least this many steps, and when it has at most
+PEEL_STATEMENTS = 128  # this many statements or the branches peeling settles are a
+PEEL_SHARE = 20  # 20th of them
 MIN_SPAN = 16  # a loop is split into spans of at least this many steps
 BAKED_SIZE = 1024  # constants of at most this many elements become literals of the program
 TO_DICT_VERSION = 1
@@ -292,8 +295,10 @@ class XlaPlan(Stage):
 
     def _unrolled(self, spans: bool) -> dict[int, tuple[int, int]]:
         """Inner loops traced once per step, by ``id``: (first, end). An inner loop whose
-        variable picks a point of a store that the enclosing loop does not write (a layer's
-        weights, read at ``n`` in the loop over layers inside the loop over steps) reads it
+        variable picks a point (of ``UNROLL_BYTES`` or more) of a store that the loops around
+        it do not write (a layer's weights, read at ``n`` in the loop over layers inside the
+        loop over steps; not PPO's minibatch, made in the iteration that reads it, whose
+        four minibatches unrolled took 3 s more to compile for no faster a step) reads it
         by a dynamic index, which XLA copies out at every step; with the variable a constant,
         each layer's weights can be a buffer of their own (``_unstacked``), read in place.
         Only loops whose bounds are fixed numbers for these bounds, with few steps, outside
@@ -318,10 +323,15 @@ class XlaPlan(Stage):
                                        if spans else 1)
         if not 0 < steps <= UNROLL_STEPS or copies > UNROLL_STATEMENTS:
             return False
-        v, written = Dim(node.var), set(writes(self, loops[-1]))
+        v, written = Dim(node.var), set(writes(self, loops[0]))
         return any(e[0] == "p" and v in as_expr(e[1]).dims()
                    for n in execs for st in self.lowered.stmts_of(n) for r in st.reads
-                   if r.src not in written and r.src in self.shapes for e in r.entries)
+                   if r.src not in written and r.src in self.shapes
+                   and self._point_bytes(r.src) >= UNROLL_BYTES for e in r.entries)
+
+    def _point_bytes(self, op: int) -> int:
+        t = self.sdg.ops[op].type
+        return math.prod(as_expr(s).evaluate(self.bounds) for s in t.shape) * t.dtype.itemsize
 
     def _unstacked(self) -> dict[int, int]:
         """Stores held as one buffer per point of one axis (the logical axis, by store): those
@@ -717,10 +727,14 @@ def ranged(xp: XlaPlan, node: For, lower: dict, first, exact: bool) -> dict:
 def _peels(xp: XlaPlan, node: For, lower: dict) -> bool:
     """Whether tracing a loop's first step apart settles branches the whole loop cannot
     (``t == 0`` or ``t >= 1`` in a recurrence), so that neither copy has their lax.conds or
-    selects: where the body is small (``PEEL_STATEMENTS``) or those branches are at least a
-    ``1 / PEEL_SHARE`` of its statements (a chain of recurrences: 46 -> 4.4 ms a run). A large
-    body with few of them is not doubled: a 16-layer decode, whose only such branches pick the
-    prompt's token, compiled twice as long peeled for no faster a step."""
+    selects: where the body is small (``PEEL_SMALL``), or in a loop of many steps
+    (``PEEL_STEPS``) where the body is not large (``PEEL_STATEMENTS``) or those branches are at
+    least a ``1 / PEEL_SHARE`` of its statements (a chain of recurrences: 46 -> 4.4 ms a run).
+    A large body with few of them is not doubled: a 16-layer decode, whose only such branches
+    pick the prompt's token, compiled twice as long peeled for no faster a step. Nor is a body
+    that holds a loop (it would be traced twice for branches run once a step), nor one of a
+    few steps: PPO's loops over iterations and over epochs peeled compiled in 25 s against 11
+    and ran 53 ms an iteration against 43."""
     whole = ranged(xp, node, lower, node.lo, False)
     rest = ranged(xp, node, lower, as_expr(node.lo) + 1, False)
 
@@ -729,6 +743,11 @@ def _peels(xp: XlaPlan, node: For, lower: dict) -> bool:
 
     unrolls = {id(f): xp.unrolled[id(f)][1] - xp.unrolled[id(f)][0] for f in
                node.body.walk() if isinstance(f, For) and id(f) in xp.unrolled}
+    if any(isinstance(f, For) and id(f) not in unrolls for f in node.body.walk()):
+        return False
+    lo, hi = as_expr(node.lo), as_expr(node.hi)
+    steps = math.inf if lo.dims() or hi.dims() else hi.evaluate(xp.bounds) - lo.evaluate(
+        xp.bounds)  # steps that vary with an outer loop's point: counted as many
     total = gained = 0
     for n, loops, conds in _execs_under(node.body):
         copies = math.prod(unrolls.get(id(f), 1) for f in loops)
@@ -737,7 +756,8 @@ def _peels(xp: XlaPlan, node: For, lower: dict) -> bool:
         if any(settled(c) for c in conds) or any(
                 settled(xp.lowered.stmts[k].cond) for k in idx[:-1]):  # a merge's branches
             gained += copies
-    return gained > 0 and (total <= PEEL_STATEMENTS or gained * PEEL_SHARE >= total)
+    return gained > 0 and (total <= PEEL_SMALL or steps >= PEEL_STEPS and (
+        total <= PEEL_STATEMENTS or gained * PEEL_SHARE >= total))
 
 
 def _execs_under(node, loops: tuple = (), conds: tuple = ()):
