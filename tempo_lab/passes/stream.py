@@ -216,7 +216,7 @@ def _running_sum(ed: Editor, s: Op, read: Edge, d: Dim):
     at = tuple(d if isinstance(v, Slice) else v for v in read.index)
     prev = tuple(u - 1 if u == d else u for u in here)
     loc = s.loc
-    acc = ed.add(Op(-1, "merge", here, s.type, {"type": s.type}, loc,
+    acc = ed.add(Op(-1, "merge", here, s.type, {"type": s.type, "running": d.name}, loc,
                     s.name and f"{s.name}_running"), [],
                  s.id, f"running sum of %{x.id} along {d}")
     step = ed.add(Op(-1, "add", here, s.type, {}, loc), [Edge(-1, acc, 0, prev, TRUE, loc),

@@ -20,6 +20,8 @@ recurrence keeps. They read a looped producer's whole range (``attrs["stacked"]`
 reader reads them through a per-point view (``take`` at the value of ``d``). This is how the
 rollout's recurrence stays a loop over ``t`` while the value network, GAE's inputs, the per-step
 losses and their cotangents run as batched computations, as hand-written JAX would do them.
+Not along a dim the stream pass made running sums along (``CompileConfig(stream=True)``): a
+batch reads every step of the loop's values, so memory would grow with the steps again.
 Opt-in (``CompileConfig(vectorise_groups=True)``) until sharding a batch dim of such a program
 and the tutorials' recorded outputs are checked with it on.
 """
@@ -365,6 +367,13 @@ def vectorise(ed: Editor):
         ed.note(why[0], f"{d} stays a loop: {why[1]}")
         if ed.config.vectorise_groups and not ed.role(d) and not _outer(ed, d) \
                 and not eligible(ed, d, size, None):
+            running = [i for i, op in ed.ops.items() if op.attrs.get("running") == d.name]
+            if running:
+                ed.note(running[0], f"the ops outside the recurrence along {d} stay in its "
+                        f"loop: the stream pass made running sums along {d} so that each "
+                        f"step is consumed in the loop; batched over all of {d}, what they "
+                        f"read would be stored for every step (memory growing with {d.bound})")
+                continue
             ops = group(ed, d, size, budget)
             if ops and _worth(ed, ops):
                 vectorise_group(ed, d, size, ops)
