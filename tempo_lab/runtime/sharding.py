@@ -193,12 +193,22 @@ def to_host(tree):
     """``tree``'s arrays as NumPy, whole in every process: an array split over devices of
     several processes is gathered from all of them (a collective every process makes in the
     same order, as every process runs the same program)."""
-    def whole(x):
+    leaves, tdef = jax.tree.flatten(tree)
+    if not any(isinstance(x, jax.Array) for x in leaves):  # on the host already
+        return tree
+    for k, x in enumerate(leaves):
         if isinstance(x, jax.Array) and not (x.is_fully_addressable or x.is_fully_replicated):
             from jax.experimental import multihost_utils
-            return multihost_utils.process_allgather(x, tiled=True)
-        return x
-    return jax.device_get(jax.tree.map(whole, tree))
+            leaves[k] = multihost_utils.process_allgather(x, tiled=True)
+    arrays = [x for x in leaves if isinstance(x, jax.Array)]
+    if len(arrays) > 1 and _platform(arrays[0]) != "cpu":
+        for x in arrays:  # every transfer started before the first is waited for (on CPU
+            x.copy_to_host_async()  # each start costs more than the copy)
+    return jax.tree.unflatten(tdef, [np.asarray(x) for x in leaves])
+
+
+def _platform(x: jax.Array) -> str:
+    return next(iter(x.devices())).platform
 
 
 def _why_looped(sdg: SDG, d, looped) -> str:
