@@ -129,8 +129,9 @@ def test_a_decoder_at_a_billion_steps_compiles_with_the_work_of_a_thousand(windo
 
 def test_isl_is_asked_once_per_problem(monkeypatch):
     """isl's schedule and AST are kept by problem text: the same program scheduled again (a
-    notebook cell run twice, PPO on another executor) does not run isl's scheduler again
-    (PPO: 7.6 s of its 13 s compile), and gets the same loop nest."""
+    notebook cell run twice, the program on another executor) does not run isl's scheduler
+    again (PPO took 7.6 s of its 13 s compile there, before the fusion scheduler built its
+    nest), and gets the same loop nest."""
     from tempo_lab.schedule import schedule_sdg
 
     calls = []

@@ -20,6 +20,7 @@ from tempo_lab.symbolic import Dim
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/ is not a package
 from budget import examples  # noqa: E402
 from randprog import assert_outputs_match, numpy_eval, program_strategy, run_tempo  # noqa: E402
+from rt_helpers import COMPILED  # noqa: E402
 
 SWITCHES = tuple(REGISTRY[p].switch for p in tl.CompileConfig().passes)  # every pass
 DRAWN = ("remat", "stream", "contract", "tile", "incrementalise")  # drawn, not enumerated
@@ -167,6 +168,38 @@ def test_a_placeholder_with_one_branch_is_its_branch():
         r[t] = q[t] * 2.0
     with pytest.raises(tl.ScheduleError, match=r"\bq\b"):
         ctx.compile(bounds={T: 4}, outputs={"q": q}, config=config("interpreter"))
+
+
+@pytest.mark.executors(COMPILED, reason="the schedule of the pass's result")
+def test_a_read_at_a_constant_point_reads_only_the_branches_that_hold_there(executor):
+    """PPO's shape in small: parameters ``w[i, m]`` updated once per minibatch ``m``, a rollout
+    over ``t`` acting with ``w[i, 0]``, the updates reading the rollout. Read whole, ``w`` and
+    the rollout would be one cycle of ops at each ``i`` that no loop over one dim runs (isl's
+    scheduler had to take it); the read at ``m = 0`` reads a placeholder over ``i`` with the
+    two branches that hold there, and the fusion scheduler builds the nest. Values are the
+    reference's."""
+    ctx = tl.Context(dims=("i", "m", "t"))
+    (i, m, t), (NI, M, T) = ctx.dims, ctx.bounds
+    xs = np.linspace(0.1, 0.9, 5, dtype=np.float32)
+    with ctx:
+        x = tl.from_array(xs, domain=(t,))
+        w = tl.placeholder((), domain=(i, m), name="w")
+        h = tl.placeholder((), domain=(i, t), name="h")
+        h[i, 0] = x[0] * w[i, 0]
+        h[i, t] = tl.tanh(h[i, t - 1] * w[i, 0] + x[t])
+        g = w[i, m] * 0.5 + h[i, 0:T].sum()
+        w[0, 0] = np.float32(1.0)
+        w[(i >= 1) & tl.eq(m, 0)] = w[i - 1, M - 1] - 0.1 * g[i - 1, M - 1]
+        w[i, m] = w[i, m - 1] - 0.1 * g[i, m - 1]
+    bounds = {NI: 3, M: 2, T: 5}
+    prog = ctx.compile(bounds=bounds, outputs={"w": w}, config=config(executor))
+    assert prog.schedule.method.startswith("fusion")
+    at = [op for op in prog.sdg.ops.values() if op.attrs.get("at") == (("m", 0),)]
+    assert [(op.name, op.kind, [d.name for d in op.domain]) for op in at] == [("w", "merge", ["i"])]
+    want = ctx.compile(bounds=bounds, outputs={"w": w}, config=config()).run()["w"]
+    np.testing.assert_allclose(prog.run()["w"], want, rtol=1e-6)
+    off = ctx.compile(bounds=bounds, outputs={"w": w}, config=config(executor, simplify=False))
+    assert off.schedule.method.startswith("isl")
 
 
 @pytest.mark.parametrize("executor", ["reference", "interpreter", "codegen", "xla"])
