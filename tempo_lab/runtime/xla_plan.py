@@ -330,8 +330,8 @@ class XlaPlan(Stage):
                    and self._point_bytes(r.src) >= UNROLL_BYTES for e in r.entries)
 
     def _point_bytes(self, op: int) -> int:
-        t = self.sdg.ops[op].type
-        return math.prod(as_expr(s).evaluate(self.bounds) for s in t.shape) * t.dtype.itemsize
+        """Bytes of one point of a store (its axes padded as stored)."""
+        return math.prod(self.memory.storages[op].spatial) * self.sdg.ops[op].type.dtype.itemsize
 
     def _unstacked(self) -> dict[int, int]:
         """Stores held as one buffer per point of one axis (the logical axis, by store): those
