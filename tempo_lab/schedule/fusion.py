@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 import islpy as isl
 
 from ..ir.graph import sccs
+from ..ir.ops import flag
 from ..ir.sdg import SDG, index_functions
 from ..symbolic import Const, Dim, Slice
 from ..symbolic import isl as I
@@ -269,7 +270,55 @@ class _Fusion:
                     bisect.insort(ready, k, key=lambda k: comps[k][0])
         if loop:
             items.append(("loop", *loop))
+        items = self._sink(items, outer)
         return [it if it[0] == "op" else self._loop(it, outer, dirs) for it in items]
+
+    def _sink(self, items: list, outer) -> list:
+        """Each item moves down to the first later item that reads it, as late as no item in
+        between reads it: a loop joins that item when it is a loop over the same dim and
+        direction whose points it reaches no later than they read it (its values are then
+        made in the iteration that reads them, not all before), an op (no effect) runs just
+        before it. Values are then held from where they are needed, not from where they
+        could first be made: PPO's minibatches were all taken before the first update, and
+        the first update's Adam moments were made before the rollout; a budgeted PPO's peak
+        held them all."""
+        k = len(items) - 1
+        while k >= 0:
+            a = items[k]
+            b = next((j for j in range(k + 1, len(items)) if self._reads(items[j], a, outer)),
+                     None)
+            if b is None:
+                pass
+            elif a[0] == "loop" and items[b][0] == "loop" and items[b][1:3] == a[1:3] \
+                    and self._ahead(a, items[b], outer):
+                _, d, w, ops, shifts = items[b]
+                items[b] = ("loop", d, w, a[3] + ops, {**shifts, **a[4]})
+                del items[k]
+            elif a[0] == "op" and b > k + 1 and not flag(self.sdg.ops[a[1]].kind, "effect"):
+                items.insert(b - 1, items.pop(k))
+            k -= 1
+        return items
+
+    def _reads(self, item, source, outer) -> bool:
+        """Whether an item reads a value of ``source``'s ops at equal outer loop times."""
+        mine = set(_members(item))
+        return any(dep.dst in mine and self.signs(dep, outer, None)
+                   for i in _members(source) for dep in self.out.get(i, ()))
+
+    def _ahead(self, loop, other, outer) -> bool:
+        """Whether every point ``loop``'s ops make runs no later in ``other``'s loop than the
+        points of ``other`` that read it (both unshifted)."""
+        _, d, w, ops, shifts = loop
+        if any(shifts.values()) or any(other[4].values()):
+            return False
+        mine = set(other[3])
+        for i in ops:
+            for dep in self.out.get(i, ()):
+                if dep.dst in mine:
+                    least = self.least_distance(dep, outer, d, w)
+                    if least is not None and not least >= 0:
+                        return False
+        return True
 
     def _loop(self, item, outer, dirs):
         """A loop item with its body's levels, once its ops' shifts are fixed."""
@@ -331,6 +380,11 @@ def fusion_schedule(sdg: SDG, domains: dict[int, isl.Set], deps: list[Dep]):
     dom = I.union_of([domains[i] for i in sorted(live)])
     node = isl.Schedule.from_domain(dom).get_root().child(0)
     return _insert(node, items, sdg, domains).get_schedule(), dict(f.placed)
+
+
+def _members(item) -> list[int]:
+    """The ops of an item of a level before its loop's body is built."""
+    return [item[1]] if item[0] == "op" else list(item[3])
 
 
 def _ops_of(item) -> list[int]:
