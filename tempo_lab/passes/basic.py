@@ -247,7 +247,9 @@ def simplify(ed: Editor):
     a matmul that reads ``w`` as stored (``tb``: no transposed copy of a weight);  a placeholder with one unconditional branch
     -> that branch (so ops on it and on the branch become duplicates: ``tl.rl``'s loss reuses
     the acting forward pass), unless the branch reads the placeholder back other than through
-    another placeholder, or at the same point (a cycle the scheduler reports as written)."""
+    another placeholder, or at the same point (a cycle the scheduler reports as written);
+    a read of a placeholder at constant points of some of its dims -> a placeholder of the
+    branches that hold there (``_pinned_reads``)."""
     forwarded = _pinned_reads(ed)
     for i in sorted(ed.ops):
         op = ed.ops.get(i)
