@@ -96,7 +96,7 @@ def _one_tensor(ed: Editor, a: int, b: int) -> bool:
     the other's points at some constant dims (``_pinned_reads``)."""
     pa, pb = ed.ops[a], ed.ops[b]
     return a == b or (pa.name is not None and pa.name == pb.name
-                      and "at" in {**pa.attrs, **pb.attrs})
+                      and ("at" in pa.attrs or "at" in pb.attrs))
 
 
 def _differ(ed: Editor, a, b) -> str:

@@ -282,11 +282,13 @@ class _Fusion:
         could first be made: PPO's minibatches were all taken before the first update, and
         the first update's Adam moments were made before the rollout; a budgeted PPO's peak
         held them all."""
+        here = {i for it in items for i in _members(it)}
         k = len(items) - 1
         while k >= 0:
             a = items[k]
-            b = next((j for j in range(k + 1, len(items)) if self._reads(items[j], a, outer)),
-                     None)
+            readers = self._readers(a, here, outer)
+            b = next((j for j in range(k + 1, len(items))
+                      if not readers.isdisjoint(_members(items[j]))), None)
             if b is None:
                 pass
             elif a[0] == "loop" and items[b][0] == "loop" and items[b][1:3] == a[1:3] \
@@ -299,11 +301,11 @@ class _Fusion:
             k -= 1
         return items
 
-    def _reads(self, item, source, outer) -> bool:
-        """Whether an item reads a value of ``source``'s ops at equal outer loop times."""
-        mine = set(_members(item))
-        return any(dep.dst in mine and self.signs(dep, outer, None)
-                   for i in _members(source) for dep in self.out.get(i, ()))
+    def _readers(self, item, here: set[int], outer) -> set[int]:
+        """The ops of this level (``here``) that read a value of ``item``'s ops at equal outer
+        loop times."""
+        return {dep.dst for i in _members(item) for dep in self.out.get(i, ())
+                if dep.dst in here and self.signs(dep, outer, None)}
 
     def _ahead(self, loop, other, outer) -> bool:
         """Whether every point ``loop``'s ops make runs no later in ``other``'s loop than the
