@@ -2,6 +2,7 @@
 
     python -m benchmarks.rl [--quick] [--iterations 5] [--num-envs 32] [--ep-len 250]
         [--hidden 64] [--epochs 4] [--minibatches 4] [--env cartpole|pendulum]
+        [--max-steps N] [--bootstrap-truncated]
         [--sweep ep_len num_envs hidden env] [--systems ...]
         [--out benchmarks/results/rl.json] [--no-progress]
 
@@ -69,11 +70,15 @@ class Config:
     epochs: int = 4
     minibatches: int = 4
     env: str = "cartpole"
+    max_steps: int | None = None       # the environment's time limit (None: its default)
+    bootstrap_truncated: bool = False  # PPOConfig.bootstrap_truncated
 
     def label(self) -> str:
-        return (f"{self.algorithm} {self.env} {self.num_envs}x{self.ep_len}, "
+        limit = "" if self.max_steps is None else f" limit {self.max_steps}"
+        boot = ", bootstrap truncated" if self.bootstrap_truncated else ""
+        return (f"{self.algorithm} {self.env}{limit} {self.num_envs}x{self.ep_len}, "
                 f"{self.layers}x{self.hidden}, {self.epochs}ep x {self.minibatches}mb, "
-                f"{self.iterations} it")
+                f"{self.iterations} it{boot}")
 
 
 ENVS = {"cartpole": "CartPole", "pendulum": "Pendulum"}
@@ -82,16 +87,18 @@ ENVS = {"cartpole": "CartPole", "pendulum": "Pendulum"}
 def make_env(cfg: Config):
     import tempo_lab as tl
 
-    return getattr(tl.rl, ENVS[cfg.env])()
+    env = getattr(tl.rl, ENVS[cfg.env])
+    return env() if cfg.max_steps is None else env(max_steps=cfg.max_steps)
 
 
 def ppo_config(cfg: Config):
     """The hyper-parameters both systems use: ``tl.rl.PPOConfig``'s defaults, with the
-    configuration's width, epochs and minibatches."""
+    configuration's width, epochs, minibatches and truncation rule."""
     import tempo_lab as tl
 
     return tl.rl.PPOConfig(hidden=cfg.hidden, update_epochs=cfg.epochs,
-                           num_minibatches=cfg.minibatches)
+                           num_minibatches=cfg.minibatches,
+                           bootstrap_truncated=cfg.bootstrap_truncated)
 
 
 # -- tempo_lab --------------------------------------------------------------------------------
@@ -237,10 +244,15 @@ def make_cleanrl(cfg: Config):
             u = jax.vmap(lambda b: _noise(jnp, noise, pc.seed + 1, 1, (i, b, t)))(envs)
             sample, log_prob, _ = dist(theta, obs)
             a = sample(u)
-            new, r, done = jax.vmap(env.step)(state, a)
+            new, r, terminated, truncated = jax.vmap(env.step)(state, a)
+            done = terminated | truncated
             out = {"obs": obs, "action": a, "logp": log_prob(a),
                    "value": net.value(theta, obs), "reward": r * alive,
                    "done": done.astype(jnp.float32), "alive": alive}
+            if pc.bootstrap_truncated:   # the value of the state a truncation reached
+                out["terminated"] = terminated.astype(jnp.float32)
+                out["truncated"] = truncated
+                out["reached_value"] = net.value(theta, jax.vmap(env.observe)(new))
             state = jnp.where(done[:, None], state, new)     # masked episodes: frozen at the end
             return (state, alive * (1.0 - out["done"])), (out, new)
 
@@ -251,10 +263,16 @@ def make_cleanrl(cfg: Config):
 
     def advantages(batch):
         """GAE backwards over t; the next step's value is the stored one (the state after a
-        live, non-final transition is the next observation), the horizon's is ``last_value``."""
+        live, non-final transition is the next observation), the horizon's is ``last_value``.
+        CleanRL's classic PPO ends the return at every ``done``; with ``bootstrap_truncated``
+        a truncation takes the value of the state it reached."""
         nxt = jnp.concatenate([batch["value"][1:], batch["last_value"][None]])
         cont = 1.0 - batch["done"]
-        delta = (batch["reward"] + pc.gamma * cont * nxt - batch["value"]) * batch["alive"]
+        kept = cont
+        if pc.bootstrap_truncated:
+            nxt = jnp.where(batch["truncated"], batch["reached_value"], nxt)
+            kept = 1.0 - batch["terminated"]
+        delta = (batch["reward"] + pc.gamma * kept * nxt - batch["value"]) * batch["alive"]
 
         def back(a_next, x):
             d, c = x
@@ -409,6 +427,8 @@ def _child_cmd(system: str, cfg: Config, args) -> list[str]:
            str(cfg.num_envs), "--ep-len", str(cfg.ep_len), "--hidden", str(cfg.hidden),
            "--iterations", str(cfg.iterations), "--epochs", str(cfg.epochs), "--minibatches",
            str(cfg.minibatches), "--env", cfg.env, "--runs", str(args.runs), "--no-progress"]
+    cmd += ["--max-steps", str(cfg.max_steps)] * (cfg.max_steps is not None)
+    cmd += ["--bootstrap-truncated"] * cfg.bootstrap_truncated
     return cmd + ["--phases"] * bool(getattr(args, "phases", False))
 
 
@@ -520,7 +540,8 @@ def configs(args) -> list[Config]:
     """The base configuration, then one sweep per name in ``--sweep`` (each varies one
     parameter around the base, like the paper's Figure 13)."""
     base = Config(args.num_envs, args.ep_len, args.hidden, args.iterations,
-                  epochs=args.epochs, minibatches=args.minibatches, env=args.env)
+                  epochs=args.epochs, minibatches=args.minibatches, env=args.env,
+                  max_steps=args.max_steps, bootstrap_truncated=args.bootstrap_truncated)
     out = [base]
     for name in args.sweep or ():
         for value in getattr(args, f"sweep_{name}"):
@@ -541,6 +562,10 @@ def parse_args(argv=None):
     ap.add_argument("--epochs", type=int, default=4, help="update epochs per iteration")
     ap.add_argument("--minibatches", type=int, default=4, help="minibatches per epoch")
     ap.add_argument("--env", choices=sorted(ENVS), default="cartpole")
+    ap.add_argument("--max-steps", type=int, default=None,
+                    help="the environment's time limit (default: its own, 500 and 200)")
+    ap.add_argument("--bootstrap-truncated", action="store_true",
+                    help="bootstrap episodes the time limit truncates (PPOConfig option)")
     ap.add_argument("--sweep", nargs="*", choices=("ep_len", "num_envs", "hidden", "env"),
                     default=[])
     ap.add_argument("--sweep-ep_len", type=int, nargs="+", default=[25, 50, 100, 250])

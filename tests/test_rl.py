@@ -1,9 +1,12 @@
-"""``tl.rl``: environments against NumPy re-implementations, returns/n-step/GAE against NumPy
-loops (episode ends and the horizon's bootstrap included), distributions against jax.scipy, and
-the algorithms as training programs that must improve."""
+"""``tl.rl``: environments against NumPy re-implementations and gymnasium's transitions
+(committed fixtures), returns/n-step/GAE against NumPy loops (episode ends, truncations and the
+horizon's bootstrap included), distributions against jax.scipy, and the algorithms as training
+programs that must improve."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
+from pathlib import Path
 
 import jax
 import jax.numpy as jnp
@@ -35,8 +38,7 @@ def cartpole_numpy(s, a):
     thacc = (9.8 * si - c * tmp) / (0.5 * (4 / 3 - 0.1 * c * c / 1.1))
     xacc = tmp - 0.05 * thacc * c / 1.1
     new = np.array([x + 0.02 * xd, xd + 0.02 * xacc, th + 0.02 * thd, thd + 0.02 * thacc, n + 1])
-    done = abs(new[0]) > 2.4 or abs(new[2]) > 12 * math.pi / 180 or new[4] >= 500
-    return new, 1.0, done
+    return new, 1.0, abs(new[0]) > 2.4 or abs(new[2]) > 12 * math.pi / 180, new[4] >= 500
 
 
 def pendulum_numpy(s, u):
@@ -45,7 +47,7 @@ def pendulum_numpy(s, u):
     ang = (th + math.pi) % (2 * math.pi) - math.pi
     cost = ang ** 2 + 0.1 * om ** 2 + 0.001 * u ** 2
     om = min(max(om + (15.0 * math.sin(th) + 3.0 * u) * 0.05, -8.0), 8.0)
-    return np.array([th + om * 0.05, om, n + 1]), -cost, n + 1 >= 200
+    return np.array([th + om * 0.05, om, n + 1]), -cost, False, n + 1 >= 200
 
 
 @pytest.mark.parametrize("env,ref", [(CartPole(), cartpole_numpy), (Pendulum(), pendulum_numpy)],
@@ -59,13 +61,15 @@ def test_env_dynamics_match_numpy(env, ref):
         for _ in range(40):
             a = (int(rng.integers(2)) if hasattr(env, "num_actions")
                  else np.float32(rng.uniform(-3, 3, size=(1,))))
-            s, r, d = step(s, a)
-            want, r_want, d_want = ref(want, a if isinstance(a, int) else float(a[0]))
-            assert r.dtype == jnp.float32 and d.dtype == jnp.bool_ and r.shape == d.shape == ()
+            s, r, term, trunc = step(s, a)
+            want, r_want, term_want, trunc_want = ref(want, a if isinstance(a, int)
+                                                      else float(a[0]))
+            assert r.dtype == jnp.float32 and r.shape == term.shape == trunc.shape == ()
+            assert term.dtype == trunc.dtype == jnp.bool_
             np.testing.assert_allclose(np.asarray(s), want, rtol=1e-4, atol=1e-4)
             assert math.isclose(float(r), r_want, rel_tol=1e-4, abs_tol=1e-4)
-            assert bool(d) == d_want
-            if d_want:
+            assert (bool(term), bool(trunc)) == (term_want, trunc_want)
+            if term_want or trunc_want:
                 break
             want = np.asarray(s, np.float64)  # no drift of float32 vs float64 over an episode
         obs = env.observe(s)
@@ -77,18 +81,46 @@ def test_cartpole_reset_and_termination():
     s = env.reset(np.array([0.0, 0.5, 0.9999, 0.25], np.float32))
     np.testing.assert_allclose(s, [-0.05, 0.0, 0.05, -0.025, 0.0], atol=1e-4)
     steps = 0
-    done = False
-    while not done:  # always pushing right: the pole falls over within a few dozen steps
-        s, _, done = env.step(s, 1)
+    terminated = truncated = False
+    while not (terminated or truncated):  # always pushing right: the pole falls over soon
+        s, _, terminated, truncated = env.step(s, 1)
         steps += 1
     assert 5 < steps < 60 and abs(float(s[2])) > env.theta_limit
+    assert terminated and not truncated
 
 
-@pytest.mark.parametrize("env", [CartPole(), Pendulum()], ids=["cartpole", "pendulum"])
+GYM = Path(__file__).parent / "fixtures" / "gym"
+
+
+@pytest.mark.parametrize("name,make", [("cartpole", CartPole), ("pendulum", Pendulum)])
+def test_env_steps_match_gymnasium(name, make):
+    """Every transition of gymnasium's ``CartPole-v1`` and ``Pendulum-v1`` (random actions,
+    time limits of 30 and 25 steps; ``tests/fixtures/make_gym_fixtures.py`` made them) from the
+    same state and action: the same next state and observation (float32 against gymnasium's
+    float64: within 1e-5), reward, ``terminated`` and ``truncated``; both end kinds occur."""
+    fx = np.load(GYM / f"{name}.npz")
+    env = make(max_steps=int(fx["max_steps"]))
+    step, observe = jax.jit(env.step), jax.jit(env.observe)
+    for k in range(len(fx["reward"])):
+        a = fx["action"][k]
+        s, r, term, trunc = step(jnp.asarray(fx["state"][k], jnp.float32),
+                                 jnp.asarray(a, jnp.int32 if a.ndim == 0 else jnp.float32))
+        np.testing.assert_allclose(np.asarray(s), fx["next_state"][k], rtol=1e-5, atol=1e-5,
+                                   err_msg=f"{name} transition {k}")
+        np.testing.assert_allclose(np.asarray(observe(s)), fx["obs"][k], rtol=1e-5, atol=1e-5)
+        assert math.isclose(float(r), float(fx["reward"][k]), rel_tol=1e-5, abs_tol=1e-5)
+        assert (bool(term), bool(trunc)) == (fx["terminated"][k], fx["truncated"][k]), k
+    assert fx["truncated"].any()
+    assert fx["terminated"].any() == (name == "cartpole")
+
+
+@pytest.mark.parametrize("env", [CartPole(max_steps=30), Pendulum(max_steps=25)],
+                         ids=["cartpole", "pendulum"])
 def test_rollout_replays_in_plain_jax(env):
     """A rollout over (b, t) with a sampled policy: replaying its actions through the plain JAX
-    environment gives the same states and rewards; ``alive`` is 1 up to the ending transition
-    and 0 after it, and the state stays frozen once the episode is over."""
+    environment gives the same states, rewards, ``terminated`` and ``truncated`` (``done`` is
+    either); ``alive`` is 1 up to the ending transition and 0 after it, and the state stays
+    frozen once the episode is over. The time limits lie inside the 40 steps."""
     net = tl.rl.ActorCritic.for_env(env, hidden=8)
     theta = net.init(seed=1, log_std=0.5)
     ctx = tl.Context(dims=("b", "t"))
@@ -103,9 +135,10 @@ def test_rollout_replays_in_plain_jax(env):
 
         ro = tl.rl.rollout(env, t, act, seed=5)
     n_t = 40
-    res = ctx.compile(bounds={B: 4, T: n_t}, outputs={"s": ro.state, "a": ro.action,
-                                                      "r": ro.reward, "alive": ro.alive,
-                                                      "logp": ro.extras["logp"]}).run()
+    res = ctx.compile(bounds={B: 4, T: n_t}, outputs={
+        "s": ro.state, "a": ro.action, "r": ro.reward, "alive": ro.alive,
+        "logp": ro.extras["logp"], "done": ro.done, "term": ro.terminated,
+        "trunc": ro.truncated}).run()
     assert np.isfinite(res["logp"]).all()
     step = jax.jit(env.step)
     for row in range(4):
@@ -113,13 +146,59 @@ def test_rollout_replays_in_plain_jax(env):
         for k in range(n_t):
             np.testing.assert_allclose(res["s"][row, k], s, rtol=1e-4, atol=1e-4)
             assert res["alive"][row, k] == alive
-            new, r, done = step(s, res["a"][row, k])
+            new, r, term, trunc = step(s, res["a"][row, k])
             np.testing.assert_allclose(res["r"][row, k], float(r) * alive, rtol=1e-4, atol=1e-5)
-            if alive and not done:
+            if alive:
+                assert (res["term"][row, k], res["trunc"][row, k]) == (term, trunc)
+                assert res["done"][row, k] == (term | trunc)
+            if alive and not (term or trunc):
                 s = new
-            alive = alive * (1.0 - float(done))
-    if isinstance(env, CartPole):  # a random policy drops the pole within 40 steps somewhere
-        assert (res["alive"][:, -1] == 0).any()
+            alive = alive * (1.0 - float(term or trunc))
+    assert (res["alive"][:, -1] == 0).all()   # every episode has ended by the time limit
+    assert res["trunc"].any() and res["done"].any()
+    if isinstance(env, CartPole):  # a random policy drops the pole within 30 steps somewhere
+        assert res["term"].any()
+    else:
+        assert not res["term"].any()
+
+
+def test_rollout_takes_an_environment_that_says_only_done():
+    """An environment whose ``step`` returns ``(state, reward, done)`` terminates at ``done``
+    and is never truncated; one that returns five values is a located error."""
+
+    class Countdown:
+        state_dim, obs_dim, num_actions, reset_noise_shape = 1, 1, 2, (1,)
+
+        def reset(self, noise):
+            return jnp.full((1,), 3.0, jnp.float32)
+
+        def step(self, state, action):
+            return state - 1, jnp.float32(1.0), state[0] <= 1
+
+        def observe(self, state):
+            return state
+
+    ctx = tl.Context(dims=("b", "t"))
+    b, t = ctx.dims
+    B, T = ctx.bounds
+    with ctx:
+        ro = tl.rl.rollout(Countdown(), t, lambda obs, u: (tl.rl.Categorical(
+            tl.zeros((2,))).sample(u), {}))
+    res = ctx.compile(bounds={B: 2, T: 5}, outputs={"term": ro.terminated, "trunc": ro.truncated,
+                                                    "alive": ro.alive}).run()
+    np.testing.assert_array_equal(res["term"][0], [False, False, True, True, True])
+    assert not res["trunc"].any()
+    np.testing.assert_array_equal(res["alive"][0], [1, 1, 1, 0, 0])
+
+    class FiveValues(Countdown):
+        def step(self, state, action):
+            return state - 1, jnp.float32(1.0), state[0] <= 1, state[0] <= 1, state
+
+    with tl.Context(dims=("b", "t")) as c2:
+        with pytest.raises(tl.DefinitionError, match="returned 5 values") as e:
+            tl.rl.rollout(FiveValues(), c2.dims[1],
+                          lambda obs, u: (tl.rl.Categorical(tl.zeros((2,))).sample(u), {}))
+        assert e.value.loc.file == __file__
 
 
 def test_errors_name_the_user_line():
@@ -143,6 +222,8 @@ V = rng.normal(size=(B_, T_)).astype(np.float32)
 NV = rng.normal(size=(B_, T_)).astype(np.float32)
 D = rng.random((B_, T_)) < 0.2
 D[0, 4] = True  # at least one episode end mid-row
+TERM = D & (rng.random((B_, T_)) < 0.5)   # the ends the task made; the others are truncations
+TERM[0, 4] = False
 V_NEXT = np.concatenate([V[:, 1:], rng.normal(size=(B_, 1))], axis=1).astype(np.float32)
 # 1 where no episode ends between t and the horizon (the horizon's bootstrap reaches t)
 LIVE = np.flip(np.cumprod(np.flip(~D, 1), 1), 1).astype(np.float64)
@@ -167,13 +248,14 @@ def returns_numpy(gamma, n=None, done=True, bootstrap=True):
     return out
 
 
-def gae_numpy(gamma, lam):
+def gae_numpy(gamma, lam, terminated=D):
+    """GAE cut at every end; the next value drops out only where ``terminated``."""
     out = np.zeros((B_, T_))
     for b in range(B_):
         for s in range(T_):
             total = 0.0
             for k in range(s, T_):
-                delta = R[b, k] + gamma * (1 - D[b, k]) * NV[b, k] - V[b, k]
+                delta = R[b, k] + gamma * (1 - terminated[b, k]) * NV[b, k] - V[b, k]
                 total += (gamma * lam) ** (k - s) * delta
                 if D[b, k]:
                     break
@@ -193,6 +275,8 @@ def test_returns_and_gae_match_numpy():
                 "n3": n_step_returns(r, v, t, T, 0.9, 3, done=d, bootstrap=nv),
                 "n3_no_done": n_step_returns(r, v, t, T, 0.9, 3),
                 "gae": gae(r, v, nv, t, T, 0.9, 0.8, done=d),
+                "gae_trunc": gae(r, v, nv, t, T, 0.9, 0.8, done=d,
+                                 terminated=tl.from_array(TERM, (b, t))),
                 "gae1": gae(r, v, tl.from_array(V_NEXT, (b, t)), t, T, 0.9, 1.0, done=d)}
     res = ctx.compile(bounds={B: B_, T: T_}, outputs=outs).run()
     close = dict(rtol=1e-5, atol=1e-5)
@@ -203,6 +287,8 @@ def test_returns_and_gae_match_numpy():
     np.testing.assert_allclose(res["n3"], returns_numpy(0.9, 3), **close)
     np.testing.assert_allclose(res["n3_no_done"], returns_numpy(0.9, 3, False, False), **close)
     np.testing.assert_allclose(res["gae"], gae_numpy(0.9, 0.8), **close)
+    np.testing.assert_allclose(res["gae_trunc"], gae_numpy(0.9, 0.8, TERM), **close)
+    assert not np.allclose(res["gae_trunc"], res["gae"])
     # λ = 1 with next_value[t] = value[t + 1]: GAE + V telescopes to the Monte-Carlo return
     mc = returns_numpy(0.9) + 0.9 ** np.arange(T_, 0, -1) * (V_NEXT[:, -1:] - NV[:, -1:]) * LIVE
     np.testing.assert_allclose(res["gae1"] + V, mc, **close)
@@ -303,6 +389,25 @@ def test_ppo_learns_cartpole_as_the_cleanrl_style_baseline_does():
     n = 12                                    # rounding after ~240 Adam steps flips an action
     np.testing.assert_allclose(ret[:n], base["returns"][:n], rtol=1e-5)
     np.testing.assert_allclose(curves["loss"][:n], base["losses"][:n], rtol=1e-3, atol=1e-4)
+
+
+def test_ppo_bootstraps_truncated_episodes_as_the_baseline_does_when_asked():
+    """``PPOConfig(bootstrap_truncated=True)`` on Pendulum with a time limit of 6 steps inside
+    a 16-step horizon (every episode is truncated, none terminates): returns and losses equal
+    the CleanRL-style baseline's with the same option, iteration by iteration; the baseline's
+    losses without it differ (the truncations then end the return)."""
+    from benchmarks import rl
+
+    cfg = rl.Config(num_envs=4, ep_len=16, hidden=8, iterations=3, epochs=2, minibatches=2,
+                    env="pendulum", max_steps=6, bootstrap_truncated=True)
+    curves = tl.rl.train(tl.rl.ppo, rl.make_env(cfg), rl.ppo_config(cfg), iterations=3,
+                         num_envs=4, steps=16)
+    base = rl.bench_cleanrl(cfg, 0, False)
+    np.testing.assert_allclose(curves["episode_return"], base["returns"], rtol=1e-5)
+    np.testing.assert_allclose(curves["loss"], base["losses"], rtol=1e-4, atol=1e-5)
+    np.testing.assert_array_equal(curves["episode_length"], 6.0)
+    classic = rl.bench_cleanrl(replace(cfg, bootstrap_truncated=False), 0, False)
+    assert np.abs(classic["losses"] - curves["loss"]).max() > 1e-2
 
 
 def test_ppo_errors_say_how_to_fix_the_context_and_the_minibatches():

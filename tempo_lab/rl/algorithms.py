@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ArgumentError, DefinitionError, user_location
-from ..frontend.api import exp, lift, maximum, minimum, placeholder, take
+from ..frontend.api import exp, lift, maximum, minimum, placeholder, take, where
 from ..frontend.context import scope
 from ..frontend.tensor import RecurrentTensor as RT
 from ..frontend.tensor import as_tensor
@@ -70,7 +70,12 @@ class PPOConfig:
     clipped surrogate, ``vf_coef ·`` half the squared error to the value targets (clipped
     around the acting values with ``clip_vloss``) and ``- ent_coef ·`` the entropy. With
     ``anneal_lr`` the learning rate falls linearly to 0 over the iterations. A minibatch is
-    the mean over its alive samples (episodes are masked, see ``tl.rl.rollout``)."""
+    the mean over its alive samples (episodes are masked, see ``tl.rl.rollout``).
+
+    ``bootstrap_truncated``: an episode the environment's time limit truncates is bootstrapped
+    with the value of the state it reached (an extra value forward pass per step), as
+    gymnasium's ``terminated``/``truncated`` split intends; off by default, as in CleanRL's
+    classic PPO, which treats a truncation as the episode's end."""
 
     lr: float = 2.5e-3
     gamma: float = 0.99
@@ -84,6 +89,7 @@ class PPOConfig:
     num_minibatches: int = 4
     clip_vloss: bool = True
     anneal_lr: bool = False
+    bootstrap_truncated: bool = False
     seed: int = 0
 
     DIMS = ("i", "e", "m", "s", "b", "t")
@@ -178,15 +184,18 @@ def _build(ctx, env, cfg, loss_terms, targets):
                         mean["policy_loss"], mean["value_loss"], mean["entropy"], ro)
 
 
-def _next_value(ro, at_next_obs: RT, t, T) -> RT:
+def _next_value(ro, at_next_obs: RT, t, T, truncated: bool = False) -> RT:
     """The value of the state each transition leads to: the next step's value (the state
     after a transition that does not end the episode is the next step's), and at the horizon
-    the value of ``next_obs``. Where an episode ends it is multiplied by 0 either way. One
-    value forward pass per step instead of two."""
+    the value of ``next_obs``. Where an episode ends it is multiplied by 0 either way, unless
+    ``truncated``: then a truncating transition (whose next step's state is frozen, not the
+    one reached) takes the value of ``next_obs`` too. One value forward pass per step instead
+    of two, without ``truncated``."""
     i, b, _ = ro.obs.domain
     nv = placeholder((), "float32", ro.obs.domain, "next_value")
     nv[i, b, T - 1] = at_next_obs
-    nv[i, b, t] = ro.extras["value"][i, b, t + 1]
+    after = ro.extras["value"][i, b, t + 1]
+    nv[i, b, t] = where(ro.truncated, at_next_obs, after) if truncated else after
     return nv
 
 
@@ -241,10 +250,12 @@ def ppo(ctx, env, cfg: PPOConfig = PPOConfig()) -> Training:
         with scope("rollout"):
             ro = rollout(env, t, act, seed=cfg.seed, domain=(i, b, t))
             v_act = ro.extras["value"]
-            nv = _next_value(ro, value(net, acting, ro.next_obs), t, T)
+            nv = _next_value(ro, value(net, acting, ro.next_obs), t, T,
+                             truncated=cfg.bootstrap_truncated)
         with scope("gae"):
             adv = gae(ro.reward, v_act, nv, t, T, cfg.gamma, cfg.lam, done=ro.done,
-                      mask=ro.alive)
+                      mask=ro.alive,
+                      terminated=ro.terminated if cfg.bootstrap_truncated else None)
         with scope("minibatch"):
             source = {"obs": ro.obs, "action": ro.action, "logp": ro.extras["logp"],
                       "value": v_act, "alive": ro.alive, "adv": adv}

@@ -6,8 +6,10 @@ program applies pointwise through ``tl.lift``, and that a plain JAX program can 
 
 * ``reset(noise) -> state``: ``noise`` is ``reset_noise_shape`` uniform ``[0, 1)`` values, so a
   program feeds ``tl.random.uniform`` and every episode start is keyed by (seed, point);
-* ``step(state, action) -> (state, reward, done)``: reward a float32 scalar, done a bool scalar
-  (termination or the ``max_steps`` time limit, whichever comes first);
+* ``step(state, action) -> (state, reward, terminated, truncated)``: reward a float32 scalar,
+  ``terminated`` and ``truncated`` bool scalars as gymnasium separates them: the task ended
+  (the pole fell), or the ``max_steps`` time limit cut the episode (both can hold at once, as
+  with gymnasium's ``TimeLimit``); an episode is over at ``done = terminated | truncated``;
 * ``observe(state) -> obs``: float32 ``(obs_dim,)``.
 
 A state is one float32 vector of ``state_dim`` entries whose last entry counts the steps taken.
@@ -24,9 +26,10 @@ import jax.numpy as jnp
 @dataclass(frozen=True)
 class CartPole:
     """A pole hinged on a cart that moves along a track; actions push left (0) or right (1) with
-    a fixed force. Reward 1 per step (the terminating one included); the episode ends when the
-    pole leans past 12 degrees or the cart leaves ``[-2.4, 2.4]``, or after ``max_steps``.
-    One explicit Euler step of the cart's and the pole's equations of motion per action."""
+    a fixed force. Reward 1 per step (the terminating one included); the episode terminates
+    when the pole leans past 12 degrees or the cart leaves ``[-2.4, 2.4]``, and is truncated
+    after ``max_steps``. One explicit Euler step of the cart's and the pole's equations of
+    motion per action: gymnasium's ``CartPole-v1`` (``tests/fixtures/gym`` checks it)."""
 
     gravity: float = 9.8
     cart_mass: float = 1.0
@@ -63,8 +66,7 @@ class CartPole:
                          theta + self.dt * theta_dot, theta_dot + self.dt * theta_acc,
                          steps + 1]).astype(jnp.float32)
         fell = (jnp.abs(new[0]) > self.x_limit) | (jnp.abs(new[2]) > self.theta_limit)
-        done = fell | (new[4] >= self.max_steps)
-        return new, jnp.float32(1.0), done
+        return new, jnp.float32(1.0), fell, new[4] >= self.max_steps
 
     def observe(self, state):
         return state[:4].astype(jnp.float32)
@@ -74,8 +76,9 @@ class CartPole:
 class Pendulum:
     """Swing a pendulum up and hold it there with a bounded torque (one action in
     ``[-max_torque, max_torque]``; larger values are clipped). Reward ``-(angle² + 0.1·ω² +
-    0.001·u²)`` with the angle measured from upright in ``[-π, π)``; no termination, only the
-    ``max_steps`` time limit. Observation ``(cos θ, sin θ, ω)``."""
+    0.001·u²)`` with the angle measured from upright in ``[-π, π)``; it never terminates, it is
+    truncated after ``max_steps``. Observation ``(cos θ, sin θ, ω)``: gymnasium's
+    ``Pendulum-v1``."""
 
     gravity: float = 10.0
     mass: float = 1.0
@@ -105,13 +108,10 @@ class Pendulum:
                      + 3.0 / (self.mass * self.length ** 2) * u)
         omega = jnp.clip(omega + omega_acc * self.dt, -self.max_speed, self.max_speed)
         new = jnp.stack([theta + omega * self.dt, omega, steps + 1]).astype(jnp.float32)
-        return new, (-cost).astype(jnp.float32), new[2] >= self.max_steps
+        return new, (-cost).astype(jnp.float32), jnp.bool_(False), new[2] >= self.max_steps
 
     def observe(self, state):
         return jnp.stack([jnp.cos(state[0]), jnp.sin(state[0]), state[1]]).astype(jnp.float32)
-
-
-
 
 @dataclass(frozen=True)
 class Pixels:

@@ -107,15 +107,20 @@ class _Window:
 
 
 def gae(r: RT, value: RT, next_value: RT, t: Dim, T, gamma: float, lam: float,
-        done: RT | None = None, mask: RT | None = None) -> RT:
+        done: RT | None = None, mask: RT | None = None, terminated: RT | None = None) -> RT:
     """Generalised advantage estimation (Schulman et al. 2016): ``δ[t] = r[t] + γ (1 -
     done[t]) next_value[t] - value[t]`` and ``A[t] = δ[t] + γλ (1 - done[t]) A[t + 1]``, ``A[T-1]
     = δ[T-1]``. ``next_value[t]`` estimates the state the transition at ``t`` leads to (the
-    horizon's bootstrap at ``T - 1``). The value targets are ``A + value``."""
+    horizon's bootstrap at ``T - 1``). The value targets are ``A + value``.
+
+    With ``terminated`` (a part of ``done``), ``δ`` drops ``next_value`` only where the task
+    ended, so an episode cut by a time limit (``done`` but not ``terminated``) is bootstrapped
+    from ``next_value`` there, while ``A`` still stops at every ``done``."""
     if mask is not None:
         r = r * mask
     cont = _not(done, r)
-    delta = r + gamma * cont * next_value - value
+    delta = r + gamma * _not(terminated if terminated is not None else done, r) * next_value \
+        - value
     if mask is not None:
         delta = delta * mask
     a = placeholder(r.shape, r.dtype, domain=r.domain, name="advantages")

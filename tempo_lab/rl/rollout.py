@@ -28,7 +28,9 @@ class Rollout:
     obs: RT          # observation at t
     action: RT       # action taken at t
     reward: RT       # reward of that action (0 once the episode is over)
-    done: RT         # that transition ended the episode (bool)
+    done: RT         # that transition ended the episode: terminated | truncated (bool)
+    terminated: RT   # ... because the task ended (no value beyond it; bool)
+    truncated: RT    # ... because the time limit cut it (the state after it has a value; bool)
     alive: RT        # 1.0 while the episode runs (the ending transition included), then 0.0
     next_obs: RT     # observation after the transition (for bootstrapping)
     state: RT        # the environment's state vector at t
@@ -47,7 +49,9 @@ def rollout(env, t: Dim, act: Callable[[RT, RT], tuple], seed: int = 0,
     """Run ``env`` over ``domain`` (default: every dim of the current context; ``t`` last):
     ``act(obs, u)`` gets the observation and uniform ``[0, 1)`` noise of the action's shape
     (``(num_actions,)`` for discrete actions, for Gumbel-max) and returns
-    ``(action, extras)``."""
+    ``(action, extras)``. ``env.step`` returns ``(state, reward, terminated, truncated)`` as
+    gymnasium separates them; one that returns ``(state, reward, done)`` is read as
+    terminating at ``done`` and never truncated."""
     ctx = current_context()
     dims = ctx.dims if domain is None else ctx.check_domain(domain)
     if dims[-1] != t:
@@ -61,14 +65,25 @@ def rollout(env, t: Dim, act: Callable[[RT, RT], tuple], seed: int = 0,
     obs = lift(env.observe)(state)
     u = uniform((env.num_actions,) if dtype == "int32" else shape, domain=dims, seed=seed + 1)
     action, extras = act(obs, u)
-    new_state, reward, done = lift(env.step)(state, action)
+    stepped = lift(env.step)(state, action)
+    if len(stepped) == 3:
+        new_state, reward, terminated = stepped
+        truncated = terminated & False
+    elif len(stepped) == 4:
+        new_state, reward, terminated, truncated = stepped
+    else:
+        raise DefinitionError(f"rollout: {type(env).__name__}.step returned {len(stepped)} "
+                              "values; return (state, reward, terminated, truncated) as "
+                              "gymnasium separates them, or (state, reward, done)",
+                              user_location())
+    done = terminated | truncated
     state[(*outer, 0)] = lift(env.reset)(noise)
     state[(*outer, t)] = where(done[(*outer, t - 1)], state[(*outer, t - 1)],
                                new_state[(*outer, t - 1)])
     alive[(*outer, 0)] = np.float32(1.0)
     alive[(*outer, t)] = alive[(*outer, t - 1)] * (1.0 - done[(*outer, t - 1)].astype("float32"))
-    return Rollout(obs, action, reward * alive, done, alive, lift(env.observe)(new_state), state,
-                   dict(extras))
+    return Rollout(obs, action, reward * alive, done, terminated, truncated, alive,
+                   lift(env.observe)(new_state), state, dict(extras))
 
 
 __all__ = ["Rollout", "action_type", "rollout"]
