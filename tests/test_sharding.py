@@ -40,15 +40,45 @@ def _one_device_mesh():
     return Mesh(np.array(jax.devices()[:1]), ("data",))
 
 
-def test_a_mesh_of_one_device_gives_the_same_results():
+@pytest.mark.parametrize("groups", [False, True], ids=["", "vectorise_groups"])
+def test_a_mesh_of_one_device_gives_the_same_results(groups):
+    """With ``vectorise_groups`` too: batching the ops off the recurrence over t (the input
+    projection, the mean over b) must leave b a whole axis that can be sharded."""
     want = rnn(tl.CompileConfig()).run()
-    prog = rnn(tl.CompileConfig(mesh=_one_device_mesh(), shard={"b": "data"}))
+    prog = rnn(tl.CompileConfig(mesh=_one_device_mesh(), shard={"b": "data"},
+                                vectorise_groups=groups))
+    if groups:
+        assert any("t" in op.attrs.get("vdims", ()) for op in prog.sdg.ops.values())
     got = prog.run()
     for k in ("h", "m"):
         np.testing.assert_allclose(got[k], want[k], rtol=1e-6, atol=1e-6)
     text = prog.executable.pretty()
     assert "devices" in text and "b -> mesh axis data" in text
     assert prog.lowered.to_dict()["devices"]["shard"] == {"b": "data"}
+
+
+def test_a_batch_dim_stays_whole_under_a_budget_with_group_vectorisation():
+    """Under a device memory budget the ops off the recurrence over t are batched after b is
+    vectorised, sized with b's axis in them: b stays one axis that can be sharded (batched
+    first, they left b room only for blocks, and sharding b was refused)."""
+    ctx = tl.Context(dims=("b", "t"))
+    B, T = ctx.bounds
+    b, t = ctx.dims
+    x = np.random.default_rng(0).standard_normal((8, 12, 64)).astype(np.float32)
+    with ctx:
+        h = tl.placeholder((64,), domain=(b, t), name="h")
+        xs = tl.from_array(x, domain=(b, t))
+        h[tl.eq(t, 0)] = tl.tanh(xs)
+        h[t > 0] = tl.tanh(xs + h[b, t - 1])
+        y = tl.tanh(h * 2)[b, 0:T].sum(axis=0) + h[b, 0:T].sum(axis=0)
+
+    def compile_(budget=None):
+        return ctx.compile(bounds={B: 8, T: 12}, outputs={"y": y}, config=tl.CompileConfig(
+            mesh=_one_device_mesh(), shard={"b": "data"}, vectorise_groups=True,
+            device_memory_budget=budget))
+    full = compile_()
+    low = compile_(full.memory.peak_bytes // 2)
+    np.testing.assert_allclose(low.run()["y"], full.run()["y"], rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("kw, words", [

@@ -22,8 +22,9 @@ rollout's recurrence stays a loop over ``t`` while the value network, GAE's inpu
 losses and their cotangents run as batched computations, as hand-written JAX would do them.
 Not along a dim the stream pass made running sums along (``CompileConfig(stream=True)``): a
 batch reads every step of the loop's values, so memory would grow with the steps again.
-Opt-in (``CompileConfig(vectorise_groups=True)``) until sharding a batch dim of such a program
-and the tutorials' recorded outputs are checked with it on.
+Opt-in (``CompileConfig(vectorise_groups=True)``): on by default it changes four tutorials'
+programs (02, 04, 05, 06: their recorded outputs and explanations) and a layer loop of a Llama
+forward then no longer holds its stacked weights in place (tutorial 09).
 """
 from __future__ import annotations
 
@@ -354,6 +355,7 @@ def vectorise(ed: Editor):
     """Vectorisation: dims with no read across them become leading spatial axes; of a dim
     that some reads cross, the ops outside the recurrence become a batched group."""
     budget = ed.config.value_budget
+    later = []
     for d in reversed(ed.dims):  # innermost first, so leading axes end up in universe order
         size = ed.bounds.get(d.bound.name)
         if size is None or d.bound.name in ed.dynamic:
@@ -365,18 +367,45 @@ def vectorise(ed: Editor):
             vectorise_dim(ed, d, size)
             continue
         ed.note(why[0], f"{d} stays a loop: {why[1]}")
-        if ed.config.vectorise_groups and not ed.role(d) and not _outer(ed, d) \
-                and not eligible(ed, d, size, None):
-            running = [i for i, op in ed.ops.items() if op.attrs.get("running") == d.name]
-            if running:
-                ed.note(running[0], f"the ops outside the recurrence along {d} stay in its "
-                        f"loop: the stream pass made running sums along {d} so that each "
-                        f"step is consumed in the loop; batched over all of {d}, what they "
-                        f"read would be stored for every step (memory growing with {d.bound})")
-                continue
-            ops = group(ed, d, size, budget)
-            if ops and _worth(ed, ops):
-                vectorise_group(ed, d, size, ops)
+        ops = _batched_group(ed, d, size, budget)
+        if ops and (_reads_a_range_of_another_dim(ed, d, ops)
+                    or ed.config.device_memory_budget is not None):
+            later.append((d, size))  # after the outer dims: see below
+        elif ops:
+            vectorise_group(ed, d, size, ops)
+    # After the outer dims, a group that reduces over a range of one (h[0:B, t].mean()): batched
+    # over d first, it would read that range as one that is not its last, and the outer dim
+    # (the batch) would stay a loop for every op. Under a memory budget, too: batched over d
+    # first, a group of values a batch dim multiplies could leave the batch dim no room to be
+    # vectorised whole, only in blocks (and then it could not be sharded); batched after it,
+    # the group is sized with the batch axis in it and declined where it does not fit.
+    for d, size in later:
+        ops = _batched_group(ed, d, size, budget)
+        if ops:
+            vectorise_group(ed, d, size, ops)
+
+
+def _batched_group(ed: Editor, d: Dim, size: int, budget: int) -> set[int] | None:
+    """The ops off the recurrence along ``d`` to batch over it, if group vectorisation
+    applies to ``d`` and they are worth a batch."""
+    if not ed.config.vectorise_groups or ed.role(d) or _outer(ed, d) \
+            or eligible(ed, d, size, None):
+        return None
+    running = [i for i, op in ed.ops.items() if op.attrs.get("running") == d.name]
+    if running:
+        ed.note(running[0], f"the ops outside the recurrence along {d} stay in its "
+                f"loop: the stream pass made running sums along {d} so that each "
+                f"step is consumed in the loop; batched over all of {d}, what they "
+                f"read would be stored for every step (memory growing with {d.bound})")
+        return None
+    ops = group(ed, d, size, budget)
+    return ops if ops and _worth(ed, ops) else None
+
+
+def _reads_a_range_of_another_dim(ed: Editor, d: Dim, ops: set[int]) -> bool:
+    return any(isinstance(x, Slice) and pd != d
+               for i in ops for e in ed.in_edges(i)
+               for pd, x in zip(ed.ops[e.src].domain, e.index))
 
 
 @register("incrementalise", "incrementalise")
