@@ -57,6 +57,7 @@ DEFAULT_OUT = os.path.join("benchmarks", "results", "rl.json")
 QUICK_OUT = os.path.join("benchmarks", "results", "rl_quick.json")
 LAYERS = 2      # tl.rl.ActorCritic: two tanh hidden layers per head, not configurable
 RTOL = 1e-3     # returns and losses of the two systems, iteration by iteration
+CONTINUOUS_CHECKED = 2  # iterations compared with continuous actions (see check_agreement)
 
 
 @dataclass(frozen=True)
@@ -82,6 +83,7 @@ class Config:
 
 
 ENVS = {"cartpole": "CartPole", "pendulum": "Pendulum"}
+CONTINUOUS = ("pendulum",)   # environments with continuous actions
 
 
 def make_env(cfg: Config):
@@ -436,20 +438,30 @@ class BenchmarkError(RuntimeError):
     """A system failed or the systems disagree; the message says how to reproduce."""
 
 
-def check_agreement(by: dict[str, dict]) -> dict:
+def check_agreement(by: dict[str, dict], continuous: bool = False) -> dict:
     """The systems' per-iteration returns and losses must agree: they take the same actions
-    from the same parameters, so only float rounding separates them (returns exactly, losses
-    to ``RTOL``). Returns the largest differences."""
+    from the same parameters, so only float rounding separates them (returns to 1e-5 of their
+    size, losses to ``RTOL``). Returns the largest differences.
+
+    With ``continuous`` actions only the first ``CONTINUOUS_CHECKED`` iterations must: each
+    Adam step moves a parameter whose gradient is near zero by about ``lr`` in the direction
+    of its sign, which rounding may flip, and a continuous action follows every such change
+    (measured on Pendulum, 32 x 250: 4e-7 apart at iteration 1, 6e-4 at 2, 1e-2 at 4; a
+    discrete action is an argmax and stays the same)."""
     if len(by) < 2:
         return {}
     a, b = by["tempo_lab"], by["cleanrl_jax"]
-    dr = float(np.max(np.abs(np.subtract(a["returns"], b["returns"]))))
-    dl = float(np.max(np.abs(np.subtract(a["losses"], b["losses"]))
-                      / np.maximum(np.abs(b["losses"]), 1e-6)))
-    if dr > 1e-3 or dl > RTOL:
+    n = CONTINUOUS_CHECKED if continuous else None
+
+    def rel(x, y):
+        x, y = np.asarray(x, np.float64)[:n], np.asarray(y, np.float64)[:n]
+        return float(np.max(np.abs(x - y) / np.maximum(np.abs(y), 1.0)))
+    dr, dl = rel(a["returns"], b["returns"]), rel(a["losses"], b["losses"])
+    if dr > 1e-5 or dl > RTOL:
         raise BenchmarkError(f"tempo_lab and cleanrl_jax disagree: returns {a['returns']} vs "
                              f"{b['returns']}, losses {a['losses']} vs {b['losses']}")
-    return {"max_return_diff": dr, "max_loss_rel_diff": dl}
+    return {"max_return_rel_diff": dr, "max_loss_rel_diff": dl,
+            "iterations_checked": len(a["returns"]) if n is None else min(n, len(a["returns"]))}
 
 
 def measure(cfgs: list[Config], systems=SYSTEMS, runs: int = 1, progress: bool = False,
@@ -476,7 +488,7 @@ def measure(cfgs: list[Config], systems=SYSTEMS, runs: int = 1, progress: bool =
                         if x.startswith(RESULT_PREFIX))
             by[system] = json.loads(line[len(RESULT_PREFIX):])
             bar.update()
-        check = check_agreement(by)
+        check = check_agreement(by, continuous=cfg.env in CONTINUOUS)
         for r in by.values():
             r["agreement"] = check
             records.append(r)

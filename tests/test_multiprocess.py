@@ -25,7 +25,7 @@ from jax.sharding import Mesh
 
 import tempo_lab as tl
 from benchmarks.shard import PROGRAMS, partitioned
-from test_sharding import rnn
+from test_sharding import rnn, stored_rnn
 
 tl.config.progress = False
 me = jax.process_index()
@@ -71,22 +71,10 @@ except tl.ShardingError as e:
     out["sink_over_b"] = str(e)
 
 # stores moved to the host between phases: each process keeps its own shards
-def kept(config):
-    ctx = tl.Context(dims=("b", "t"))
-    B, T = ctx.bounds
-    b, t = ctx.dims
-    x = np.random.default_rng(0).standard_normal((8, 12, 64)).astype(np.float32)
-    with ctx:
-        h = tl.placeholder((64,), domain=(b, t), name="h")
-        xs = tl.from_array(x, domain=(b, t))
-        h[tl.eq(t, 0)] = tl.tanh(xs)
-        h[t > 0] = tl.tanh(xs + h[b, t - 1])
-        y = tl.tanh(h * 2)[b, 0:T].sum(axis=0) + h[b, 0:T].sum(axis=0)
-    return ctx.compile(bounds={B: 8, T: 12}, outputs={"y": y}, config=config)
-full = kept(sharded)
+full = stored_rnn(sharded)
 budget = tl.CompileConfig(mesh=mesh, shard={"b": "data"},
                           device_memory_budget=full.memory.peak_bytes // 2)
-low = kept(budget)
+low = stored_rnn(budget)
 out["offload"] = [low.executor, float(np.abs(low.run()["y"] - full.run()["y"]).max())]
 
 try:  # each process its own executor: two programs
