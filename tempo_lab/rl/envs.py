@@ -113,6 +113,7 @@ class Pendulum:
     def observe(self, state):
         return jnp.stack([jnp.cos(state[0]), jnp.sin(state[0]), state[1]]).astype(jnp.float32)
 
+
 @dataclass(frozen=True)
 class Pixels:
     """``env`` observed as an image of ``shape`` (channels, height, width), flattened: a fixed

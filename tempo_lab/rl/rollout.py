@@ -66,16 +66,17 @@ def rollout(env, t: Dim, act: Callable[[RT, RT], tuple], seed: int = 0,
     u = uniform((env.num_actions,) if dtype == "int32" else shape, domain=dims, seed=seed + 1)
     action, extras = act(obs, u)
     stepped = lift(env.step)(state, action)
-    if len(stepped) == 3:
+    arity = len(stepped) if isinstance(stepped, tuple) else 1
+    if arity == 3:
         new_state, reward, terminated = stepped
         truncated = terminated & False
-    elif len(stepped) == 4:
+    elif arity == 4:
         new_state, reward, terminated, truncated = stepped
     else:
-        raise DefinitionError(f"rollout: {type(env).__name__}.step returned {len(stepped)} "
-                              "values; return (state, reward, terminated, truncated) as "
-                              "gymnasium separates them, or (state, reward, done)",
-                              user_location())
+        raise DefinitionError(f"rollout: {type(env).__name__}.step returned {arity} "
+                              f"value{'s' * (arity != 1)}; return (state, reward, terminated, "
+                              "truncated) as gymnasium separates them, or (state, reward, "
+                              "done)", user_location())
     done = terminated | truncated
     state[(*outer, 0)] = lift(env.reset)(noise)
     state[(*outer, t)] = where(done[(*outer, t - 1)], state[(*outer, t - 1)],
