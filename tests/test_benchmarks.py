@@ -99,9 +99,9 @@ def test_rl_memory_benchmark_tiny(tmp_path):
     """Both experiments' records; PPO on 3x8x8 images under a budget of half its unbudgeted
     peak comes within 55 % of that peak (0.39 of 0.72 MiB; the target of half was met while
     isl scheduled PPO: 0.41 of 0.82 MiB, see benchmarks/README.md) with the same results and
-    no more than the plan predicts. Monte-Carlo
-    and TD(4) with and without streaming, their losses compared, are what the rl_memory
-    notebook runs (tests/test_notebooks.py): here TD(4) alone, at 8 steps, for its records."""
+    no more than the plan predicts. Monte-Carlo and TD(4) with and without streaming, their
+    losses compared, are what the rl_memory notebook runs (tests/test_notebooks.py): here TD(4)
+    alone, at 8 steps, for its records."""
     out = tmp_path / "rl_memory.json"
     _run("benchmarks.rl_memory", "--steps", "8", "--num-envs", "2", "--iterations", "1",
          "--runs", "1", "--algorithms", "td4", "--obs-sides", "8", "--out", str(out))

@@ -367,10 +367,12 @@ def vectorise(ed: Editor):
             vectorise_dim(ed, d, size)
             continue
         ed.note(why[0], f"{d} stays a loop: {why[1]}")
-        ops = _batched_group(ed, d, size, budget)
-        if ops and (_reads_a_range_of_another_dim(ed, d, ops)
-                    or ed.config.device_memory_budget is not None):
+        if ed.config.device_memory_budget is not None:
             later.append((d, size))  # after the outer dims: see below
+            continue
+        ops = _batched_group(ed, d, size, budget)
+        if ops and _reads_a_range_of_another_dim(ed, d, ops):
+            later.append((d, size))
         elif ops:
             vectorise_group(ed, d, size, ops)
     # After the outer dims, a group that reduces over a range of one (h[0:B, t].mean()): batched

@@ -184,18 +184,18 @@ def _build(ctx, env, cfg, loss_terms, targets):
                         mean["policy_loss"], mean["value_loss"], mean["entropy"], ro)
 
 
-def _next_value(ro, at_next_obs: RT, t, T, truncated: bool = False) -> RT:
+def _next_value(ro, at_next_obs: RT, t, T, bootstrap_truncated: bool = False) -> RT:
     """The value of the state each transition leads to: the next step's value (the state
     after a transition that does not end the episode is the next step's), and at the horizon
     the value of ``next_obs``. Where an episode ends it is multiplied by 0 either way, unless
-    ``truncated``: then a truncating transition (whose next step's state is frozen, not the
+    ``bootstrap_truncated``: then a truncating transition (whose next step's state is frozen, not the
     one reached) takes the value of ``next_obs`` too. One value forward pass per step instead
-    of two, without ``truncated``."""
+    of two, without ``bootstrap_truncated``."""
     i, b, _ = ro.obs.domain
     nv = placeholder((), "float32", ro.obs.domain, "next_value")
     nv[i, b, T - 1] = at_next_obs
     after = ro.extras["value"][i, b, t + 1]
-    nv[i, b, t] = where(ro.truncated, at_next_obs, after) if truncated else after
+    nv[i, b, t] = where(ro.truncated, at_next_obs, after) if bootstrap_truncated else after
     return nv
 
 
@@ -251,7 +251,7 @@ def ppo(ctx, env, cfg: PPOConfig = PPOConfig()) -> Training:
             ro = rollout(env, t, act, seed=cfg.seed, domain=(i, b, t))
             v_act = ro.extras["value"]
             nv = _next_value(ro, value(net, acting, ro.next_obs), t, T,
-                             truncated=cfg.bootstrap_truncated)
+                             bootstrap_truncated=cfg.bootstrap_truncated)
         with scope("gae"):
             adv = gae(ro.reward, v_act, nv, t, T, cfg.gamma, cfg.lam, done=ro.done,
                       mask=ro.alive,

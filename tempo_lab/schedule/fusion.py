@@ -289,14 +289,13 @@ class _Fusion:
             readers = self._readers(a, here, outer)
             b = next((j for j in range(k + 1, len(items))
                       if not readers.isdisjoint(_members(items[j]))), None)
-            if b is None:
-                pass
-            elif a[0] == "loop" and items[b][0] == "loop" and items[b][1:3] == a[1:3] \
-                    and self._ahead(a, items[b], outer):
+            if b is not None and a[0] == "loop" and items[b][0] == "loop" \
+                    and items[b][1:3] == a[1:3] and self._ahead(a, items[b], outer):
                 _, d, w, ops, shifts = items[b]
                 items[b] = ("loop", d, w, a[3] + ops, {**shifts, **a[4]})
                 del items[k]
-            elif a[0] == "op" and b > k + 1 and not flag(self.sdg.ops[a[1]].kind, "effect"):
+            elif b is not None and a[0] == "op" and b > k + 1 \
+                    and not flag(self.sdg.ops[a[1]].kind, "effect"):
                 items.insert(b - 1, items.pop(k))
             k -= 1
         return items
