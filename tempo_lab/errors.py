@@ -36,8 +36,24 @@ class Location:
     def source(self) -> str:
         return linecache.getline(self.file, self.line).strip()
 
+    @property
+    def place(self) -> str:
+        """Where it is, for a reader: ``cell [12], line 3`` for a notebook cell (IPython's own
+        name for it, not its temporary file), else ``file.py:3``. Error messages keep the
+        full ``file:line``, which editors and terminals link."""
+        cell = cell_name(self.file)
+        return f"{cell}, line {self.line}" if cell else f"{os.path.basename(self.file)}:{self.line}"
+
 
 UNKNOWN = Location("<unknown>", 0)
+
+
+def cell_name(file: str) -> str | None:
+    """``cell [12]`` when ``file`` is the code of a cell this IPython kernel ran, else None
+    (IPython is looked up, never imported)."""
+    shell = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)()
+    name = getattr(getattr(shell, "compile", None), "format_code_name", lambda _: None)(file)
+    return f"cell {name[1][2:]}" if name and name[1].startswith("In[") else None
 
 
 def user_frame():

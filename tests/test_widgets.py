@@ -72,7 +72,8 @@ def test_graph_spec_clusters_and_dependence_labels(prog):
     sdg = prog.passes.initial
     spec = G.graph_spec(sdg)
     dot = G.to_dot(spec)
-    assert dot.count("subgraph cluster_") == len({G.region_of(op) for op in sdg.ops.values()})
+    drawn = {G.region_of(sdg.ops[i]) for i in spec.ops}    # constants are drawn in their readers
+    assert dot.count("subgraph cluster_") == len(drawn)
     labels = {label for _, _, label, _ in spec.edges}
     assert any("t - 1" in lab for lab in labels)
     assert any("0:t + 1" in lab for lab in labels)
@@ -95,7 +96,7 @@ def test_search_filter_and_inspector(prog, run):
     x = next(op.id for op in sdg.ops.values() if op.name == "x")
     assert x in G.matches(sdg, "X")
     spec = G.graph_spec(sdg, kind="merge")
-    assert spec.ops == [x] and "hidden" in spec.hidden[0]
+    assert spec.ops == [x] and any("hidden" in h for h in spec.hidden)
     facts = F.op_facts(sdg, x, prog.memory, run.profile, run.bounds)
     assert "x = tl.placeholder" in facts["source"]       # the user's own line
     assert facts["domain"] == "(t)" or facts["domain"] == "(b, t)"
@@ -122,7 +123,7 @@ def test_iteration_space_aggregates_by_group_at_scale():
     assert "one marker per group" in F.iteration_figure(sch, {"T": 3}).layout.title.text
 
 
-def test_large_graph_collapses_and_says_what_is_hidden():
+def test_large_graph_collapses_and_says_what_is_hidden(monkeypatch):
     big = big_program(500)
     sdg = big.sdg
     assert len(sdg.ops) >= 450
@@ -144,8 +145,11 @@ def test_large_graph_collapses_and_says_what_is_hidden():
     assert len(ex.spec().ops) > before and path in ex.expanded
     ex.toggle(next(k for k, p in ex.spec().groups.items() if p == path))   # collapse again
     assert len(ex.spec().ops) == before
-    ex.set_expanded(ex._all_groups())          # everything: too many for graphviz
-    assert len(ex.spec().ops) == len(sdg.ops)
+    ex.set_expanded(ex._all_groups())          # everything, drawn by graphviz
+    assert set(ex.spec().ops) | G.inlined(sdg) == set(sdg.ops)
+    assert ex.graph.svg is not None or not G.dot_installed()
+    monkeypatch.setattr(G, "DOT_LIMIT", 100)   # more than graphviz is given: plotly
+    ex.refresh()
     assert ex.graph.figure is not None and "plotly layout" in ex.graph.note.value
 
 
@@ -173,8 +177,8 @@ def test_groups_follow_scopes_and_calls():
     paths = G.group_paths(sdg)
     named = [op for op in sdg.ops.values() if op.name == "normed"]
     assert len(named) == 3                      # one per call, the call's last op
-    assert {paths[op.id][:2] for op in named} == {(f"layer{k}", "block()") for k in range(3)}
-    assert all(paths[op.id][2] == "RMSNorm" for op in named)
+    # block() is all there is in each layer: the layer's box keeps its name, block() goes
+    assert {paths[op.id][:2] for op in named} == {(f"layer{k}", "RMSNorm") for k in range(3)}
     assert all(op.loc.call.endswith("RMSNorm.__call__") for op in named)
     facts = F.op_facts(sdg, named[0].id)
     assert "block" in facts["called from"] and facts["scope"] == "layer0"
@@ -182,7 +186,8 @@ def test_groups_follow_scopes_and_calls():
     exported = sdg.to_dict()["ops"][named[0].id]
     assert exported["stack"][-1]["function"].endswith("block") and exported["call"]
     spec = G.graph_spec(sdg, expanded=set())
-    assert sorted(p[0] for p in spec.groups.values()) == ["(t)", "layer0", "layer1", "layer2"]
+    assert sorted(p[0] for p in spec.groups.values()) == ["layer0", "layer1", "layer2"]
+    assert [sdg.ops[i].kind for i in spec.ops] == ["source"]   # a group of one op is the op
 
 
 def test_graph_views_without_dot_fall_back_to_plotly(prog, no_dot):
@@ -190,7 +195,7 @@ def test_graph_views_without_dot_fall_back_to_plotly(prog, no_dot):
     panel = view.explorer.graph
     assert panel.svg is None and isinstance(panel.figure, go.Figure)
     ops_trace = panel.figure.data[-1]
-    assert sorted(ops_trace.customdata) == sorted(prog.sdg.ops)
+    assert sorted(ops_trace.customdata) == sorted(set(prog.sdg.ops) - G.inlined(prog.sdg))
     assert "not installed" in panel.note.value
     assert "SDG(ops=" in view.static_html
     stepper = prog.passes.explore().stepper
@@ -397,3 +402,112 @@ def test_static_html_for_renderers_without_a_kernel(prog, run):
         bundle = stage.explore()._repr_mimebundle_()
         assert "application/vnd.jupyter.widget-view+json" in bundle
         assert repr(stage).split("(")[0] in bundle["text/html"]
+
+
+# -- the graph at a model's size: less noise, stable groups, search ------------------------------
+@pytest.fixture(scope="module")
+def decoder16():
+    """16 layers written one by one, one tl.scope each (673 traced ops, 307 after the passes)."""
+    import numpy as np
+
+    from tempo_lab.demo import make_weights
+    from tempo_lab.examples import unrolled_decoder
+
+    ctx = tl.Context(dims=("t",))
+    tokens = np.random.default_rng(1).standard_normal((8, 16)).astype(np.float32)
+    h = unrolled_decoder(ctx, make_weights(16, 16, 32), tokens, heads=2)
+    return ctx.compile(bounds={ctx.bounds[0]: 8}, outputs={"y": h})
+
+
+def test_constants_are_drawn_inside_their_readers(decoder16):
+    """A scalar shared by every layer draws no edge into each; its value is in the labels of
+    the ops that read it, and it is drawn as a node again when selected."""
+    sdg = decoder16.sdg
+    readers: dict[int, int] = {}
+    for e in sdg.edges:
+        readers[e.src] = readers.get(e.src, 0) + 1
+    shared = max((i for i, op in sdg.ops.items() if op.kind == "const"), key=readers.get)
+    assert readers[shared] >= 16 and sdg.ops[shared].type.shape == ()
+    everything = {p[:j + 1] for p in G.group_paths(sdg).values() for j in range(len(p))}
+    spec = G.graph_spec(sdg, expanded=everything)
+    assert shared not in spec.ops and f"op{shared}" not in {s for s, *_ in spec.edges}
+    assert sum(f"◦ {sdg.ops[shared].label} = " in n.label for n in spec.nodes) >= 16
+    assert any("constants written inside" in h for h in spec.hidden)
+    assert shared in G.graph_spec(sdg, expanded=everything, keep=(shared,)).ops
+    # the layers are a chain, not side by side: the picture is taller than wide
+    svg = G.svg_of(G.to_dot(spec))
+    if svg is not None:
+        import re
+
+        w, h = (float(v) for v in re.search(r'viewBox="[\d.-]+ [\d.-]+ ([\d.]+) ([\d.]+)"',
+                                             svg).groups())
+        assert h > 3 * w
+
+
+def test_groups_open_in_program_order_with_stable_keys(decoder16):
+    sdg = decoder16.sdg
+    spec = G.graph_spec(sdg)
+    layers = [n.label.split(":")[0] for n in spec.nodes if n.op is None]
+    assert layers == [f"layer{k}" for k in range(16)]        # layer2 before layer10
+    key = next(k for k, p in spec.groups.items() if p[0] == "layer11")
+    opened = G.graph_spec(sdg, expanded=set(spec.groups.values()) | {spec.groups[key]})
+    assert opened.groups[key] == spec.groups[key]            # the same key once it is open
+    assert f'subgraph cluster_{key} ' in G.to_dot(opened)
+    dot = G.to_dot(opened)
+    assert dot.index('id="g') < dot.index(f'cluster_{key} ')  # earlier layers drawn before
+
+
+def test_search_takes_several_words_best_first(decoder16):
+    sdg = decoder16.sdg
+    hits = G.matches(sdg, "layer11 softmax")
+    assert hits and sdg.ops[hits[0]].kind == "softmax"
+    assert all("layer11" in G.group_paths(sdg)[i] for i in hits)
+    assert G.matches(sdg, "LAYER11   Softmax") == hits
+    assert G.matches(sdg, "layer11 no-such-thing") == []
+    consts = [i for i in G.matches(sdg, "layer3") if sdg.ops[i].kind == "const"]
+    assert consts and G.matches(sdg, "layer3")[-len(consts):] == consts   # constants last
+
+
+def test_wrapper_groups_and_comprehensions_fold():
+    """A generator expression is not a group of its own; a group that is all of its parent
+    is dropped, the parent keeps its name."""
+    ctx = tl.Context(dims=("t",))
+    (t,), (T,) = ctx.dims, ctx.bounds
+
+    def mix(xs):
+        return sum(tl.tanh(x) for x in xs)
+
+    def model(x):
+        with tl.scope("body"):
+            return mix([x, x * 2.0])
+
+    with ctx:
+        x = tl.placeholder((4,), domain=(t,), name="x")
+        x[0] = tl.ones((4,))
+        x[t] = x[t - 1] * 0.5
+        y = model(x)
+    sdg = ctx.compile(bounds={T: 3}, outputs={"y": y},
+                      config=tl.CompileConfig(executor="reference")).passes.initial
+    paths = G.group_paths(sdg)
+    tanh = [paths[op.id] for op in sdg.ops.values() if op.kind == "tanh"]
+    assert tanh and all(p[:2] == ("body", "mix()") for p in tanh), tanh
+    assert not any("<genexpr>" in part for p in paths.values() for part in p)
+
+
+def test_notebook_locations_read_as_cells(monkeypatch):
+    """An op written in a notebook cell is placed as IPython writes it in tracebacks."""
+    import IPython
+
+    from tempo_lab.errors import Location
+
+    class Compiler:
+        def format_code_name(self, name):
+            return ("Cell", "In[12]") if name.endswith("89075343.py") else None
+
+    class Shell:
+        compile = Compiler()
+
+    monkeypatch.setattr(IPython, "get_ipython", lambda: Shell())
+    assert Location("/tmp/ipykernel_1/89075343.py", 3).place == "cell [12], line 3"
+    assert Location("/home/me/model.py", 7).place == "model.py:7"
+    assert str(Location("/tmp/ipykernel_1/89075343.py", 3)) == "/tmp/ipykernel_1/89075343.py:3"

@@ -6,7 +6,6 @@ the same whichever is used."""
 from __future__ import annotations
 
 import html
-import os
 from dataclasses import dataclass, field
 
 from tempo_lab.ir.sdg import dot_quote
@@ -24,7 +23,7 @@ from .palette import (
 
 VISIBLE = 60           # a view opens with groups expanded while at most this many nodes show
 CHUNK = 40             # a group with more ops than this opens into runs of consecutive ops
-DOT_LIMIT = 160        # more nodes than this take graphviz minutes: plotly layout instead
+DOT_LIMIT = 2000       # more nodes than this: a plotly layout (graphviz takes ~1 s per 1 000)
 
 
 @dataclass
@@ -67,12 +66,19 @@ def edge_label(sdg, e) -> str:
     return "\n".join(parts)
 
 
+FOLDED_FRAMES = ("<genexpr>", "<listcomp>", "<dictcomp>", "<setcomp>", "<lambda>")
+INLINE_KINDS = ("const", "dimval")   # drawn inside the ops that read them, not as nodes
+
+
 def group_path(op) -> tuple[str, ...]:
     """Where an op sits in the views' hierarchy: its ``tl.scope`` path, then the user
-    functions that called it (below the outermost frame) and the library call that made it,
-    then its domain."""
+    functions that called it (below the outermost frame; comprehensions and lambdas folded into
+    the function around them) and the library call that made it, then its domain."""
     path = list(op.scope)
-    path += [f"{fn.split('.<locals>.')[-1]}()" for _, _, fn in op.loc.stack[1:]]
+    for _, _, fn in op.loc.stack[1:]:
+        name = fn.split(".<locals>.")[-1]
+        if name not in FOLDED_FRAMES:
+            path.append(f"{name}()")
     if op.loc.call:
         parts = op.loc.call.split(".")
         path.append(parts[-2] if parts[-1] == "__call__" else f"{parts[-1]}()")
@@ -82,15 +88,17 @@ def group_path(op) -> tuple[str, ...]:
 
 def group_paths(sdg) -> dict[int, tuple[str, ...]]:
     """``group_path`` of every op, less the groups that every op shares (a test function or
-    ``main()`` around the whole program), with a group that has more than ``CHUNK`` ops split
-    into runs of consecutive ops (``%40–%79``), so that every group opens to a readable size."""
+    ``main()`` around the whole program) and the groups that are all of their parent (a
+    ``layer3`` scope holding only ``block()`` keeps the name ``layer3``), with a group that has
+    more than ``CHUNK`` ops split into runs of consecutive ops (``%40–%79``), so that every
+    group opens to a readable size."""
     paths = {i: group_path(op) for i, op in sdg.ops.items()}
     common = 0
     first = next(iter(paths.values()), ())
     while common < len(first) - 1 and all(len(p) > common + 1 and p[common] == first[common]
                                           for p in paths.values()):
         common += 1
-    paths = {i: p[common:] for i, p in paths.items()}
+    paths = _drop_wrappers({i: p[common:] for i, p in paths.items()})
     members: dict[tuple[str, ...], list[int]] = {}
     for i, p in paths.items():
         members.setdefault(p, []).append(i)
@@ -101,6 +109,36 @@ def group_paths(sdg) -> dict[int, tuple[str, ...]]:
                 for i in run:
                     paths[i] = p + (f"%{run[0]}–%{run[-1]}",)
     return paths
+
+
+def _drop_wrappers(paths: dict[int, tuple[str, ...]]) -> dict[int, tuple[str, ...]]:
+    """Remove each group that is the only thing inside its parent; domains (the last part of
+    a path) always stay, they are what the clusters are coloured by."""
+    depth = 1
+    while depth < max((len(p) for p in paths.values()), default=0) - 1:
+        inner: dict[tuple[str, ...], set] = {}
+        for p in paths.values():
+            if len(p) > depth:
+                inner.setdefault(p[:depth], set()).add(
+                    p[depth] if len(p) > depth + 1 else None)   # None: a domain
+        lone = {g for g, kids in inner.items() if len(kids) == 1 and None not in kids}
+        if lone:
+            paths = {i: p[:depth] + p[depth + 1:] if p[:depth] in lone else p
+                     for i, p in paths.items()}
+        else:
+            depth += 1
+    return paths
+
+
+def group_order(paths: dict[int, tuple[str, ...]]) -> dict[tuple[str, ...], int]:
+    """Every group, numbered in program order (by its first op): the number is its key in the
+    drawing (``g<k>``), the same whichever groups are open, so that the browser can keep a
+    group where it was when it opens."""
+    order: dict[tuple[str, ...], int] = {}
+    for i in sorted(paths):
+        for j in range(len(paths[i])):
+            order.setdefault(paths[i][:j + 1], len(order))
+    return order
 
 
 def _items(paths: list[tuple[str, ...]], expanded: set) -> set:
@@ -115,39 +153,62 @@ def _items(paths: list[tuple[str, ...]], expanded: set) -> set:
 def default_expanded(sdg, limit: int = VISIBLE) -> set[tuple[str, ...]]:
     """Groups open when a view opens: level by level from the top, all the groups of a level
     at once while the nodes drawn stay within ``limit`` (so that sibling groups, say the
-    layers of a model, look alike); a group that holds one thing only always opens."""
-    paths = list(group_paths(sdg).values())
+    layers of a model, look alike). A level that would draw no more nodes than the one above
+    (each group holds one group only) opens only together with the level below it, so that a
+    view never draws a box around a single box."""
+    inline = inlined(sdg)
+    paths = [p for i, p in group_paths(sdg).items() if i not in inline]
     expanded: set[tuple[str, ...]] = set()
+    drawn = len(_items(paths, expanded))
     depth = 0
     while True:
-        level = {p[:depth + 1] for p in paths if len(p) > depth and p[:depth] in
-                 expanded | {()}}
-        if not level:
-            return expanded
-        grown = expanded | level
-        singles = {g for g in level if len({p[:len(g) + 1] if len(p) > len(g) else k
-                                            for k, p in enumerate(paths)
-                                            if p[:len(g)] == g}) <= 1}
-        if len(_items(paths, grown)) > limit:
-            grown = expanded | singles
-            if not singles:
+        grown = set(expanded)
+        while True:
+            level = {p[:depth + 1] for p in paths if len(p) > depth and p[:depth] in
+                     grown | {()}}
+            if not level:
                 return expanded
-        expanded, depth = grown, depth + 1
+            grown |= level
+            depth += 1
+            if len(_items(paths, grown)) > drawn:
+                break
+        if len(_items(paths, grown)) > limit:
+            return expanded
+        expanded, drawn = grown, len(_items(paths, grown))
+
+
+def inlined(sdg, keep=()) -> set[int]:
+    """The constants drawn inside the ops that read them (see ``graph_spec``): those read by
+    some op, not outputs and not asked to stay visible (``keep``)."""
+    read = {e.src for e in sdg.edges}
+    outputs = set(sdg.outputs.values())
+    return {i for i, op in sdg.ops.items() if op.kind in INLINE_KINDS and i in read
+            and i not in outputs and i not in keep}
 
 
 def matches(sdg, query: str) -> list[int]:
-    """Ops whose name, kind, source line or scope contains ``query`` (case-insensitive)."""
-    q = query.strip().lower()
-    if not q:
+    """Ops whose search line (``search_index``) contains every word of ``query``
+    (case-insensitive), best first: ops whose own name or kind matches a word before ops found
+    by their groups or lines only, constants last; then in program order."""
+    words = query.lower().split()
+    if not words:
         return []
-    return [i for i, text in search_index(sdg) if q in text.lower()]
+    hits = []
+    for i, text in search_index(sdg):
+        low = text.lower()
+        if all(w in low for w in words):
+            op = sdg.ops[i]
+            own = f"{op.label} {op.kind}".lower()
+            hits.append((-sum(w in own for w in words), op.kind in INLINE_KINDS, i))
+    return [i for *_, i in sorted(hits)]
 
 
 def search_index(sdg) -> list[tuple[int, str]]:
-    """One line per op for type-ahead search: name, kind, domain, user line and groups."""
-    return [(op.id, f"{op.label} · {op.kind} · {region_of(op)} · "
-                    f"{os.path.basename(op.loc.file)}:{op.loc.line} · "
-                    f"{'/'.join(op.scope)}") for op in sdg.ops.values()]
+    """One line per op for search: name, kind, domain, where the user wrote it and the
+    groups it is drawn in (scopes, functions, library calls)."""
+    paths = group_paths(sdg)
+    return [(op.id, f"{op.label} · {op.kind} · {region_of(op)} · {op.loc.place} · "
+                    f"{' / '.join(paths[op.id][:-1])}") for op in sdg.ops.values()]
 
 
 def graph_spec(sdg, *, highlight: int | None = None, search: str = "", kind: str | None = None,
@@ -155,35 +216,54 @@ def graph_spec(sdg, *, highlight: int | None = None, search: str = "", kind: str
                weights: dict[int, float] | None = None, unit: str = "") -> GraphSpec:
     """Decide what to draw. Groups not in ``expanded`` become one node each, except for the ops
     that are highlighted, searched for, marked or in ``keep`` (those stay visible); ``kind``
-    keeps only ops of that kind. Everything left out is counted in ``hidden``. ``weights``
-    (seconds or bytes per op, ``unit`` "s" or "B") colour the nodes from white to red and are
-    written under their labels; a group node shows the sum of its ops'."""
+    keeps only ops of that kind. Constants are written inside the ops that read them (as
+    Netron and TensorBoard do: a scalar shared by every layer would otherwise draw an edge
+    into each). Everything left out is counted in ``hidden``. ``weights`` (seconds or bytes
+    per op, ``unit`` "s" or "B") colour the nodes from white to red and are written under
+    their labels; a group node shows the sum of its ops'. Nodes and groups come in program
+    order; a group's key (``g<k>``) is its ``group_order`` number."""
     marks = marks or {}
     expanded = default_expanded(sdg) if expanded is None else set(expanded)
     found = set(matches(sdg, search))
     keep = found | set(marks) | set(keep) | ({highlight} if highlight is not None else set())
     spec = GraphSpec()
-    keys: dict[tuple[str, ...], str] = {}
     where: dict[int, str] = {}     # op id -> node key it is drawn as
     folded: dict[tuple[str, ...], list[int]] = {}
     filtered = 0
     outputs = {i: n for n, i in sdg.outputs.items()}
     paths = group_paths(sdg)
+    order = group_order(paths)
+    reads: dict[int, list[int]] = {}
+    for e in sdg.edges:
+        reads.setdefault(e.dst, []).append(e.src)
+    inline = inlined(sdg, keep)
+    first: dict[str, int] = {}     # node key -> first op id it stands for (program order)
+    drawable: dict[tuple[str, ...], int] = {}
+    for i, path in paths.items():
+        for j in range(len(path) * (i not in inline)):
+            drawable[path[:j + 1]] = drawable.get(path[:j + 1], 0) + 1
     for op in sdg.ops.values():
         path = paths[op.id]
         for j in range(len(path)):
             spec.sizes[path[:j + 1]] = spec.sizes.get(path[:j + 1], 0) + 1
+        if op.id in inline:
+            continue
         if kind and op.kind != kind and op.id not in keep:
             filtered += 1
             continue
         closed = next((path[:j + 1] for j in range(len(path)) if path[:j + 1] not in expanded),
                       None)
-        if closed is not None and op.id not in keep:
-            key = keys.setdefault(closed, f"g{len(keys)}")
+        if closed is not None and op.id not in keep and drawable[closed] > 1:
+            key = f"g{order[closed]}"
             folded.setdefault(closed, []).append(op.id)
             where[op.id] = key
+            first.setdefault(key, op.id)
             continue
         label = f"{op.label} {op.kind}\n{op.type}"
+        consts = [sdg.ops[i] for i in dict.fromkeys(reads.get(op.id, ())) if i in inline]
+        label += "".join(f"\n◦ {_constant(c)}" for c in consts[:2])
+        if len(consts) > 2:
+            label += f"\n◦ {len(consts) - 2} more constants"
         if weights is not None:
             label += f"\n{amount(weights.get(op.id, 0.0), unit)}"
         if op.id in outputs:
@@ -191,7 +271,8 @@ def graph_spec(sdg, *, highlight: int | None = None, search: str = "", kind: str
         cluster = max((path[:j] for j in range(len(path) + 1) if path[:j] in expanded),
                       key=len, default=())
         node = Node(f"op{op.id}", label, category_colour(op.category), cluster, op.id,
-                    tooltip=f"{op.label} = {op.kind} over {region_of(op)} @ {op.loc}")
+                    tooltip=f"{op.label} = {op.kind} over {region_of(op)} @ {op.loc.place}"
+                    + "".join(f"\nreads {_constant(c)}" for c in consts))
         if op.id in marks:
             node.fill = EDIT_COLOURS.get(marks[op.id], node.fill)
         if op.id in found:
@@ -200,18 +281,22 @@ def graph_spec(sdg, *, highlight: int | None = None, search: str = "", kind: str
             node.border, node.width = HIGHLIGHT, 3.5
         spec.nodes.append(node)
         where[op.id] = node.key
+        first[node.key] = op.id
     for path, ids in folded.items():
         kinds: dict[str, int] = {}
         for i in ids:
             kinds[sdg.ops[i].kind] = kinds.get(sdg.ops[i].kind, 0) + 1
         top = ", ".join(f"{k}×{n}" for k, n in sorted(kinds.items(), key=lambda kv: -kv[1])[:3])
-        spec.groups[keys[path]] = path
+        key = f"g{order[path]}"
+        spec.groups[key] = path
         total = "" if weights is None else \
             f"\n{amount(sum(weights.get(i, 0.0) for i in ids), unit)} in all"
-        spec.nodes.append(Node(keys[path], f"{path[-1]}: {len(ids)} ops\n{top}{total}", "#f4f4f4",
-                               path[:-1], border=_group_colour(path), width=2.0,
-                               tooltip=f"{'/'.join(path)}: {len(ids)} ops (click to expand)"))
+        spec.nodes.append(Node(key, f"{path[-1]}: {spec.sizes[path]} ops\n{top}{total}",
+                               "#f4f4f4", path[:-1], border=_group_colour(path), width=2.0,
+                               tooltip=f"{'/'.join(path)}: {spec.sizes[path]} ops "
+                                       "(click to expand)"))
         spec.hidden.append(f"{len(ids)} ops of {'/'.join(path)} collapsed")
+    spec.nodes.sort(key=lambda n: first[n.key])
     if weights is not None:
         value = {n.key: (weights.get(n.op, 0.0) if n.op is not None else
                          sum(weights.get(i, 0.0) for i in folded[spec.groups[n.key]]))
@@ -219,8 +304,11 @@ def graph_spec(sdg, *, highlight: int | None = None, search: str = "", kind: str
         top = max(value.values(), default=0.0)
         for n in spec.nodes:
             n.fill = heat(value[n.key] / top if top > 0 else 0.0)
-    for path in sorted({n.cluster[:j] for n in spec.nodes for j in range(1, len(n.cluster) + 1)}):
-        spec.groups.setdefault(f"g{len(spec.groups)}", path)
+    for path in {n.cluster[:j] for n in spec.nodes for j in range(1, len(n.cluster) + 1)}:
+        spec.groups[f"g{order[path]}"] = path
+    spec.groups = dict(sorted(spec.groups.items(), key=lambda kv: int(kv[0][1:])))
+    if inline:
+        spec.hidden.append(f"{len(inline)} constants written inside the ops that read them")
     if filtered:
         spec.hidden.append(f"{filtered} ops of other kinds than {kind!r} hidden")
     agg: dict[tuple[str, str], list] = {}
@@ -238,6 +326,14 @@ def graph_spec(sdg, *, highlight: int | None = None, search: str = "", kind: str
         dashed = all(sdg.ops[e.dst].kind == "merge" for e in es)
         spec.edges.append((s, d, label, dashed))
     return spec
+
+
+def _constant(op) -> str:
+    """A constant as written inside the op that reads it: its value when it is one number."""
+    value = op.attrs.get("value")
+    if op.type.shape == () and value is not None:
+        return f"{op.label} = {float(value):.6g}"
+    return f"{op.label} {op.kind} {op.type}"
 
 
 def amount(value: float, unit: str) -> str:
@@ -267,27 +363,33 @@ def _group_colour(path: tuple[str, ...]) -> str:
 def to_dot(spec: GraphSpec) -> str:
     """DOT for a spec: one dashed cluster per expanded group, nested as the groups are (the
     cluster's SVG id is its group key), op and group nodes with their keys as SVG ids."""
-    lines = ["digraph SDG {", '  rankdir=TB; newrank=true; node [shape=box, style="rounded,filled", '
+    lines = ["digraph SDG {", '  rankdir=TB; node [shape=box, style="rounded,filled", '
              'fontname="Helvetica", fontsize=10]; edge [fontname="Helvetica", fontsize=9];']
     key_of = {path: key for key, path in spec.groups.items()}
     inside: dict[tuple[str, ...], list] = {}
     for n in spec.nodes:
         inside.setdefault(n.cluster, []).append(n)
     clusters = sorted({n.cluster[:j] for n in spec.nodes for j in range(1, len(n.cluster) + 1)},
-                      key=lambda p: (len(p), p))
+                      key=lambda p: int(key_of[p][1:]))
+
+    def children(path: tuple[str, ...]) -> list[tuple[str, ...]]:
+        return [c for c in clusters if len(c) == len(path) + 1 and c[:len(path)] == path]
 
     def emit(path: tuple[str, ...], indent: str):
         for n in inside.get(path, []):
             lines.append(f'{indent}{n.key} [id="{n.key}", label="{dot_quote(n.label)}", '
                          f'fillcolor="{n.fill}", color="{n.border}", penwidth={n.width}, '
                          f'tooltip="{dot_quote(n.tooltip)}"];')
-        for sub in (c for c in clusters if len(c) == len(path) + 1 and c[:len(path)] == path):
-            key = key_of[sub]
+        for sub in children(path):
+            key, title, content = key_of[sub], sub[-1], sub
+            while not inside.get(content) and len(children(content)) == 1:
+                content = children(content)[0]      # a box around one box: one box, both titles
+                title += f" {content[-1]}"
             lines.append(f'{indent}subgraph cluster_{key} {{ id="{key}"; '
-                         f'label="{dot_quote(sub[-1])} · {spec.sizes.get(sub, 0)} ops"; style=dashed; '
-                         f'color="{_group_colour(sub)}"; tooltip="{dot_quote("/".join(sub))} '
+                         f'label="{dot_quote(title)} · {spec.sizes.get(sub, 0)} ops"; style=dashed; '
+                         f'color="{_group_colour(content)}"; tooltip="{dot_quote("/".join(sub))} '
                          f'(click the title to collapse)";')
-            emit(sub, indent + "  ")
+            emit(content, indent + "  ")
             lines.append(f"{indent}}}")
 
     emit((), "  ")
@@ -305,8 +407,16 @@ def svg_of(dot_source: str) -> str | None:
 
     try:
         svg = graphviz.Source(dot_source).pipe(format="svg", encoding="utf-8")
-    except (graphviz.ExecutableNotFound, graphviz.CalledProcessError):
+    except graphviz.ExecutableNotFound:
         return None
+    except graphviz.CalledProcessError:
+        # dot's default ranking fails on some nested groups (PPO's); its global ranking
+        # ("newrank") lays those out, but takes minutes on a few hundred ops, so only then
+        try:
+            svg = graphviz.Source(dot_source.replace("rankdir=TB;", "rankdir=TB; newrank=true;", 1)
+                                  ).pipe(format="svg", encoding="utf-8")
+        except graphviz.CalledProcessError:
+            return None
     return svg[svg.find("<svg"):]
 
 
