@@ -314,7 +314,9 @@ def test_memory_view_is_honest_about_xla():
     view says so, shows XLA's own memory analysis and measures per step on request."""
     prog = _prog("xla")
     dash = prog.explore().dashboard
-    dash.open("Profile").button.click()
+    panel = dash.open("Profile")
+    panel.button.click()
+    panel.wait()
     view = dash.open("Memory")
     names = [t.name for t in view.plot.figure.data]
     assert "xla static stores" in names and "measured peak" not in names
@@ -384,7 +386,8 @@ def test_dashboard_runs_only_on_request():
     panel = dash.open("Profile")
     assert not calls and "run and profile" == panel.button.description
     dash.select(next(iter(prog.sdg.ops)))
-    panel.button.click()
+    panel.button.click()                        # runs in the background: the kernel is free
+    panel.wait()
     assert len(calls) == 2                      # a warm-up run, then the recorded one
     assert dash.run is not None and dash.views["Profile"].timeline is not None
     assert "calls" in dash.sdg.inspector.value  # the SDG tab now shows measured time
@@ -392,7 +395,9 @@ def test_dashboard_runs_only_on_request():
 
 def test_reference_program_dashboard():
     dash = _prog("reference").explore().dashboard
-    dash.open("Profile").button.click()
+    panel = dash.open("Profile")
+    panel.button.click()
+    panel.wait()
     assert "reference executor keeps no profile" in dash.views["Profile"].widget \
         .children[0].value
 
@@ -511,3 +516,68 @@ def test_notebook_locations_read_as_cells(monkeypatch):
     assert Location("/tmp/ipykernel_1/89075343.py", 3).place == "cell [12], line 3"
     assert Location("/home/me/model.py", 7).place == "model.py:7"
     assert str(Location("/tmp/ipykernel_1/89075343.py", 3)) == "/tmp/ipykernel_1/89075343.py:3"
+
+
+def test_opening_a_group_opens_what_is_alone_inside(decoder16):
+    """A layer holds one domain (its constants are drawn inside their readers): opening it
+    shows its ops, not a box around one closed box."""
+    ex = decoder16.sdg.explore().explorer
+    spec = ex.spec()
+    key = next(k for k, p in spec.groups.items() if p == ("layer3",))
+    before = len(spec.ops)
+    ex.toggle(key)
+    opened = ex.spec()
+    assert len(opened.ops) >= before + 10
+    assert not any(n.op is None and opened.groups[n.key][0] == "layer3" for n in opened.nodes)
+
+
+def test_pass_stepper_at_a_model_size(decoder16):
+    """Why-not notes grouped by reason with counts and the layers held back; rows that step
+    to a pass; the pass's doc without reST markup; before and after grouped alike."""
+    trace = decoder16.passes
+    tile = next(r for r in trace.records if r.name == "tile")
+    notes = F.grouped_notes(tile)
+    assert sum(e["count"] for e in notes) == sum(ev.kind == "note" for ev in tile.events)
+    assert notes[0]["count"] >= 16 and not notes[0]["reason"].startswith("%")
+    assert notes[0]["groups"][:2] == ["layer0", "layer1"] and len(notes[0]["groups"]) == 16
+    text = F.notes_html(tile)
+    assert text.count("<li>") == len(notes) and "layer15 (16 groups)" in text
+    assert F.rst_html("use ``tile_block`` or :class:`CompileConfig`") == \
+        "use <code>tile_block</code> or <code>CompileConfig</code>"
+    st = trace.explore().stepper
+    k = [r.name for r in trace.records].index("tile")
+    st.rows.value = k                              # a click on the tile row
+    assert st.slider.value == k and "tile" in st.title.value and "``" not in st.title.value
+    fuse = [r.name for r in trace.records].index("fuse")
+    st.rows.value = fuse                           # fuse merges ops, the layers stay
+    tops = [{p[0] for p in panel.spec.groups.values()} for panel in (st.before, st.after)]
+    assert tops[0] == tops[1] and {f"layer{k}" for k in range(16)} <= tops[0]
+
+
+def test_run_and_profile_leaves_the_kernel_free():
+    """The profile tab's button returns at once; the run's steps show in the tab as it goes,
+    and a run that fails says so there (a thread's exception reaches no cell)."""
+    import threading
+    import time
+
+    prog = _prog("xla")
+    gate, run = threading.Event(), prog.run
+    prog.run = lambda *a, **k: gate.wait(10) and run(*a, **k)
+    panel = prog.explore().dashboard.open("Profile")
+    start = time.perf_counter()
+    panel.button.click()
+    assert time.perf_counter() - start < 1.0 and panel.worker.is_alive()
+    assert "step 1 of 3: warm-up run" in panel.status.value and panel.button.disabled
+    gate.set()
+    panel.wait(60)
+    assert panel.dash.run is not None and "Profile" in panel.dash.views
+
+    def broken(*a, **k):
+        raise RuntimeError("device lost")
+
+    prog.run = broken
+    panel = prog.explore().dashboard.open("Profile")
+    panel.button.click()
+    panel.wait(60)
+    assert "the run failed" in panel.status.value and "device lost" in panel.status.value
+    assert not panel.button.disabled

@@ -1,6 +1,6 @@
 """Building blocks shared by the views: a VBox that also carries static HTML (shown by
 nbconvert and GitHub, which cannot run widgets), a slot that shows a plotly figure as a
-``FigureWidget``, and a graph panel that draws an SDG as SVG or, without ``dot``, as plotly."""
+``PlotlyChart``, and a graph panel that draws an SDG as SVG or, without ``dot``, as plotly."""
 from __future__ import annotations
 
 import html
@@ -41,23 +41,30 @@ def static_html(stage, svg: str | None = None) -> str:
     return (G.svg_html(svg) if svg else "") + stage._repr_html_()
 
 
+def slider_grid(sliders) -> object:
+    """Sliders side by side, each at least 300 px wide, wrapping to the next row rather than
+    squashing their tracks to nothing (PPO has six bounds)."""
+    W = _ipywidgets()
+    for s in sliders:
+        s.layout.width = "100%"
+        s.style.description_width = "initial"
+    return W.GridBox(list(sliders), layout=W.Layout(
+        width="100%", grid_template_columns="repeat(auto-fill, minmax(300px, 1fr))",
+        grid_gap="2px 16px"))
+
+
 class FigureSlot:
-    """Shows ``go.Figure`` payloads in one ``FigureWidget`` that is updated in place."""
+    """Shows ``go.Figure`` payloads in one ``PlotlyChart`` (``chart.py``) updated in place."""
 
     def __init__(self, fig, css_class: str = ""):
-        import plotly.graph_objects as go
+        from .chart import PlotlyChart
 
-        self.widget = go.FigureWidget(fig)
-        if css_class:
-            self.widget.add_class(css_class)
+        self.widget = PlotlyChart(fig, css_class)
         self.figure = fig
 
     def show(self, fig):
         self.figure = fig
-        with self.widget.batch_update():
-            self.widget.data = ()
-            self.widget.add_traces(list(fig.data))
-            self.widget.layout = fig.layout
+        self.widget.figure = fig
 
 
 class GraphPanel:
@@ -65,10 +72,11 @@ class GraphPanel:
     canvas when ``dot`` is installed, else a plotly layered layout. A click on an op calls
     ``on_pick(op id)``, on a group ``on_toggle(group key)``; ``index`` feeds the type-ahead."""
 
-    def __init__(self, title: str = "", on_pick=None, on_toggle=None, index=(), height=560):
+    def __init__(self, title: str = "", on_pick=None, on_toggle=None, index=(), height=600,
+                 query=None):
         W = _ipywidgets()
         self.title, self.on_pick, self.on_toggle = title, on_pick, on_toggle
-        self.index, self.height = [list(row) for row in index], height
+        self.index, self.height, self.query = [list(row) for row in index], height, query
         self.note = W.HTML()
         self.box = W.Box(layout=W.Layout(width="100%"))
         self.widget = W.VBox([self.note, self.box])
@@ -80,9 +88,10 @@ class GraphPanel:
         self._dot: str | None = None
 
     def show(self, spec: G.GraphSpec, selected: int | None = None):
+        self.spec = spec
         too_big = len(spec.nodes) > G.DOT_LIMIT
         head = f"<b>{html.escape(self.title)}</b> " if self.title else ""
-        self.note.value = head + G.hidden_html(spec)
+        self.note.value = head + G.legend_html(spec) + G.hidden_html(spec)
         dot = None if too_big else G.to_dot(spec)
         if dot is not None and dot != self._dot:
             self.svg = G.svg_of(dot)
@@ -100,16 +109,17 @@ class GraphPanel:
         self.figure = G.graph_figure(spec, self.title)
         if self._slot is None:
             self._slot = FigureSlot(self.figure)
+            if self.on_pick is not None or self.on_toggle is not None:
+                self._slot.widget.on_click(self._clicked, trace=-1)   # the ops' markers
         else:
             self._slot.show(self.figure)
-        if self.on_pick is not None or self.on_toggle is not None:
-            self._slot.widget.data[-1].on_click(self._clicked)
         why = (f"{len(spec.nodes)} nodes are more than graphviz lays out quickly "
                f"({G.DOT_LIMIT}); collapse groups for the SVG picture" if too_big else
                "graphviz's <code>dot</code> program failed on this graph" if G.dot_installed()
                else "graphviz's <code>dot</code> program is not installed (Debian: apt-get "
                "install graphviz)")
-        self.note.value = head + f"<i>{why}: plotly layout instead.</i> " + G.hidden_html(spec)
+        self.note.value = (head + f"<i>{why}: plotly layout instead.</i> " + G.legend_html(spec)
+                           + G.hidden_html(spec))
         self.box.children = (self._slot.widget,)
 
     def _canvas(self):
@@ -123,6 +133,10 @@ class GraphPanel:
                                     "selected")
             if self.on_toggle is not None:
                 self.canvas.on_toggle(self.on_toggle)
+            if self.query is not None:     # the box's Shift+Enter marks, as the text widget
+                import traitlets
+
+                traitlets.link((self.query, "value"), (self.canvas, "query"))
         return self.canvas
 
     def _clicked(self, trace, points, state):

@@ -17,15 +17,19 @@ CSS = pathlib.Path(__file__).with_name("graph_canvas.css")
 
 class GraphCanvas(anywidget.AnyWidget):
     """``svg``: graphviz output; ``selected``: the op id picked (-1: none), set by a click in the
-    graph or from Python; ``index``: ``[op id, text]`` rows for the search box. A click on a
-    group calls the ``on_toggle`` callbacks with the group's key (``g3``)."""
+    graph or from Python; ``index``: ``graph.search_rows`` for the search box; ``query``: words
+    whose hits the graph keeps drawn and marked (Shift+Enter in the box); ``view``: the view
+    box the browser shows, kept across redraws. A click on a group calls the ``on_toggle``
+    callbacks with the group's key (``g3``)."""
 
     _esm = ESM
     _css = CSS
     svg = traitlets.Unicode("").tag(sync=True)
     selected = traitlets.Int(-1).tag(sync=True)
     index = traitlets.List([]).tag(sync=True)
-    height = traitlets.Int(560).tag(sync=True)
+    query = traitlets.Unicode("").tag(sync=True)
+    view = traitlets.List([]).tag(sync=True)
+    height = traitlets.Int(600).tag(sync=True)
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)

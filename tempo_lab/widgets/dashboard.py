@@ -2,7 +2,8 @@
 tab at once (SDG, passes, schedule, memory, profile).
 
 Opening it runs nothing: the compile-time tabs are built when first shown, and the profile tab
-has a button that runs the program (with a progress bar) and fills in the measured data."""
+has a button that runs the program in the background (with a progress bar) and fills in the
+measured data."""
 from __future__ import annotations
 
 import html
@@ -94,15 +95,19 @@ class Dashboard:
         return W.HTML(f"<i>no {name.lower()} stage for the "
                       f"{html.escape(self.prog.config.executor)} executor</i>")
 
-    def profile(self):
+    def profile(self, report=None):
         """Run the program once (recording statement times where the executor can) and show
-        what was measured in every tab that has a view of it."""
-        self.run, self.kernels = recorded_run(self.prog)
+        what was measured in every tab that has a view of it; the SDG tab keeps the groups
+        that were open. ``report``: as for ``recorded_run``."""
+        self.run, self.kernels = recorded_run(self.prog, report)
         self.overview.value = self._overview_html()
+        opened = self.views["SDG"].expanded if "SDG" in self.views else None
         for name in ("SDG", "Memory", "Profile"):
             if name in self.views:
                 del self.views[name]
                 self.open(name)
+        if opened is not None:
+            self.views["SDG"].set_expanded(opened)
 
     def export(self, path=None):
         """Save the dashboard as a standalone HTML file (no kernel needed to read it): the SDG
@@ -148,29 +153,57 @@ class Saved:
 
 
 class RunPanel:
-    """The profile tab before a run: a button that runs and profiles the program, with the
-    run's progress bar (tqdm) shown below it."""
+    """The profile tab before a run: a button that runs and profiles the program in a thread
+    of its own, so that the notebook stays usable, with a progress bar of the steps."""
 
     def __init__(self, dash: Dashboard):
         import ipywidgets as W
 
-        self.dash = dash
+        self.dash, self.worker = dash, None
         self.button = W.Button(description="run and profile", icon="play",
                                button_style="primary")
         self.button.add_class("tempo-lab-run-button")
-        self.out = W.Output()
+        self.bar = W.IntProgress(value=0, min=0, max=1, layout=W.Layout(width="300px",
+                                                                         visibility="hidden"))
+        self.bar.add_class("tempo-lab-run-progress")
+        self.status = W.HTML()
+        self.status.add_class("tempo-lab-run-status")
         self.button.on_click(lambda _: self.click())
         note = W.HTML("<i>Nothing has run yet. The button runs the program on the "
-                      f"{html.escape(dash.prog.config.executor)} executor twice, a warm-up and "
-                      "a run that records what each op costs; the memory and SDG tabs then "
-                      "show measured data too.</i>")
-        self.widget = W.VBox([note, self.button, self.out])
+                      f"{html.escape(dash.prog.config.executor)} executor in the background, "
+                      "a warm-up and a run that records what each op costs; the memory and SDG "
+                      "tabs then show measured data too.</i>")
+        self.widget = W.VBox([note, W.HBox([self.button, self.bar, self.status])])
         self.widget.add_class("tempo-lab-profile")
 
     def click(self):
+        import threading
+
         self.button.disabled, self.button.description = True, "running…"
-        with self.out:   # the run's progress bars (tl.config.progress) show here
-            self.dash.profile()
+        self.bar.layout.visibility = "visible"
+        self.worker = threading.Thread(target=self._work, name="tempo-lab-profile", daemon=True)
+        self.worker.start()
+
+    def _work(self):
+        import time
+
+        start = time.perf_counter()
+
+        def report(step, steps, what):
+            self.bar.max, self.bar.value = steps, step
+            self.status.value = (f"step {step + 1} of {steps}: {html.escape(what)} "
+                                 f"({time.perf_counter() - start:.0f} s so far)")
+        try:
+            self.dash.profile(report)
+        except Exception as e:   # shown in the tab: a thread's exception reaches no cell
+            self.status.value = (f"<b>the run failed</b>: {html.escape(type(e).__name__)}: "
+                                 f"{html.escape(str(e))}")
+            self.button.disabled, self.button.description = False, "run and profile"
+
+    def wait(self, timeout: float | None = None):
+        """Block until the background run has finished (tests, scripts)."""
+        if self.worker is not None:
+            self.worker.join(timeout)
 
     def select(self, op_id):
         pass

@@ -32,7 +32,7 @@ def _canvas(svg: str, index) -> str:
     script given a stand-in for the widget model: the groups stay as exported."""
     from .canvas import CSS, ESM
 
-    data = json.dumps({"svg": svg, "selected": -1, "index": [list(r) for r in index],
+    data = json.dumps({"svg": svg, "selected": -1, "index": index, "query": "", "view": [],
                        "height": 640}).replace("</", "<\\/")
     model = ("const data = " + data + "; const handlers = {};"
              "const model = {get: (k) => data[k], set: (k, v) => { data[k] = v; "
@@ -52,7 +52,7 @@ def dashboard_html(prog, run=None, sdg_spec=None) -> str:
     profile = None if run is None else run.profile
     parts = [("Program", prog._repr_html_() + ("" if run is None else run._repr_html_()))]
     svg = G.svg_of(G.to_dot(sdg_spec or G.graph_spec(prog.sdg)))
-    parts.append(("SDG", (_canvas(svg, G.search_index(prog.sdg)) if svg else "")
+    parts.append(("SDG", (_canvas(svg, G.search_rows(prog.sdg)) if svg else "")
                   + prog.sdg._repr_html_()))
     if prog.passes is not None:
         notes = "".join(notes_html(r) for r in prog.passes.records)

@@ -20,6 +20,7 @@ from .palette import (
     domain_colour,
     region_of,
 )
+from .units import amount
 
 VISIBLE = 60           # a view opens with groups expanded while at most this many nodes show
 CHUNK = 40             # a group with more ops than this opens into runs of consecutive ops
@@ -45,6 +46,8 @@ class GraphSpec:
     groups: dict[str, tuple[str, ...]] = field(default_factory=dict)  # g<k> -> group path
     sizes: dict[tuple[str, ...], int] = field(default_factory=dict)   # group path -> ops
     hidden: list[str] = field(default_factory=list)         # what is not drawn, in words
+    legend: dict[str, str] = field(default_factory=dict)    # what a fill means -> its colour
+    heat: str = ""      # the white-to-red scale's top, when nodes are coloured by a cost
 
     @property
     def ops(self) -> list[int]:
@@ -177,6 +180,21 @@ def default_expanded(sdg, limit: int = VISIBLE) -> set[tuple[str, ...]]:
         expanded, drawn = grown, len(_items(paths, grown))
 
 
+def open_group(sdg, expanded, path: tuple[str, ...]) -> set[tuple[str, ...]]:
+    """``expanded`` with ``path`` open, and the group inside it open too while it is the only
+    thing there (opening a layer that holds one domain shows the layer's ops, not a box)."""
+    inline = inlined(sdg)
+    paths = {i: p for i, p in group_paths(sdg).items() if i not in inline}
+    out = set(expanded) | {path}
+    while True:
+        inner = {p[:len(path) + 1] if len(p) > len(path) else i for i, p in paths.items()
+                 if p[:len(path)] == path}      # the groups and ops drawn inside ``path``
+        if len(inner) != 1 or not isinstance(next(iter(inner)), tuple):
+            return out
+        path = next(iter(inner))
+        out.add(path)
+
+
 def inlined(sdg, keep=()) -> set[int]:
     """The constants drawn inside the ops that read them (see ``graph_spec``): those read by
     some op, not outputs and not asked to stay visible (``keep``)."""
@@ -209,6 +227,13 @@ def search_index(sdg) -> list[tuple[int, str]]:
     paths = group_paths(sdg)
     return [(op.id, f"{op.label} · {op.kind} · {region_of(op)} · {op.loc.place} · "
                     f"{' / '.join(paths[op.id][:-1])}") for op in sdg.ops.values()]
+
+
+def search_rows(sdg) -> list[list]:
+    """``search_index`` with what ``matches`` ranks by, for the browser's search box:
+    ``[op id, line, "name kind", is a constant]``."""
+    return [[i, text, f"{sdg.ops[i].label} {sdg.ops[i].kind}".lower(),
+             sdg.ops[i].kind in INLINE_KINDS] for i, text in search_index(sdg)]
 
 
 def graph_spec(sdg, *, highlight: int | None = None, search: str = "", kind: str | None = None,
@@ -304,6 +329,16 @@ def graph_spec(sdg, *, highlight: int | None = None, search: str = "", kind: str
         top = max(value.values(), default=0.0)
         for n in spec.nodes:
             n.fill = heat(value[n.key] / top if top > 0 else 0.0)
+        spec.heat = amount(top, unit)
+    else:
+        for n in spec.nodes:
+            if n.op is not None:
+                op = sdg.ops[n.op]
+                what = marks.get(n.op)
+                spec.legend.setdefault(f"{what} by the pass" if what in EDIT_COLOURS else
+                                       op.category, n.fill)
+    if folded:
+        spec.legend["a closed group: click to open"] = "#f4f4f4"
     for path in {n.cluster[:j] for n in spec.nodes for j in range(1, len(n.cluster) + 1)}:
         spec.groups[f"g{order[path]}"] = path
     spec.groups = dict(sorted(spec.groups.items(), key=lambda kv: int(kv[0][1:])))
@@ -334,16 +369,6 @@ def _constant(op) -> str:
     if op.type.shape == () and value is not None:
         return f"{op.label} = {float(value):.6g}"
     return f"{op.label} {op.kind} {op.type}"
-
-
-def amount(value: float, unit: str) -> str:
-    """Seconds as ms or µs, bytes as B, KB or MB."""
-    if unit == "s":
-        return f"{value * 1e3:.3g} ms" if value >= 1e-3 else f"{value * 1e6:.3g} µs"
-    for scale, name in ((2 ** 20, "MB"), (2 ** 10, "KB")):
-        if value >= scale:
-            return f"{value / scale:.3g} {name}"
-    return f"{value:.0f} {unit}"
 
 
 def heat(fraction: float) -> str:
@@ -429,6 +454,26 @@ def dot_installed() -> bool:
 def svg_html(svg: str, max_height: int = 640) -> str:
     return (f'<div class="tempo-lab-graph" style="overflow:auto;max-height:{max_height}px;'
             f'border:1px solid #eee">{svg}</div>')
+
+
+def legend_html(spec: GraphSpec) -> str:
+    """What the colours mean: a swatch per fill drawn, or the cost scale."""
+    def swatch(colour: str, text: str, border: str = "#888") -> str:
+        return (f'<span style="display:inline-block;width:11px;height:11px;background:{colour};'
+                f'border:1px solid {border};margin:0 3px 0 9px;vertical-align:-1px"></span>'
+                f"{html.escape(text)}")
+    items = [swatch(c, t) for t, c in sorted(spec.legend.items())]
+    if spec.heat:
+        items.insert(0, '<span style="display:inline-block;width:80px;height:11px;'
+                        f'background:linear-gradient(90deg,#ffffff,{heat(1.0)});border:1px '
+                        'solid #888;margin:0 3px 0 9px;vertical-align:-1px"></span>'
+                        f"0 → {html.escape(spec.heat)} (square-root scale)")
+    if any(n.border == MATCH for n in spec.nodes):
+        items.append(swatch("#ffffff", "search hit", MATCH))
+    if any(n.border == HIGHLIGHT for n in spec.nodes):
+        items.append(swatch("#ffffff", "selected", HIGHLIGHT))
+    return ('<div class="tempo-lab-legend" style="font-size:90%;color:#444">colour:'
+            + "".join(items) + "</div>") if items else ""
 
 
 def hidden_html(spec: GraphSpec) -> str:

@@ -43,7 +43,13 @@ function render({ model, el }) {
 
   let svg = null, box = null, full = null, drag = null;
   let pending = false;  // a selection to centre on once its node is drawn
+  let anchor = null;    // a group opened or closed: keep it where it was on screen
+  const READ = 9;       // px: the smallest text drawn; smaller labels give way to group names
 
+  function scale() {    // screen px per SVG unit (the SVG keeps its aspect ratio)
+    const r = view.getBoundingClientRect();
+    return box && r.width ? Math.min(r.width / box[2], r.height / box[3]) : 0;
+  }
   function setBox(b) {
     box = b;
     svg.setAttribute("viewBox", b.map((v) => v.toFixed(2)).join(" "));
@@ -51,6 +57,22 @@ function render({ model, el }) {
     status.textContent = `zoom ${pct}% of fit · ${svg.querySelectorAll("g.node").length} ` +
       `nodes · ${HELP}`;
     el.dataset.zoom = String(pct);
+    el.dataset.scale = scale().toFixed(4);   // screen px per graph unit
+    detail();
+    clearTimeout(setBox.timer);
+    setBox.timer = setTimeout(() => { model.set("view", box); model.save_changes(); }, 300);
+  }
+  // Level of detail: when op labels would be drawn under READ px, they are hidden and the
+  // names of groups (collapsed groups and open groups' titles) are drawn at READ px instead.
+  function detail() {
+    const s = scale();
+    if (!s || !svg) return;
+    const far = 10 * s < READ;
+    svg.classList.toggle("tl-far", far);
+    el.dataset.far = far ? "1" : "0";
+    const size = far ? `${(READ + 2) / s}px` : "";
+    svg.querySelectorAll("g.node[id^='g'] text:first-of-type, g.cluster text")
+      .forEach((t) => { t.style.fontSize = size; });
   }
   function fit() { if (svg) setBox(full.slice()); }
   function zoomAt(f, cx, cy) {
@@ -83,11 +105,19 @@ function render({ model, el }) {
     if (!r.width) return;  // not laid out yet (a hidden tab): centred when shown
     const a = toSvg(r.left, r.top), b = toSvg(r.right, r.bottom);
     let [, , w, h] = box;
-    const nodeW = Math.abs(b.x - a.x);
-    if (zoomIn && w > nodeW * 8) { h *= (nodeW * 8) / w; w = nodeW * 8; }
+    if (zoomIn) {          // zoom in until its label reads (12 px text), never out
+      const f = Math.min(1, (10 * scale()) / 12);
+      w *= f;
+      h *= f;
+    }
     setBox([(a.x + b.x) / 2 - w / 2, (a.y + b.y) / 2 - h / 2, w, h]);
   }
+  function centreOf(e) {
+    const r = e.getBoundingClientRect();
+    return { x: r.left + r.width / 2, y: r.top + r.height / 2 };
+  }
   function draw() {
+    const before = box ? box.slice() : null, s0 = scale();
     view.innerHTML = model.get("svg");
     svg = view.querySelector("svg");
     if (!svg) { status.textContent = ""; return; }
@@ -97,7 +127,23 @@ function render({ model, el }) {
     svg.style.height = "100%";
     const vb = svg.viewBox.baseVal;
     full = [vb.x, vb.y, vb.width, vb.height];
-    fit();
+    const kept = model.get("view");
+    if (anchor && before && s0) {
+      // the group opened or closed stays under the pointer, at the same zoom
+      const g = svg.querySelector(`[id="${anchor.id}"]`);
+      setBox(before);
+      if (g) {
+        const c = centreOf(g), p = toSvg(c.x, c.y), q = toSvg(anchor.x, anchor.y);
+        if (p && q) setBox([before[0] + p.x - q.x, before[1] + p.y - q.y, before[2], before[3]]);
+      }
+    } else if (before) {
+      setBox(before);                         // a new colouring or mark: the view stays
+    } else if (kept && kept.length === 4) {
+      setBox(kept.slice());                   // drawn again (a tab shown again): as it was
+    } else {
+      fit();
+    }
+    anchor = null;
     mark();
     centre(pending);
     pending = false;
@@ -144,9 +190,10 @@ function render({ model, el }) {
     view.focus();
     const node = e.target.closest("g.node");
     if (node && node.id.startsWith("op")) return select(Number(node.id.slice(2)));
-    if (node && node.id.startsWith("g")) return model.send({ toggle: node.id });
+    const toggle = (g) => { anchor = { id: g.id, ...centreOf(g) }; model.send({ toggle: g.id }); };
+    if (node && node.id.startsWith("g")) return toggle(node);
     const cluster = e.target.closest("g.cluster");
-    if (cluster && e.target.tagName === "text") model.send({ toggle: cluster.id });
+    if (cluster && e.target.tagName === "text") toggle(cluster);
   });
   view.addEventListener("keydown", (e) => {
     const step = box ? box[2] / 10 : 0;
@@ -162,25 +209,50 @@ function render({ model, el }) {
     if (keys[e.key] && svg) { e.preventDefault(); e.stopPropagation(); keys[e.key](); }
   });
 
+  // search: every word must match (as graph.matches in Python), best first, every hit listed
+  let hits = [], active = 0;
+  function findHits(q) {
+    const words = q.toLowerCase().split(/\s+/).filter(Boolean);
+    if (!words.length) return [];
+    const out = [];
+    for (const [id, text, own, constant] of model.get("index")) {
+      const low = text.toLowerCase();
+      if (words.every((w) => low.includes(w))) {
+        out.push([-words.filter((w) => own.includes(w)).length, constant ? 1 : 0, id, text]);
+      }
+    }
+    return out.sort((a, b) => a[0] - b[0] || a[1] - b[1] || a[2] - b[2]);
+  }
   function showResults() {
-    const q = search.value.trim().toLowerCase();
+    hits = findHits(search.value);
+    active = 0;
     results.replaceChildren();
-    if (!q) return;
-    const hits = model.get("index").filter(([, text]) => text.toLowerCase().includes(q));
-    for (const [id, text] of hits.slice(0, 8)) {
+    if (!search.value.trim()) return;
+    const head = document.createElement("div");
+    head.className = "tl-graph-more";
+    head.textContent = hits.length ? `${hits.length} op${hits.length > 1 ? "s" : ""} match · ` +
+      "↑ ↓ choose · Enter select · Shift+Enter mark all in the graph" : "no op matches";
+    results.appendChild(head);
+    const list = document.createElement("div");
+    list.className = "tl-graph-list";
+    hits.forEach(([, , id, text], k) => {
       const row = document.createElement("div");
       row.className = "tl-graph-hit";
       row.textContent = text;
+      row.dataset.op = String(id);
       row.addEventListener("mousedown", (e) => { e.preventDefault(); pick(id); });
-      results.appendChild(row);
-    }
-    if (hits.length > 8) {
-      const more = document.createElement("div");
-      more.className = "tl-graph-more";
-      more.textContent = `… ${hits.length - 8} more: type more of the name`;
-      results.appendChild(more);
-    }
-    if (!hits.length) results.textContent = "no op matches";
+      row.addEventListener("mouseenter", () => highlight(k));
+      list.appendChild(row);
+    });
+    results.appendChild(list);
+    highlight(0);
+  }
+  function highlight(k) {
+    const rows = results.querySelectorAll(".tl-graph-hit");
+    if (!rows.length) return;
+    active = (k + rows.length) % rows.length;
+    rows.forEach((r, j) => r.classList.toggle("tl-active", j === active));
+    rows[active].scrollIntoView({ block: "nearest" });
   }
   function pick(id) {
     search.value = "";
@@ -191,9 +263,15 @@ function render({ model, el }) {
   search.addEventListener("input", showResults);
   search.addEventListener("keydown", (e) => {
     e.stopPropagation();  // keep JupyterLab's command shortcuts out of the search box
-    if (e.key === "Enter") {
-      const first = results.querySelector(".tl-graph-hit");
-      if (first) first.dispatchEvent(new MouseEvent("mousedown"));
+    if (e.key === "ArrowDown" || e.key === "ArrowUp") {
+      e.preventDefault();
+      highlight(active + (e.key === "ArrowDown" ? 1 : -1));
+    } else if (e.key === "Enter" && e.shiftKey) {
+      model.set("query", search.value.trim());   // Python keeps every hit drawn and marked
+      model.save_changes();
+      results.replaceChildren();
+    } else if (e.key === "Enter") {
+      if (hits.length) pick(hits[active][2]);
     } else if (e.key === "Escape") {
       search.value = "";
       results.replaceChildren();
@@ -210,8 +288,8 @@ function render({ model, el }) {
   draw();
   const shown = new IntersectionObserver((entries) => {
     if (entries.some((x) => x.isIntersecting) && svg && !el.dataset.shown) {
-      el.dataset.shown = "1";
-      fit();
+      el.dataset.shown = "1";   // first shown (a tab opened): sized now, so fit again
+      if (!(model.get("view") || []).length) fit();
       centre(false);
     }
   });

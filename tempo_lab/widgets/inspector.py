@@ -9,6 +9,7 @@ import os
 from tempo_lab.symbolic import TRUE
 
 from .palette import region_of
+from .units import nbytes
 
 
 def op_facts(sdg, op_id: int, plan=None, profile=None, bounds=None) -> dict[str, str]:
@@ -54,7 +55,7 @@ def op_facts(sdg, op_id: int, plan=None, profile=None, bounds=None) -> dict[str,
             facts["storage"] = f"{s.describe()}, live steps {a}..{b}"
             if bounds:
                 ext = tuple(bounds.get(d.bound.name, 1) for d in op.domain)
-                facts["bytes"] = f"{s.bytes_for(ext)} B at the run's bounds"
+                facts["bytes"] = f"{nbytes(s.bytes_for(ext))} at the run's bounds"
     if profile is not None and op_id in profile.calls:
         n, sec = profile.calls[op_id], profile.seconds.get(op_id, 0.0)
         facts["time"] = f"{n} calls, {sec * 1e3:.3f} ms in all, {sec / n * 1e6:.1f} µs per call"

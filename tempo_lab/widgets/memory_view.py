@@ -7,8 +7,9 @@ import math
 
 from tempo_lab.executors import timeline_backend
 
-from .base import FigureSlot, stage_view
+from .base import FigureSlot, slider_grid, stage_view
 from .palette import HIGHLIGHT, STORE_COLOURS, TEMPLATE
+from .units import byte_ticks, nbytes
 
 
 def lifetime_rows(plan) -> list[dict]:
@@ -55,7 +56,7 @@ def _add_plan(fig, plan, profile, row: int, col: int, highlight, legend: bool, n
                              line=dict(color="#1f77b4", shape="hv"), legendgroup="pred",
                              showlegend=legend), row=row + 1, col=col)
     s, b = peak(plan.timeline)
-    fig.add_trace(go.Scatter(x=[s], y=[b], mode="markers+text", text=[f"peak {b} B"],
+    fig.add_trace(go.Scatter(x=[s], y=[b], mode="markers+text", text=[f"peak {nbytes(b)}"],
                              textposition="top right", marker=dict(color="#1f77b4", size=10,
                                                                    symbol="star"),
                              name="predicted peak", legendgroup="pred", showlegend=False),
@@ -67,7 +68,7 @@ def _add_plan(fig, plan, profile, row: int, col: int, highlight, legend: bool, n
         fig.add_trace(go.Scatter(x=[0, max(len(steps) - 1, 1)], y=[b, b], mode="lines",
                                  name=f"{profile.executor} static stores", legendgroup="meas",
                                  line=dict(color="#d62728", dash="dash"),
-                                 hovertext=f"allocated for the whole run: {b} B",
+                                 hovertext=f"allocated for the whole run: {nbytes(b)}",
                                  hoverinfo="text", showlegend=legend), row=row + 1, col=col)
     elif profile is not None and profile.timeline:
         fig.add_trace(go.Scatter(x=list(range(len(profile.timeline))), y=profile.timeline,
@@ -75,7 +76,7 @@ def _add_plan(fig, plan, profile, row: int, col: int, highlight, legend: bool, n
                                  line=dict(color="#d62728", dash="dot", shape="hv"),
                                  showlegend=legend), row=row + 1, col=col)
         s, b = peak(profile.timeline)
-        fig.add_trace(go.Scatter(x=[s], y=[b], mode="markers+text", text=[f"measured {b} B"],
+        fig.add_trace(go.Scatter(x=[s], y=[b], mode="markers+text", text=[f"measured {nbytes(b)}"],
                                  textposition="bottom right", name="measured peak",
                                  marker=dict(color="#d62728", size=10, symbol="x"),
                                  legendgroup="meas", showlegend=False), row=row + 1, col=col)
@@ -96,7 +97,9 @@ def memory_figure(plan, profile=None, highlight: int | None = None):
                         subplot_titles=("buffer lifetimes", "live store bytes"))
     _add_plan(fig, plan, profile, 1, 1, highlight, True)
     fig.update_yaxes(autorange="reversed", row=1, col=1)
-    fig.update_yaxes(title_text="bytes", row=2, col=1)
+    top = max([max(plan.timeline, default=0)] + list(profile.timeline if profile else []))
+    vals, text = byte_ticks(top)
+    fig.update_yaxes(title_text="bytes", tickvals=vals, ticktext=text, row=2, col=1)
     fig.update_xaxes(title_text="schedule step", row=2, col=1)
     fig.update_layout(template=TEMPLATE, barmode="overlay", height=min(300 + 16 * n, 900),
                       margin=dict(l=60, r=10, t=40, b=40), legend=dict(orientation="h"))
@@ -111,7 +114,7 @@ def compare_memory(plans: dict, profiles: dict | None = None):
     profiles = profiles or {}
     names = list(plans)
     titles = [f"{n}: lifetimes" for n in names] + [
-        f"{n}: peak {plans[n].peak_bytes} B" for n in names]
+        f"{n}: peak {nbytes(plans[n].peak_bytes)}" for n in names]
     fig = make_subplots(rows=2, cols=len(names), shared_yaxes="rows", vertical_spacing=0.08,
                         row_heights=[0.6, 0.4], subplot_titles=titles)
     for k, name in enumerate(names):
@@ -145,15 +148,17 @@ class MemoryView:
             looped = {d.bound.name for d in loop_dims(prog.sdg)}  # vectorised: fixed shapes
             for name, value in prog.bounds.items():
                 if isinstance(value, int) and name in looped:
+                    # a log scale up to 10^6 (or three decades above the compiled value) on
+                    # a track at least 300 px wide; the readout takes a typed value
                     self.sliders[name] = W.FloatLogSlider(
-                        value=value, base=10, min=0, max=max(6, math.log10(value) + 1),
-                        step=0.01, readout_format=".0f", description=name,
+                        value=value, base=10, min=0, max=max(6, math.log10(value) + 3),
+                        step=0.01, readout_format=",.0f", description=name,
                         continuous_update=False)
                     self.sliders[name].observe(lambda _: self.at_bounds(), "value")
             if self.sliders:
                 parts[1:1] = [W.HTML("<b>what if</b>: other bound values, predicted from this "
                                      "plan without compiling again"),
-                              W.HBox(list(self.sliders.values())), self.what_if]
+                              slider_grid(self.sliders.values()), self.what_if]
         self.measure = None
         if prog is not None and prog.lowered is not None and (
                 profile is None or len(profile.timeline) <= 1):
@@ -169,16 +174,23 @@ class MemoryView:
         plan, profile = self.plan, self.profile
         s, b = peak(plan.timeline)
         lines = [f"<code>{plan!r}</code>",
-                 f"predicted peak {b} B at step {s} of {len(plan.timeline)} (the memory plan)"]
+                 f"predicted peak {nbytes(b)} at step {s} of {len(plan.timeline)} (the memory "
+                 "plan: every store of the program live at once at that step, as the schedule "
+                 "runs statement by statement)"]
         if profile is not None and len(profile.timeline) == 1:
-            lines.append(f"measured: {profile.executor} allocates {profile.timeline[0]} B of "
-                         "static stores for the whole run (no per-step measurement)")
+            lines.append(f"measured: {profile.executor} allocates {nbytes(profile.timeline[0])} "
+                         "of static stores for the whole run (no per-step measurement)")
         elif profile is not None and profile.timeline:
             ms, mb = peak(profile.timeline)
-            lines.append(f"measured peak {mb} B at step {ms} ({profile.executor} run)")
+            lines.append(f"measured peak {nbytes(mb)} at step {ms} ({profile.executor} run)")
         if profile is not None and profile.xla_memory:
             lines.append("XLA's memory analysis of the compiled program: " + ", ".join(
-                f"{k} {v} B" for k, v in profile.xla_memory.items()))
+                f"{k} {nbytes(v)}" for k, v in profile.xla_memory.items()))
+            lines.append("<i>Which to believe: the plan counts the program's stores as this "
+                         "compiler lays them out; XLA's figures count what its compiled "
+                         "program allocates after fusing ops and reusing buffers, without "
+                         "arguments it borrows, so it is usually smaller. XLA's is what the "
+                         "device holds; the plan is what a budget is checked against.</i>")
         return "<br>".join(lines)
 
     def at_bounds(self):
@@ -192,9 +204,9 @@ class MemoryView:
             replan(self.plan, self.prog.schedule, bounds)
         at = ", ".join(f"{k}={v}" for k, v in bounds.items())
         self.what_if.value = "" if plan is self.plan else (
-            f"<i>estimate at {at}</i>: peak {plan.peak_bytes} B over {plan.n_steps} steps "
+            f"<i>estimate at {at}</i>: peak {nbytes(plan.peak_bytes)} over {plan.n_steps} steps "
             f"(compiled at {', '.join(f'{k}={v}' for k, v in self.prog.bounds.items())}: "
-            f"{self.plan.peak_bytes} B); same program and store decisions, not compiled there")
+            f"{nbytes(self.plan.peak_bytes)}); same program and store decisions, not compiled there")
         fig = memory_figure(plan, self.profile if plan is self.plan else None, self.highlight)
         if plan is not self.plan:
             fig.update_layout(title=f"estimate at {at} (re-simulated plan, not compiled)")

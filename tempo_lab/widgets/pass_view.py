@@ -3,6 +3,7 @@ created / erased / rewritten ops coloured, and a table of every pass's time and 
 from __future__ import annotations
 
 import html
+import re
 
 from . import graph as G
 from .base import GraphPanel, stage_view
@@ -21,6 +22,18 @@ def pass_rows(trace) -> list[dict]:
         row["notes"] = [ev.note for ev in r.events if ev.kind == "note"]
         rows.append(row)
     return rows
+
+
+def pass_lines(trace) -> list[str]:
+    """The table's rows as lines of text (the stepper's clickable list)."""
+    out = []
+    for k, row in enumerate(pass_rows(trace)):
+        (o0, o1), (e0, e1) = row["ops"], row["edges"]
+        why = f", {len(row['notes'])} why-not" if row["notes"] else ""
+        out.append(f"{k:2} {row['pass']:<10} {row['seconds'] * 1e3:7.2f} ms  ops {o0}→{o1}  "
+                   f"edges {e0}→{e1}  created {row['created']} erased {row['erased']} "
+                   f"replaced {row['replaced']} rewritten {row['rewritten']}{why}")
+    return out
 
 
 def pass_table_html(trace, current: int | None = None) -> str:
@@ -57,16 +70,55 @@ def pass_marks(record) -> tuple[dict[int, str], dict[int, str]]:
     return before, after
 
 
-def notes_html(record, limit: int = 12) -> str:
-    """Where the pass declined, and why (its ``note`` events), as a short list."""
-    notes = [ev.note for ev in record.events if ev.kind == "note"]
+def grouped_notes(record) -> list[dict]:
+    """The pass's ``note`` events ("why not"), one entry per distinct reason: the reason, how
+    many ops it held back, their kinds and the top-level groups (say the layers) they are in,
+    most frequent first."""
+    paths = G.group_paths(record.before)
+    out: dict[str, dict] = {}
+    for ev in record.events:
+        if ev.kind != "note":
+            continue
+        reason = re.sub(r"^%\d+ \([\w.]+\): ", "", ev.note)
+        entry = out.setdefault(reason, {"reason": reason, "count": 0, "kinds": {}, "groups": []})
+        entry["count"] += 1
+        op = record.before.ops.get(ev.op)
+        if op is not None:
+            entry["kinds"][op.kind] = entry["kinds"].get(op.kind, 0) + 1
+            top = paths[op.id][0]
+            if top not in entry["groups"]:
+                entry["groups"].append(top)
+    return sorted(out.values(), key=lambda e: -e["count"])
+
+
+def _listed(names: list[str], most: int = 6) -> str:
+    return ", ".join(names) if len(names) <= most else \
+        f"{', '.join(names[:3])} … {names[-1]} ({len(names)} groups)"
+
+
+def notes_html(record) -> str:
+    """Where the pass declined, and why: one line per reason, with how many ops and where."""
+    notes = grouped_notes(record)
     if not notes:
         return ""
-    items = "".join(f"<li><code>{html.escape(n)}</code></li>" for n in notes[:limit])
-    more = f"<li>… {len(notes) - limit} more</li>" if len(notes) > limit else ""
-    return (f'<details class="tempo-lab-why-not" open><summary>why not: {len(notes)} '
-            f'place{"s" if len(notes) > 1 else ""} where {html.escape(record.name)} declined'
-            f'</summary><ul style="margin:0">{items}{more}</ul></details>')
+    total = sum(e["count"] for e in notes)
+    items = "".join(
+        f"<li><b>{e['count']}×</b> {rst_html(e['reason'])}"
+        + (f" <span style='color:#666'>({', '.join(f'{k} ×{n}' for k, n in e['kinds'].items())}"
+           f"; in {html.escape(_listed(e['groups']))})</span>" if e["kinds"] else "")
+        + "</li>" for e in notes)
+    return (f'<details class="tempo-lab-why-not" open><summary>why not: {total} '
+            f'op{"s" if total > 1 else ""} where {html.escape(record.name)} declined, '
+            f'{len(notes)} reason{"s" if len(notes) > 1 else ""}</summary>'
+            f'<ul style="margin:0">{items}</ul></details>')
+
+
+def rst_html(text: str) -> str:
+    """Docstring text as HTML: reST's ``literals`` and :role:`names` as code, the rest escaped."""
+    out = html.escape(text)
+    out = re.sub(r":\w+:`([^`]+)`", r"<code>\1</code>", out)
+    return re.sub(r"``(.+?)``|`([^`]+)`", lambda m: f"<code>{m.group(1) or m.group(2)}</code>",
+                  out)
 
 
 def legend_html() -> str:
@@ -87,32 +139,41 @@ class PassStepper:
                                   disabled=n == 0, continuous_update=False)
         self.title = W.HTML()
         self.before, self.after = GraphPanel("before"), GraphPanel("after")
-        self.table = W.HTML()
+        # the table's rows, clickable: choosing one steps to that pass
+        self.rows = W.Select(options=[(line, k) for k, line in enumerate(pass_lines(trace))],
+                             value=first if n else None, rows=min(max(n, 1), 12),
+                             layout=W.Layout(width="100%"))
+        self.rows.add_class("tempo-lab-pass-rows")
+        W.link((self.rows, "value"), (self.slider, "value"))
         self.slider.observe(lambda _: self.refresh(), "value")
         half = W.Layout(width="50%", overflow="auto")
         self.widget = W.VBox([self.slider, self.title,
                               W.HBox([W.Box([self.before.widget], layout=half),
                                       W.Box([self.after.widget], layout=half)]),
-                              W.HTML("<b>passes</b>"), self.table])
+                              W.HTML("<style>.tempo-lab-pass-rows select {font-family: "
+                                     "monospace; font-size: 12px}</style><b>passes</b> "
+                                     "(click a row to step to it)"), self.rows])
         self.widget.add_class("tempo-lab-passes")
         self.refresh()
 
     def refresh(self):
         if not self.trace.records:
             self.title.value = "<i>no pass ran (every pass switched off)</i>"
-            self.table.value = ""
             return
         k = self.slider.value
         r = self.trace.records[k]
         from tempo_lab.passes.manager import REGISTRY
 
         doc = REGISTRY[r.name].doc if r.name in REGISTRY else ""
-        self.title.value = (f"<b>{k}: {html.escape(r.name)}</b> — {html.escape(doc)}<br>"
+        self.title.value = (f"<b>{k}: {html.escape(r.name)}</b> — {rst_html(doc)}<br>"
                             f"{legend_html()}{notes_html(r)}")
         mb, ma = pass_marks(r)
-        self.before.show(G.graph_spec(r.before, marks=mb, highlight=self._in(r.before)))
-        self.after.show(G.graph_spec(r.after, marks=ma, highlight=self._in(r.after)))
-        self.table.value = pass_table_html(self.trace, k)
+        # one grouping for both sides (the groups open before the pass), so that they compare
+        opened = G.default_expanded(r.before)
+        self.before.show(G.graph_spec(r.before, marks=mb, highlight=self._in(r.before),
+                                      expanded=opened))
+        self.after.show(G.graph_spec(r.after, marks=ma, highlight=self._in(r.after),
+                                     expanded=opened))
 
     def _in(self, sdg):
         return self.selected if self.selected in sdg.ops else None

@@ -22,18 +22,24 @@ class Kernel:
     end: float
 
 
-def recorded_run(prog):
+def recorded_run(prog, report=None):
     """Run ``prog`` once recording every statement instance (``run.profile.events``), and
     return ``(run, kernels)``. The XLA program runs its statements inside one XLA call and the
     reference interpreter has no schedule: there the kernels are ``None`` and views fall back
     to ``estimated_kernels``. A first, unrecorded run compiles what the executor compiles, so
-    that the times recorded are warm ones."""
+    that the times recorded are warm ones. ``report(step, steps, what)`` hears of each step
+    as it starts (the dashboard's progress bar)."""
+    report = report or (lambda *_: None)
     if getattr(prog, "executable", None) is None:
+        report(0, 1, "one run (this executor records no kernels)")
         return prog.run(), None
+    report(0, 3, "warm-up run (compiles what the executor compiles)")
     prog.run()
+    report(1, 3, "recorded run")
     run = prog.run(record=True)
     events = run.profile.events[:MAX_KERNELS]
     if not events:
+        report(2, 3, "per-op device time: 3 runs under JAX's profiler")
         _xla_measurements(prog, run)
         return run, None
     return run, [Kernel(e.op, e.point, e.start, e.end) for e in events]

@@ -11,7 +11,7 @@ from tempo_lab.ir.vmap import vdims
 from tempo_lab.schedule import Exec, walk
 from tempo_lab.symbolic import Slice
 
-from .base import FigureSlot, stage_view
+from .base import FigureSlot, slider_grid, stage_view
 from .palette import HIGHLIGHT, TEMPLATE
 
 MAX_INSTANCES = 4000
@@ -273,12 +273,13 @@ def iteration_figure(schedule, bounds: dict[str, int], highlight: int | None = N
     notes = ([f"vectorised over {', '.join(vec)}: bars"] if vec else []) + (
         ["one marker per group and point"] if grouped else [])
     fig.update_layout(template=TEMPLATE, height=460, showlegend=False,
-                      title=f"iteration space ({len(pts)} markers, {b})"
-                            + (f" · {'; '.join(notes)}" if notes else ""),
+                      # the details on a line of their own: one line is clipped at 900 px
+                      title=f"iteration space ({len(pts)} markers)<br><sub>{b}"
+                            + (f" · {'; '.join(notes)}" if notes else "") + "</sub>",
                       xaxis=dict(title=xname, tickvals=([ONCE] if once else []) + xs,
                                  ticktext=(["once"] if once else []) + [str(x) for x in xs]),
                       yaxis=dict(title=yname, dtick=1, autorange="reversed"),
-                      margin=dict(l=50, r=10, t=50, b=40))
+                      margin=dict(l=50, r=10, t=70, b=40))
     return fig
 
 
@@ -306,7 +307,7 @@ class ScheduleView:
         if hasattr(schedule, "ast"):
             self.plot = FigureSlot(iteration_figure(schedule, self.bounds),
                                    "tempo-lab-iteration")
-            space = W.VBox([W.HBox(list(self.sliders.values())), self.plot.widget])
+            space = W.VBox([slider_grid(self.sliders.values()), self.plot.widget])
         else:   # a schedule read back by tl.load keeps its code and tree, not its loop AST
             space = W.HTML("<i>a loaded schedule has no loop AST: compile the program to see "
                            "its iteration space</i>")

@@ -28,7 +28,9 @@ class SDGExplorer:
         self.sdg, self.plan, self.profile, self.bounds = sdg, plan, profile, bounds
         self.selected: int | None = None
         self.expanded = G.default_expanded(sdg, visible)
-        self.search = W.Text(placeholder="mark ops by name, kind, line or scope",
+        # the words whose hits stay drawn and marked: set by Shift+Enter in the graph's own
+        # search box; shown as a box of its own only where there is no graph canvas (no dot)
+        self.search = W.Text(placeholder="mark ops: words of name, kind, line or scope",
                              description="mark", continuous_update=False)
         kinds = sorted({op.kind for op in sdg.ops.values()})
         self.kind = W.Dropdown(options=[("all kinds", "")] + [(k, k) for k in kinds],
@@ -41,13 +43,14 @@ class SDGExplorer:
         self.collapse_all.on_click(lambda _: self.set_expanded(set()))
         self.picker = W.Dropdown(options=op_options(sdg), value=NONE, description="op")
         self.graph = GraphPanel(on_pick=on_select or self.select, on_toggle=self.toggle,
-                                index=G.search_index(sdg))
+                                index=G.search_rows(sdg), query=self.search)
         self.inspector = W.HTML(self._inspector_html())
         self.inspector.add_class("tempo-lab-inspector-box")
         for w in (self.search, self.kind, self.colour):
             w.observe(lambda _: self.refresh(), "value")
         self.picker.observe(lambda ch: self.select(ch.new), "value")
-        controls = [self.search, self.kind, self.colour] + ([self.picker] if selector else [])
+        controls = ([] if G.dot_installed() else [self.search]) + [self.kind, self.colour] + (
+            [self.picker] if selector else [])
         self.widget = W.VBox([W.HBox(controls), W.HBox([self.expand_all, self.collapse_all]),
                               self.graph.widget,
                               W.HTML("<b>inspector</b>"), self.inspector])
@@ -96,7 +99,7 @@ class SDGExplorer:
         if path in self.expanded:
             self.set_expanded({g for g in self.expanded if g[:len(path)] != path})
         else:
-            self.set_expanded(self.expanded | {path})
+            self.set_expanded(G.open_group(self.sdg, self.expanded, path))
 
     def set_expanded(self, groups):
         self.expanded = set(groups)
@@ -113,6 +116,9 @@ class SDGExplorer:
         if self.picker.value != (NONE if op_id is None else op_id):
             self.picker.value = NONE if op_id is None else op_id
         self.inspector.value = self._inspector_html()
+        if op_id is not None:      # its groups open, so that it is seen among its neighbours
+            path = G.group_paths(self.sdg)[op_id]
+            self.expanded |= {path[:j + 1] for j in range(len(path))}
         self.refresh()
 
     def _inspector_html(self) -> str:
