@@ -581,3 +581,30 @@ def test_run_and_profile_leaves_the_kernel_free():
     panel.wait(60)
     assert "the run failed" in panel.status.value and "device lost" in panel.status.value
     assert not panel.button.disabled
+
+
+def test_every_op_has_a_time_or_says_where_it_went():
+    """On XLA an op has measured time, or the inspector names the fused kernel it ran in and
+    the op that kernel's time is counted under; only constants and layout ops XLA folded into
+    their readers have none, and say so."""
+    import numpy as np
+
+    from tempo_lab.demo import make_weights
+    from tempo_lab.examples import unrolled_decoder
+    from tempo_lab.widgets.inspector import time_fact
+
+    ctx = tl.Context(dims=("t",))
+    tokens = np.random.default_rng(1).standard_normal((4, 16)).astype(np.float32)
+    h = unrolled_decoder(ctx, make_weights(3, 16, 32), tokens, heads=2)
+    prog = ctx.compile(bounds={ctx.bounds[0]: 4}, outputs={"y": h})
+    run, _ = F.recorded_run(prog)
+    p, sdg = run.profile, prog.sdg
+    assert p.synced and p.fused
+    untimed = [i for i in p.calls if i not in p.seconds and i not in p.fused]
+    assert {sdg.ops[i].category for i in untimed} <= {"source", "layout"}
+    kernel, root = next(iter(p.fused.values()))
+    assert root in p.seconds and root not in p.fused
+    facts = {i: time_fact(sdg, p, i) for i in p.calls}
+    assert all(facts.values())
+    fused = next(i for i in p.fused)
+    assert "fused kernel" in facts[fused] and sdg.ops[p.fused[fused][1]].label in facts[fused]

@@ -41,6 +41,8 @@ class Profile(Stage):
     events: list[KernelEvent] = field(default_factory=list)
     offloaded_bytes: int = 0  # the most store bytes copied to the host at once (offload)
     xla_memory: dict[str, int] = field(default_factory=dict)  # XLA's memory_analysis, if asked
+    # ops XLA fused into a kernel whose time is counted under another op: op -> (kernel, op)
+    fused: dict[int, tuple[str, int]] = field(default_factory=dict)
 
     @property
     def peak_bytes(self) -> int:
@@ -74,6 +76,7 @@ class Profile(Stage):
                 "seconds": {str(k): v for k, v in self.seconds.items()},
                 "peak_bytes": self.peak_bytes, "timeline": list(self.timeline),
                 "offloaded_bytes": self.offloaded_bytes, "xla_memory": dict(self.xla_memory),
+                "fused": {str(k): list(v) for k, v in self.fused.items()},
                 "wall_s": self.wall_s, "synced": self.synced, "measured": self.measured,
                 "events": [[e.op, list(e.point), e.start, e.end, e.bytes]
                            for e in self.events]}

@@ -232,6 +232,28 @@ class _Xla:
 
         return seconds_by(lambda: jax.block_until_ready(fn(*args)), self.hlo(), op_of, runs)
 
+    def fused_ops(self, timed) -> dict[int, tuple[str, int]]:
+        """Ops without time of their own (not in ``timed``, the ops ``op_seconds`` measured)
+        because XLA fused them into a kernel whose time is counted under another op (the op of
+        its root): op id -> (the kernel's HLO name, the op its time is counted under)."""
+        from .xla_profile import instruction_scopes, kernel_members
+
+        hlo = self.hlo()
+
+        def op_of(path: str):
+            m = _OP_SCOPE.findall(path)
+            return int(m[-1]) if m else None
+
+        roots = {name: op_of(path) for name, path in
+                 instruction_scopes(hlo, lambda p: op_of(p) is not None).items()}
+        out: dict[int, tuple[str, int]] = {}
+        for kernel, paths in sorted(kernel_members(hlo).items()):
+            root = roots.get(kernel)
+            if root in timed:
+                for op in {op_of(p) for p in paths} - {None, root} - set(timed):
+                    out.setdefault(op, (kernel, root))
+        return out
+
     def jaxpr(self) -> str:
         """The traced program as a jaxpr (text)."""
         return str(jax.make_jaxpr(self._program())(*self._args()))

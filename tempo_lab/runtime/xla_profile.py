@@ -28,11 +28,32 @@ _CALL_EVENTS = ("PjitFunction(", "ThunkExecutor::Execute")  # a call's dispatch 
 _NAME = re.compile(r'op_name="([^"]*)"')
 
 
-def instruction_scopes(hlo: str) -> dict[str, str]:
+def instruction_scopes(hlo: str, wanted: Callable[[str], bool] = lambda _: True
+                       ) -> dict[str, str]:
     """Each HLO instruction's ``op_name`` path; an instruction without one (a fusion, a
-    wrapped call) takes the path of the last named instruction of what it calls (its root).
-    Control flow (``while``, ``conditional``, ``call``) is left out: its thunks' time is
-    counted in the instructions of its bodies."""
+    wrapped call) takes the path of the last named instruction of what it calls (its root),
+    and so does one whose own path is not ``wanted`` when something inside it is (a fusion
+    XLA rooted at a store's update, named after the update, computes an op's values: its time
+    is that op's). Control flow (``while``, ``conditional``, ``call``) is left out: its
+    thunks' time is counted in the instructions of its bodies."""
+    own, calls, body = _parse(hlo)
+
+    def path(name: str, seen: frozenset = frozenset()) -> str | None:
+        if name in own and wanted(own[name]):
+            return own[name]
+        for callee in calls.get(name, ()):
+            for inner in reversed(body.get(callee, ())):
+                if inner not in seen and (p := path(inner, seen | {name})) is not None \
+                        and wanted(p):
+                    return p
+        return own.get(name)
+
+    return {name: p for name in calls if (p := path(name)) is not None}
+
+
+def _parse(hlo: str):
+    """Per instruction outside control flow: its own ``op_name`` (``own``) and the
+    computations it calls (``calls``); per computation, its instructions (``body``)."""
     own: dict[str, str] = {}
     calls: dict[str, list[str]] = {}
     body: dict[str, list[str]] = collections.defaultdict(list)
@@ -52,17 +73,24 @@ def instruction_scopes(hlo: str) -> dict[str, str]:
         if (n := _NAME.search(line)) is not None:
             own[name] = n.group(1)
         calls[name] = _CALLS.findall(line)
+    return own, calls, body
 
-    def path(name: str, seen: frozenset = frozenset()) -> str | None:
-        if name in own:
-            return own[name]
+
+def kernel_members(hlo: str) -> dict[str, set[str]]:
+    """Each instruction that calls computations (a fusion: one kernel): the ``op_name`` paths
+    of every instruction inside it, so that an op fused into a kernel counted under another
+    op's scope can say where its time went."""
+    own, calls, body = _parse(hlo)
+
+    def inside(name: str, seen: frozenset) -> set[str]:
+        out = {own[name]} if name in own else set()
         for callee in calls.get(name, ()):
-            for inner in reversed(body.get(callee, ())):
-                if inner not in seen and (p := path(inner, seen | {name})) is not None:
-                    return p
-        return None
+            for inner in body.get(callee, ()):
+                if inner not in seen:
+                    out |= inside(inner, seen | {inner})
+        return out
 
-    return {name: p for name in calls if (p := path(name)) is not None}
+    return {name: inside(name, frozenset({name})) for name, cs in calls.items() if cs}
 
 
 def thunk_intervals(call: Callable[[], object], runs: int = 3
@@ -103,13 +131,13 @@ def _covered(spans) -> float:
     return total
 
 
-def seconds_by(call: Callable[[], object], hlo: str, key: Callable[[str], str | None],
-               runs: int = 3) -> dict[str, float]:
+def seconds_by(call: Callable[[], object], hlo: str, key: Callable[[str], object],
+               runs: int = 3) -> dict:
     """Measured seconds per run of ``call()`` grouped by ``key(op_name path)`` (None: not one
     of the program's instructions): the time the group's thunks cover (overlapping thunks
     count once), plus ``"unattributed"``: the traced calls' wall time no grouped thunk
     covers (loop control, dispatch, waiting)."""
-    scopes = instruction_scopes(hlo)
+    scopes = instruction_scopes(hlo, lambda p: key(p) is not None)
     per, wall = thunk_intervals(call, runs)
     groups: dict[str, list] = collections.defaultdict(list)
     for name, spans in per.items():

@@ -9,7 +9,7 @@ import os
 from tempo_lab.symbolic import TRUE
 
 from .palette import region_of
-from .units import nbytes
+from .units import amount, nbytes
 
 
 def op_facts(sdg, op_id: int, plan=None, profile=None, bounds=None) -> dict[str, str]:
@@ -57,9 +57,24 @@ def op_facts(sdg, op_id: int, plan=None, profile=None, bounds=None) -> dict[str,
                 ext = tuple(bounds.get(d.bound.name, 1) for d in op.domain)
                 facts["bytes"] = f"{nbytes(s.bytes_for(ext))} at the run's bounds"
     if profile is not None and op_id in profile.calls:
-        n, sec = profile.calls[op_id], profile.seconds.get(op_id, 0.0)
-        facts["time"] = f"{n} calls, {sec * 1e3:.3f} ms in all, {sec / n * 1e6:.1f} µs per call"
+        facts["time"] = time_fact(sdg, profile, op_id)
     return facts
+
+
+def time_fact(sdg, profile, op_id: int) -> str:
+    """What the run measured of an op, or where its time went: a kernel XLA fused it into
+    (counted under that kernel's root op), or nothing left of it to time."""
+    n, sec = profile.calls[op_id], profile.seconds.get(op_id, 0.0)
+    if op_id in profile.seconds or not profile.synced:
+        return f"{n} calls, {amount(sec, 's')} in all, {amount(sec / n, 's')} per call"
+    if op_id in profile.fused:
+        kernel, root = profile.fused[op_id]
+        return (f"{n} calls inside XLA's fused kernel {kernel}, whose time is counted under "
+                f"{sdg.ops[root].label}: {amount(profile.seconds.get(root, 0.0), 's')} in all")
+    if sdg.ops[op_id].kind in ("const", "dimval"):
+        return "a constant of the compiled program: no kernel, no time of its own"
+    return (f"{n} calls; no instruction of its own is left in the compiled program (XLA folded "
+            "it into the ops that read it, say a transpose into a dot): no time of its own")
 
 
 def facts_html(facts: dict[str, str]) -> str:

@@ -57,6 +57,7 @@ def _xla_measurements(prog, run):
         return
     seconds = ex.op_seconds(runs=3)
     run.profile.seconds = {i: s for i, s in seconds.items() if isinstance(i, int)}
+    run.profile.fused = ex.fused_ops(set(run.profile.seconds))
     run.profile.synced = True
     run.profile.measured += ("; time: device time of each op's statements inside the XLA "
                              "program (JAX profiler, mean of 3 runs)")
