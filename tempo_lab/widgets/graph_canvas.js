@@ -44,7 +44,7 @@ function render({ model, el }) {
   let svg = null, box = null, full = null, drag = null;
   let pending = false;  // a selection to centre on once its node is drawn
   let anchor = null;    // a group opened or closed: keep it where it was on screen
-  const READ = 9;       // px: the smallest text drawn; smaller labels give way to group names
+  const READ = 8;       // px: the smallest text drawn; smaller labels give way to group names
 
   function scale() {    // screen px per SVG unit (the SVG keeps its aspect ratio)
     const r = view.getBoundingClientRect();
@@ -64,6 +64,7 @@ function render({ model, el }) {
   }
   // Level of detail: when op labels would be drawn under READ px, they are hidden and the
   // names of groups (collapsed groups and open groups' titles) are drawn at READ px instead.
+  // An op's name stays too, at READ px, where it fits inside its box.
   function detail() {
     const s = scale();
     if (!s || !svg) return;
@@ -73,6 +74,20 @@ function render({ model, el }) {
     const size = far ? `${(READ + 2) / s}px` : "";
     svg.querySelectorAll("g.node[id^='g'] text:first-of-type, g.cluster text")
       .forEach((t) => { t.style.fontSize = size; });
+    for (const { text, width, chars } of names) {
+      const fits = far && width * s >= chars * READ * 0.62;
+      text.classList.toggle("tl-name", fits);
+      text.style.fontSize = fits ? `${READ / s}px` : "";
+    }
+  }
+  let names = [];   // op nodes' first lines, with their boxes' widths (graph units)
+  function measure() {
+    names = [...svg.querySelectorAll("g.node[id^='op']")].map((n) => {
+      const text = n.querySelector("text");
+      const shape = n.querySelector("polygon, path");
+      return text && shape ? { text, width: shape.getBBox().width,
+                               chars: text.textContent.length } : null;
+    }).filter(Boolean);
   }
   function fit() { if (svg) setBox(full.slice()); }
   function zoomAt(f, cx, cy) {
@@ -127,6 +142,7 @@ function render({ model, el }) {
     svg.style.height = "100%";
     const vb = svg.viewBox.baseVal;
     full = [vb.x, vb.y, vb.width, vb.height];
+    measure();
     const kept = model.get("view");
     if (anchor && before && s0) {
       // the group opened or closed stays under the pointer, at the same zoom
