@@ -79,13 +79,21 @@ print("compiled", ppo, len(ppo.passes.initial.ops))
 """
 
 
+# A dashboard opened with the time explore() took printed above it (test_explore_is_quick).
+EXPLORE = """\
+import time
+start = time.perf_counter()
+{0}_view = {0}.explore()
+print(f"explore() took {{time.perf_counter() - start:.2f}} s")
+{0}_view"""
+
 # One browser and one JupyterLab for the module, on one xdist worker.
 pytestmark = pytest.mark.xdist_group("browser")
 
 
 def _notebook(path: Path, cells=None):
-    cells = cells or [SETUP, "view = prog.explore()\nview", BIG,
-                      "big_view = big.explore()\nbig_view", PPO, "ppo_view = ppo.explore()\nppo_view"]
+    cells = cells or [SETUP, "view = prog.explore()\nview", BIG, EXPLORE.format("big"), PPO,
+                      EXPLORE.format("ppo")]
     nb = {"nbformat": 4, "nbformat_minor": 5,
           "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
                                       "language": "python"}},
@@ -558,6 +566,14 @@ def test_charts_draw_on_ten_fresh_kernels(page, lab):
         page.evaluate("() => { window.jupyterapp.commands.execute('application:close'); }")
     blank = sum(d.count(False) + (len(d) < 2) for d in results)
     assert len(results) == 10 and blank == 0, results
+
+
+def test_explore_is_quick(page):
+    """explore() on the 16-layer decoder and on PPO returns within 2 s (tabs build on first
+    show)."""
+    text = "\n".join(page.locator(".jp-OutputArea-output").all_text_contents())
+    took = [float(t) for t in re.findall(r"explore\(\) took ([\d.]+) s", text)]
+    assert len(took) == 2 and max(took) <= 2.0, took
 
 
 def test_no_page_errors(page):
