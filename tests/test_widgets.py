@@ -608,3 +608,47 @@ def test_every_op_has_a_time_or_says_where_it_went():
     assert all(facts.values())
     fused = next(i for i in p.fused)
     assert "fused kernel" in facts[fused] and sdg.ops[p.fused[fused][1]].label in facts[fused]
+
+
+def test_hostile_names_reach_the_views_escaped(tmp_path):
+    """Names and scopes a user gives reach the graph (clusters, constants written inside
+    their readers, tooltips), the legend, the search index, the pass notes, the inspector and
+    the exported page escaped: graphviz accepts the DOT and no page has a live tag."""
+    import json
+
+    import numpy as np
+
+    hostile = ['q"uote', "new\nline", "<script>alert(1)</script>", "back\\slash",
+               "uni\u00e9\u2603", 'b\\"x\nz']
+    ctx = tl.Context(dims=("t",))
+    (t,), (T,) = ctx.dims, ctx.bounds
+    outs = {}
+    with ctx:
+        for k, name in enumerate(hostile):
+            with tl.scope(name):
+                c = tl.constant(np.float32(k + 1))
+                x = tl.placeholder((), "float32", domain=(t,), name=name)
+                x[0] = tl.zeros(())
+                x[t] = x[t - 1] + c
+                outs[name] = x
+    prog = ctx.compile(bounds={T: 3}, outputs=outs)
+    sdg = prog.sdg
+    everything = {p[:j + 1] for p in G.group_paths(sdg).values() for j in range(len(p))}
+    opened = G.graph_spec(sdg, expanded=everything, search="script")
+    assert any("◦" in n.label for n in opened.nodes)        # constants inside their readers
+    assert any(p[0] == hostile[2] for p in opened.groups.values())     # a scope as a cluster
+    for spec in (G.graph_spec(sdg), opened):
+        svg = G.svg_of(G.to_dot(spec))
+        assert svg is not None or not G.dot_installed()
+        for text in (svg or "", G.legend_html(spec), G.hidden_html(spec)):
+            assert "<script>" not in text
+    assert json.loads(json.dumps(G.search_rows(sdg)))
+    assert G.matches(sdg, "<script>alert(1)</script>")
+    for record in prog.passes.records:
+        assert "<script>" not in F.notes_html(record)
+    view = prog.explore()
+    dash = view.dashboard
+    dash.select(next(i for i, op in sdg.ops.items() if op.name == hostile[2]))
+    assert "<script>" not in dash.sdg.inspector.value
+    page = dash.export(tmp_path / "hostile.html").read_text()
+    assert "<script>alert(1)</script>" not in page
