@@ -18,13 +18,13 @@ class _Silent:
         pass
 
 
-def bar(total: int | None, desc: str, unit: str = "it"):
+def bar(total: int | None, desc: str, unit: str = "it", delay: float = DELAY_S):
     """A progress bar (``update``, ``set_description_str``, ``close``), or one that shows
-    nothing when progress is off or tqdm is missing."""
+    nothing when progress is off or tqdm is missing; shown after ``delay`` seconds."""
     if not config.progress:
         return _Silent()
     try:
         from tqdm.auto import tqdm
     except ImportError:
         return _Silent()
-    return tqdm(total=total, desc=desc, unit=unit, delay=DELAY_S, leave=False)
+    return tqdm(total=total, desc=desc, unit=unit, delay=delay, leave=False)

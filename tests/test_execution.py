@@ -714,3 +714,44 @@ def test_a_step_that_copies_its_own_earlier_point():
         x[0] = 1.0
         x[t] = x[t - 1]
     close(ctx.compile(bounds={T: 3}, outputs={"x": x}).run()["x"], [1.0, 1.0, 1.0])
+
+
+@pytest.mark.parametrize("executor", ["interpreter", "codegen"])
+def test_a_runs_progress_bar_is_made_only_once_the_run_is_long(executor, monkeypatch):
+    """A short run makes no progress bar (a tqdm bar costs about 100 µs, most of a short run);
+    one still going after ``progress.DELAY_S`` gets one that counts every outermost step."""
+    from tempo_lab import progress
+    from tempo_lab.runtime import host as H
+
+    made = []
+
+    class Bar:
+        def __init__(self, total, desc, unit="it", delay=0.0):
+            self.total, self.n, self.closed = total, 0, False
+            if desc.startswith("run"):     # not the compile's own bar
+                made.append(self)
+
+        def set_description_str(self, text, refresh=False):
+            pass
+
+        def update(self, n=1):
+            self.n += n
+
+        def close(self):
+            self.closed = True
+
+    monkeypatch.setattr(tl.config, "progress", True)
+    monkeypatch.setattr(progress, "bar", lambda *a, **k: Bar(*a, **k))
+    ctx = tl.Context(dims=("t",))
+    (t,), (T,) = ctx.dims, ctx.bounds
+    with ctx:
+        x = tl.placeholder((2,), domain=(t,), name="x")
+        x[0] = tl.ones((2,))
+        x[t] = x[t - 1] * 0.5
+    prog = ctx.compile(bounds={T: 6}, outputs={"x": x},
+                       config=tl.CompileConfig(executor=executor))
+    prog.run()
+    assert made == []                                       # short: no bar at all
+    monkeypatch.setattr(H.progress, "DELAY_S", 0.0)
+    prog.run()
+    assert len(made) == 1 and made[0].total == 6 and made[0].n == 6 and made[0].closed

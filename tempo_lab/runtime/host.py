@@ -81,14 +81,23 @@ class Host:
 
     # -- progress -----------------------------------------------------------------------------
     def start(self, executor: str, bounds) -> None:
-        """A progress bar over the iterations of the outermost loops (shown for long runs)."""
-        env = dict(bounds)
-        total = sum(max(0, n.hi.evaluate(env) - n.lo.evaluate(env))
-                    for n in self._outermost)
-        self.bar = progress.bar(total or None, f"run ({executor})", "step")
+        """A progress bar over the iterations of the outermost loops, made on the first step
+        after ``progress.DELAY_S`` (shown for long runs only): making a tqdm bar costs about
+        100 µs, which was most of a short run's time."""
+        self._run = (executor, dict(bounds), time.perf_counter())
+        self._steps = 0
 
     def tick(self) -> None:
-        self.bar.update()
+        if self.bar is not None:
+            self.bar.update()
+            return
+        self._steps += 1
+        executor, env, started = self._run
+        if time.perf_counter() - started >= progress.DELAY_S:
+            total = sum(max(0, n.hi.evaluate(env) - n.lo.evaluate(env))
+                        for n in self._outermost)
+            self.bar = progress.bar(total or None, f"run ({executor})", "step", delay=0.0)
+            self.bar.update(self._steps)
 
     def stop(self) -> None:
         if self.bar is not None:
