@@ -196,7 +196,7 @@ def to_host(tree):
     leaves, tdef = jax.tree.flatten(tree)
     if not any(isinstance(x, jax.Array) for x in leaves):  # on the host already
         return tree
-    for k, x in enumerate(leaves):
+    for k, x in enumerate(leaves if jax.process_count() > 1 else ()):
         if isinstance(x, jax.Array) and not (x.is_fully_addressable or x.is_fully_replicated):
             from jax.experimental import multihost_utils
             leaves[k] = multihost_utils.process_allgather(x, tiled=True)
