@@ -218,12 +218,18 @@ def test_a_graph_dot_fails_on_is_drawn_with_plotly(prog, monkeypatch):
 
 
 def test_plotly_layout_opens_groups_on_click(no_dot):
+    import json
+
     ex = big_program(200).sdg.explore().explorer
     ops_trace = ex.graph.figure.data[-1]
     k = next(j for j, c in enumerate(ops_trace.customdata) if G.group_of(c))
     before = len(ex.spec().ops)
-    ex.graph._clicked(ops_trace, type("Points", (), {"point_inds": [k]})(), None)
+    chart = ex.graph._slot.widget      # what the browser sends on a click on that marker
+    chart._on_msg(chart, {"event": "click", "points": [
+        {"curve": len(ex.graph.figure.data) - 1, "point": k, "x": 0, "y": 0}]}, [])
     assert len(ex.spec().ops) > before
+    # the figure travels in the widget's opening state, not in messages after it
+    assert len(json.loads(chart.figure_json)["data"]) == len(ex.graph.figure.data)
 
 
 def test_layered_layout_handles_recurrences(prog):
