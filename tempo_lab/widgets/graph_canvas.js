@@ -60,6 +60,7 @@ function render({ model, el }) {
     el.dataset.scale = scale().toFixed(4);   // screen px per graph unit
     detail();
     clearTimeout(setBox.timer);
+    if (!scale()) return;   // not on screen yet (a hidden tab): nothing the user has seen
     setBox.timer = setTimeout(() => { model.set("view", box); model.save_changes(); }, 300);
   }
   // Level of detail: when op labels would be drawn under READ px, they are hidden and the
@@ -74,13 +75,14 @@ function render({ model, el }) {
     const size = far ? `${(READ + 2) / s}px` : "";
     svg.querySelectorAll("g.node[id^='g'] text:first-of-type, g.cluster text")
       .forEach((t) => { t.style.fontSize = size; });
+    if (names === null) measure();   // sizes exist only once the SVG is on screen
     for (const { text, width, chars } of names) {
       const fits = far && width * s >= chars * READ * 0.62;
       text.classList.toggle("tl-name", fits);
       text.style.fontSize = fits ? `${READ / s}px` : "";
     }
   }
-  let names = [];   // op nodes' first lines, with their boxes' widths (graph units)
+  let names = null;   // op nodes' first lines, with their boxes' widths (graph units)
   function measure() {
     names = [...svg.querySelectorAll("g.node[id^='op']")].map((n) => {
       const text = n.querySelector("text");
@@ -90,6 +92,14 @@ function render({ model, el }) {
     }).filter(Boolean);
   }
   function fit() { if (svg) setBox(full.slice()); }
+  // A graph taller than wide gets a taller view (up to TALL px), so that fit reads larger.
+  const TALL = 900;
+  function size() {
+    const w = view.getBoundingClientRect().width;
+    if (!w || !full) return;
+    const h = Math.min(TALL, Math.max(model.get("height"), (w * full[3]) / full[2]));
+    view.style.height = `${Math.round(h)}px`;
+  }
   function zoomAt(f, cx, cy) {
     if (!svg) return;
     const [x, y, w, h] = box;
@@ -142,7 +152,7 @@ function render({ model, el }) {
     svg.style.height = "100%";
     const vb = svg.viewBox.baseVal;
     full = [vb.x, vb.y, vb.width, vb.height];
-    measure();
+    names = null;
     const kept = model.get("view");
     if (anchor && before && s0) {
       // the group opened or closed stays under the pointer, at the same zoom
@@ -157,6 +167,7 @@ function render({ model, el }) {
     } else if (kept && kept.length === 4) {
       setBox(kept.slice());                   // drawn again (a tab shown again): as it was
     } else {
+      size();
       fit();
     }
     anchor = null;
@@ -305,7 +316,7 @@ function render({ model, el }) {
   const shown = new IntersectionObserver((entries) => {
     if (entries.some((x) => x.isIntersecting) && svg && !el.dataset.shown) {
       el.dataset.shown = "1";   // first shown (a tab opened): sized now, so fit again
-      if (!(model.get("view") || []).length) fit();
+      if (!(model.get("view") || []).length) { size(); fit(); }
       centre(false);
     }
   });
