@@ -196,10 +196,11 @@ def to_host(tree):
     leaves, tdef = jax.tree.flatten(tree)
     if not any(isinstance(x, jax.Array) for x in leaves):  # on the host already
         return tree
-    for k, x in enumerate(leaves if jax.process_count() > 1 else ()):
-        if isinstance(x, jax.Array) and not (x.is_fully_addressable or x.is_fully_replicated):
-            from jax.experimental import multihost_utils
-            leaves[k] = multihost_utils.process_allgather(x, tiled=True)
+    if jax.process_count() > 1:  # only then can an array be split over processes
+        for k, x in enumerate(leaves):
+            if isinstance(x, jax.Array) and not (x.is_fully_addressable or x.is_fully_replicated):
+                from jax.experimental import multihost_utils
+                leaves[k] = multihost_utils.process_allgather(x, tiled=True)
     arrays = [x for x in leaves if isinstance(x, jax.Array)]
     if len(arrays) > 1 and _platform(arrays[0]) != "cpu":
         for x in arrays:  # every transfer started before the first is waited for (on CPU

@@ -52,6 +52,12 @@ from .sharding import to_host
 from .xla_plan import Run, XlaPlan, has_exec, items, ranged, writes
 
 _OP_SCOPE = re.compile(r"(?:^|/)op(\d+)(?=/|$)")
+
+
+def _op_of(path: str) -> int | None:
+    """The op an HLO instruction's ``op_name`` path was traced for (its innermost op scope)."""
+    m = _OP_SCOPE.findall(path)
+    return int(m[-1]) if m else None
 MAX_PROGRAMS = 64  # compiled programs kept process-wide (XLA code only: no SDG, no weights)
 PROGRAM_BYTES = 32 * 2**20  # ... and at most this many resident bytes of them, as estimated
 RESIDENT_PER_HLO_BYTE = 32  # a compiled program's resident bytes per byte of its HLO text on
@@ -226,11 +232,7 @@ class _Xla:
         fn, args = self._compiled(), self._args()
         jax.block_until_ready(fn(*args))  # compiled and warm before anything is measured
 
-        def op_of(path: str):
-            m = _OP_SCOPE.findall(path)
-            return int(m[-1]) if m else None
-
-        return seconds_by(lambda: jax.block_until_ready(fn(*args)), self.hlo(), op_of, runs)
+        return seconds_by(lambda: jax.block_until_ready(fn(*args)), self.hlo(), _op_of, runs)
 
     def fused_ops(self, timed) -> dict[int, tuple[str, int]]:
         """Ops without time of their own (not in ``timed``, the ops ``op_seconds`` measured)
@@ -239,18 +241,13 @@ class _Xla:
         from .xla_profile import instruction_scopes, kernel_members
 
         hlo = self.hlo()
-
-        def op_of(path: str):
-            m = _OP_SCOPE.findall(path)
-            return int(m[-1]) if m else None
-
-        roots = {name: op_of(path) for name, path in
-                 instruction_scopes(hlo, lambda p: op_of(p) is not None).items()}
+        roots = {name: _op_of(path) for name, path in
+                 instruction_scopes(hlo, lambda p: _op_of(p) is not None).items()}
         out: dict[int, tuple[str, int]] = {}
         for kernel, paths in sorted(kernel_members(hlo).items()):
             root = roots.get(kernel)
             if root in timed:
-                for op in {op_of(p) for p in paths} - {None, root} - set(timed):
+                for op in {_op_of(p) for p in paths} - {None, root} - set(timed):
                     out.setdefault(op, (kernel, root))
         return out
 

@@ -57,17 +57,18 @@ function render({ model, el }) {
     status.textContent = `zoom ${pct}% of fit · ${svg.querySelectorAll("g.node").length} ` +
       `nodes · ${HELP}`;
     el.dataset.zoom = String(pct);
-    el.dataset.scale = scale().toFixed(4);   // screen px per graph unit
-    detail();
+    const s = scale();
+    el.dataset.scale = s.toFixed(4);   // screen px per graph unit
+    detail(s);
     clearTimeout(setBox.timer);
-    if (!scale()) return;   // not on screen yet (a hidden tab): nothing the user has seen
+    if (!s) return;   // not on screen yet (a hidden tab): nothing the user has seen
     setBox.timer = setTimeout(() => { model.set("view", box); model.save_changes(); }, 300);
   }
-  // Level of detail: when op labels would be drawn under READ px, they are hidden and the
-  // names of groups (collapsed groups and open groups' titles) are drawn at READ px instead.
-  // An op's name stays too, at READ px, where it fits inside its box.
-  function detail() {
-    const s = scale();
+  // Level of detail at ``s`` screen px per graph unit: when op labels would be drawn under
+  // READ px, they are hidden and the names of groups (collapsed groups and open groups'
+  // titles) are drawn at READ + 2 px instead; an op's name stays, at READ px, where it fits
+  // inside its box.
+  function detail(s) {
     if (!s || !svg) return;
     const far = 10 * s < READ;
     svg.classList.toggle("tl-far", far);

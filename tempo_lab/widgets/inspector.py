@@ -8,6 +8,7 @@ import os
 
 from tempo_lab.symbolic import TRUE
 
+from .graph import INLINE_KINDS
 from .palette import region_of
 from .units import amount, nbytes
 
@@ -71,7 +72,7 @@ def time_fact(sdg, profile, op_id: int) -> str:
         kernel, root = profile.fused[op_id]
         return (f"{n} calls inside XLA's fused kernel {kernel}, whose time is counted under "
                 f"{sdg.ops[root].label}: {amount(profile.seconds.get(root, 0.0), 's')} in all")
-    if sdg.ops[op_id].kind in ("const", "dimval"):
+    if sdg.ops[op_id].kind in INLINE_KINDS:
         return "a constant of the compiled program: no kernel, no time of its own"
     return (f"{n} calls; no instruction of its own is left in the compiled program (XLA folded "
             "it into the ops that read it, say a transpose into a dot): no time of its own")

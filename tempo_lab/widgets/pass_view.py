@@ -7,7 +7,6 @@ import re
 
 from . import graph as G
 from .base import GraphPanel, stage_view
-from .palette import EDIT_COLOURS
 
 
 def pass_rows(trace) -> list[dict]:
@@ -121,11 +120,6 @@ def rst_html(text: str) -> str:
                   out)
 
 
-def legend_html() -> str:
-    return " ".join(f'<span style="background:{c};padding:0 .4em">{k}</span>'
-                    for k, c in EDIT_COLOURS.items() if k != "replaced")
-
-
 class PassStepper:
     """Slider over the passes; ``select(op_id)`` highlights an op in both graphs."""
 
@@ -165,8 +159,8 @@ class PassStepper:
         from tempo_lab.passes.manager import REGISTRY
 
         doc = REGISTRY[r.name].doc if r.name in REGISTRY else ""
-        self.title.value = (f"<b>{k}: {html.escape(r.name)}</b> — {rst_html(doc)}<br>"
-                            f"{legend_html()}{notes_html(r)}")
+        # each side's legend (above its graph) says what the edit colours drawn there mean
+        self.title.value = f"<b>{k}: {html.escape(r.name)}</b> — {rst_html(doc)}<br>{notes_html(r)}"
         mb, ma = pass_marks(r)
         # one grouping for both sides (the groups open before the pass), so that they compare
         opened = G.default_expanded(r.before)
