@@ -392,11 +392,16 @@ def test_dashboard_runs_only_on_request():
     panel = dash.open("Profile")
     assert not calls and "run and profile" == panel.button.description
     dash.select(next(iter(prog.sdg.ops)))
+    old_sdg = dash.sdg
     panel.button.click()                        # runs in the background: the kernel is free
     panel.wait()
     assert len(calls) == 2                      # a warm-up run, then the recorded one
     assert dash.run is not None and dash.views["Profile"].timeline is not None
     assert "calls" in dash.sdg.inspector.value  # the SDG tab now shows measured time
+    # the views the run replaced are closed, their widgets no longer kept by ipywidgets
+    assert dash.sdg is not old_sdg and dash.sdg.widget.comm is not None
+    assert old_sdg.widget.comm is None and old_sdg.graph.canvas.comm is None
+    assert panel.widget.comm is None and panel.button.comm is None
 
 
 def test_reference_program_dashboard():

@@ -41,6 +41,14 @@ def static_html(stage, svg: str | None = None) -> str:
     return (G.svg_html(svg) if svg else "") + stage._repr_html_()
 
 
+def close_tree(widget) -> None:
+    """Close a widget and every widget inside it: ipywidgets keeps each one (and the SVG or
+    figure it holds) alive in its registry until it is closed, even once nothing shows it."""
+    for child in getattr(widget, "children", ()):
+        close_tree(child)
+    widget.close()
+
+
 def slider_grid(sliders) -> object:
     """Sliders side by side, each at least 300 px wide, wrapping to the next row rather than
     squashing their tracks to nothing (PPO has six bounds)."""

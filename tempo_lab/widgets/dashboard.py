@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import html
 
-from .base import stage_view
+from .base import close_tree, stage_view
 from .memory_view import MemoryView
 from .pass_view import PassStepper
 from .profile_view import ProfileView, recorded_run
@@ -104,8 +104,9 @@ class Dashboard:
         opened = self.views["SDG"].expanded if "SDG" in self.views else None
         for name in ("SDG", "Memory", "Profile"):
             if name in self.views:
-                del self.views[name]
+                replaced = self.views.pop(name).widget
                 self.open(name)
+                close_tree(replaced)
         if opened is not None:
             self.views["SDG"].set_expanded(opened)
 
