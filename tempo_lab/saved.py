@@ -19,6 +19,7 @@ import numpy as np
 from .errors import ArgumentError, Location, user_location
 from .ir.ops import CATALOG, TensorType
 from .ir.sdg import SDG, Edge, Op, Ragged
+from .saved_schema import first_error
 from .stage import Stage
 from .symbolic import (
     FALSE,
@@ -85,12 +86,90 @@ def load(source):
                             f"does not read (it reads {kind}/{', '.join(sorted(VERSIONS))}); "
                             "save it again with this version", loc)
     try:
+        broken = first_error(kind, data) or check_refs(kind, data)
+    except RecursionError:
+        broken = "it is nested too deeply"
+    if broken:
+        raise ArgumentError(f"{where}: {broken}; give a file written by tl.save(stage, path), "
+                            "unedited", loc)
+    try:
         return readers[kind](data)
     except (KeyError, TypeError, ValueError, SyntaxError, AttributeError, RecursionError,
             OverflowError, IndexError) as err:
         why = "nested too deeply" if isinstance(err, RecursionError) else repr(err)
         raise ArgumentError(f"{where}: the {kind} data is not what to_dict() writes ({why}); "
                             "was it edited or written by another version?", loc) from None
+
+
+def check_refs(kind: str, data: dict) -> str | None:
+    """What a schema cannot say about ``data``: every op id an edge, output, sink, until, event
+    or store names is an op of its graph, once; kinds and dtypes are known."""
+    if kind == "tempo_lab.program":
+        return _sdg_refs(data["sdg"], "sdg") or _memory_refs(data.get("memory"), data["sdg"]) \
+            or (_passes_refs(data["passes"]) if data.get("passes") else None)
+    if kind == "tempo_lab.passtrace":
+        return _passes_refs(data)
+    return _sdg_refs(data, "") if kind == "tempo_lab.sdg" else None
+
+
+def _passes_refs(data: dict) -> str | None:
+    return _sdg_refs(data["initial"], "passes.initial") or next(
+        (why for k, p in enumerate(data["passes"])
+         if (why := _sdg_refs(p["after"], f"passes.passes[{k}].after"))), None)
+
+
+def _sdg_refs(sdg: dict, at: str) -> str | None:
+    at = f"{at}." if at else ""
+    ids = [o["id"] for o in sdg["ops"]]
+    if len(set(ids)) != len(ids):
+        return f"field {at}ops names an op id twice"
+    for k, o in enumerate(sdg["ops"]):
+        if o["kind"] not in CATALOG:
+            return f"field {at}ops[{k}].kind is {o['kind'][:40]!r}: not an op kind it knows"
+        if not _is_dtype(o["dtype"]):
+            return f"field {at}ops[{k}].dtype is {o['dtype'][:40]!r}: not a NumPy dtype"
+    ids = set(ids)
+    named = [(f"edges[{k}].{end}", e[end]) for k, e in enumerate(sdg["edges"])
+             for end in ("dst", "src")]
+    named += [(f"outputs.{n}", i) for n, i in sdg["outputs"].items()]
+    named += [(f"sinks[{k}]", i) for k, i in enumerate(sdg.get("sinks", ()))]
+    named += [(f"untils.{n}", i) for n, i in sdg.get("untils", {}).items()]
+    named += [(f"ragged.{n}.done", r["done"]) for n, r in sdg.get("ragged", {}).items()
+              if r.get("done") is not None]
+    return next((f"field {at}{field} is {i}: no op has that id" for field, i in named
+                 if i not in ids), None)
+
+
+def _memory_refs(memory: dict | None, sdg: dict) -> str | None:
+    if memory is None:
+        return None
+    ids = {o["id"] for o in sdg["ops"]}
+    for k, s in enumerate(memory["stores"]):
+        if s["op"] not in ids:
+            return f"field memory.stores[{k}].op is {s['op']}: no op has that id"
+        if not _is_dtype(s["dtype"]):
+            return f"field memory.stores[{k}].dtype is {s['dtype'][:40]!r}: not a NumPy dtype"
+    steps, sizes = memory["timeline"]["steps"], memory["timeline"]["bytes"]
+    if len(steps) != len(sizes) or steps != sorted(steps) or any(k > memory["steps"]
+                                                                  for k in steps):
+        return ("field memory.timeline: its steps and bytes are not a timeline (one byte count "
+                "per step, steps in order, none past memory.steps)")
+    if sizes and max(sizes) != memory["peak_bytes"]:
+        return (f"field memory.peak_bytes is {memory['peak_bytes']}: the timeline's peak is "
+                f"{max(sizes)}")
+    return None
+
+
+def _is_dtype(text: str) -> bool:
+    """Whether ``text`` names a NumPy dtype (``float32``, ``bfloat16``; ``ml_dtypes`` is
+    imported with the package)."""
+    if not (text.isidentifier() and len(text) <= 16):
+        return False
+    try:
+        np.dtype(text)
+    except TypeError:
+        return False
+    return True
 
 
 VERSIONS = ("1",)  # the schema versions tl.load reads (every stage's to_dict() writes /1)

@@ -7,15 +7,22 @@ from __future__ import annotations
 import dataclasses
 import json
 import shutil
+import struct
+import sys
 from pathlib import Path
 
 import jax
 import ml_dtypes
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from safetensors.numpy import load_file, save_file
 
 import tempo_lab as tl
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/ is not a package
+from budget import examples  # noqa: E402
 
 HF = Path(__file__).parent / "fixtures" / "hf"
 CONFIGS = Path(__file__).parent / "fixtures" / "configs"
@@ -165,3 +172,47 @@ def test_tensors_that_do_not_fit_the_model_are_named(tmp_path):
     ints = {**tensors, "model.norm.weight": np.arange(32, dtype=np.int32)}
     save_file(ints, path / "model.safetensors")
     _raises(lambda: tl.nn.load_llama(path, model), "model.norm.weight", "dtype")
+
+
+HOSTILE = [None, -1, 0, 10**12, 1.5, "x", [], {}, True, 1e308, [0], [-1], [10**12], [3, 2],
+           [0, 10**15], "F64", "I8", "BOOL"]
+
+
+@settings(max_examples=examples(900), deadline=None, derandomize=True, database=None)
+@given(st.data())
+def test_a_checkpoint_damaged_anywhere_loads_or_is_a_located_error(tmp_path_factory, data):
+    """A safetensors file cut short, emptied, with a byte of its header changed, a header
+    length past the file, or a tensor's shape, dtype or offsets edited; a ``config.json``
+    field replaced: ``from_pretrained`` gives a model or a CheckpointError located at the
+    caller that names the checkpoint. Never another exception."""
+    path = _copy(tmp_path_factory.mktemp("ckpt"), data.draw(st.sampled_from(FIXTURES)))
+    file = data.draw(st.sampled_from(sorted(path.glob("*.safetensors"))), label="file")
+    raw = bytearray(file.read_bytes())
+    size = struct.unpack("<Q", raw[:8])[0]
+    how = data.draw(st.sampled_from(["cut", "empty", "header byte", "header length",
+                                     "tensor field", "config field"]), label="damage")
+    if how == "cut":
+        raw = raw[:data.draw(st.integers(0, len(raw) - 1), label="length")]
+    elif how == "empty":
+        raw = b""
+    elif how == "header byte":
+        raw[data.draw(st.integers(8, 7 + size))] = data.draw(st.integers(0, 255))
+    elif how == "header length":
+        raw[:8] = struct.pack("<Q", data.draw(st.sampled_from([0, 1, size - 1, size + 1,
+                                                               2**40, 2**64 - 1])))
+    elif how == "tensor field":
+        header = json.loads(raw[8:8 + size])
+        name = data.draw(st.sampled_from(sorted(k for k in header if k != "__metadata__")))
+        field = data.draw(st.sampled_from(["shape", "dtype", "data_offsets"]))
+        header[name][field] = data.draw(st.sampled_from(HOSTILE), label="value")
+        text = json.dumps(header).encode()
+        raw = struct.pack("<Q", len(text)) + text + raw[8 + size:]
+    else:
+        cfg = json.loads((path / "config.json").read_text())
+        cfg[data.draw(st.sampled_from(sorted(cfg)))] = data.draw(st.sampled_from(HOSTILE))
+        (path / "config.json").write_text(json.dumps(cfg))
+    file.write_bytes(bytes(raw))
+    try:
+        tl.nn.Llama.from_pretrained(path)
+    except tl.CheckpointError as err:
+        assert str(err).startswith(f"{__file__}:") and str(path) in str(err), err

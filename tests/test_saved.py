@@ -10,12 +10,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import tempo_lab as tl
 from tempo_lab.saved import cond_from_str, expr_from_str, index_from_str
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/ is not a package
 
+from budget import examples  # noqa: E402
 from randprog import compile_program, program_strategy  # noqa: E402
 
 
@@ -130,3 +132,66 @@ def test_tampered_and_hostile_files_are_located_errors(tmp_path):
     path.write_text("[" * 100_000 + "]" * 100_000)
     with pytest.raises(tl.ArgumentError, match="nested too deeply"):
         tl.load(path)
+
+
+# -- a saved file edited anywhere: it loads and prints, or it is a located error --------------
+HOSTILE = [None, -1, 0, 10**300, 1.5, float("nan"), "", "t // t", "<script>", "9" * 5000,
+           [], {}, [[[]]], True, "T", "tempo_lab.program/1", "bfloat16"]
+_SAVED: list = []
+
+
+def _saved() -> tuple[dict, list[tuple]]:
+    """A small program's ``to_dict()`` and the path of every field in it (of a list, its first
+    item: each kind of field is drawn as often as another), made once."""
+    if not _SAVED:
+        data = _decoder(1, window=3).to_dict()
+
+        def paths(x, at=()):
+            if at:
+                yield at
+            items = x.items() if isinstance(x, dict) else \
+                enumerate(x[:1]) if isinstance(x, list) else ()
+            for k, v in items:
+                yield from paths(v, at + (k,))
+        _SAVED.extend([data, list(paths(data))])
+    return _SAVED[0], _SAVED[1]
+
+
+def _use(stage) -> None:
+    """What a user does with a loaded stage: print it, show it, save it again."""
+    for s in (stage, *(getattr(stage, n, None) for n in ("sdg", "passes", "schedule",
+                                                         "memory"))):
+        if s is not None:
+            repr(s), s.pretty(), s._repr_html_(), json.dumps(s.to_dict())
+
+
+@settings(max_examples=examples(300), deadline=None, derandomize=True, database=None)
+@given(st.data())
+def test_a_file_edited_anywhere_loads_and_prints_or_is_a_located_error(tmp_path_factory, data):
+    """Any field of a saved program replaced by a hostile value (or removed), or the file cut
+    short anywhere: ``tl.load`` either gives a stage that prints, shows and saves again, or an
+    ArgumentError located at the caller that names the file. Never another exception."""
+    import copy
+
+    saved, paths = _saved()
+    edited = copy.deepcopy(saved)
+    where = data.draw(st.sampled_from(paths), label="field")
+    parent = edited
+    for k in where[:-1]:
+        parent = parent[k]
+    if isinstance(parent, dict) and data.draw(st.booleans(), label="remove"):
+        del parent[where[-1]]
+    else:
+        parent[where[-1]] = data.draw(st.sampled_from(HOSTILE), label="value")
+    text = json.dumps(edited)
+    if data.draw(st.booleans(), label="cut short"):
+        text = text[:data.draw(st.integers(0, len(text) - 1), label="length")]
+    path = tmp_path_factory.mktemp("edited") / "p.json"
+    path.write_text(text)
+    line = sys._getframe().f_lineno + 2
+    try:
+        stage = tl.load(path)
+    except tl.ArgumentError as err:
+        assert str(err).startswith(f"{__file__}:{line}:") and "p.json" in str(err), err
+    else:
+        _use(stage)

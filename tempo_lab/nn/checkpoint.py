@@ -74,12 +74,14 @@ def llama_from_config(cfg: dict, where: str = "config.json") -> Llama:
         v = cfg.get(name, default)
         if v is None and not required:
             return None
-        ok = isinstance(v, kind) and not isinstance(v, bool) if kind is not bool else \
-            isinstance(v, bool)
+        ok = isinstance(v, kind) and not isinstance(v, bool) and v > 0 if kind is not bool \
+            else isinstance(v, bool)
         if not ok:
             what = "missing" if name not in cfg else f"{v!r}"
+            need = "true or false" if kind is bool else \
+                f"a positive {getattr(kind, '__name__', 'number')}"
             raise CheckpointError(f"{where}: field {name!r} is {what}; a Llama config needs it "
-                                  f"as {getattr(kind, '__name__', 'a number')}")
+                                  f"as {need}")
         return v
 
     kind = cfg.get("model_type")
@@ -93,20 +95,28 @@ def llama_from_config(cfg: dict, where: str = "config.json") -> Llama:
                                   f"honour (it has {name} = {fine!r})")
     rope = _rope(cfg, where)
     heads = field("num_attention_heads", int)
-    return Llama(vocab=field("vocab_size", int), embed=field("hidden_size", int),
-                 layers=field("num_hidden_layers", int), heads=heads,
-                 kv_heads=field("num_key_value_heads", int, heads),
-                 hidden=field("intermediate_size", int),
-                 rope_base=float(rope.get("rope_theta", 10000.0)),
-                 eps=float(field("rms_norm_eps", (int, float), 1e-6)),
-                 tied=field("tie_word_embeddings", bool, False),
-                 head_dim=field("head_dim", int, None, required=False),
-                 rope_scaling=_scaling(rope, where))
+    try:
+        return Llama(vocab=field("vocab_size", int), embed=field("hidden_size", int),
+                     layers=field("num_hidden_layers", int), heads=heads,
+                     kv_heads=field("num_key_value_heads", int, heads),
+                     hidden=field("intermediate_size", int),
+                     rope_base=float(rope.get("rope_theta", 10000.0)),
+                     eps=float(field("rms_norm_eps", (int, float), 1e-6)),
+                     tied=field("tie_word_embeddings", bool, False),
+                     head_dim=field("head_dim", int, None, required=False),
+                     rope_scaling=_scaling(rope, where))
+    except CheckpointError:
+        raise
+    except TempoLabError as e:  # sizes that do not fit together (heads and widths)
+        raise CheckpointError(f"{where}: {e.reason}") from None
 
 
 def _rope(cfg: dict, where: str) -> dict:
     """The RoPE fields of either layout as one dict (``rope_theta``, ``rope_type``, ...)."""
     params = cfg.get("rope_parameters")
+    if params is not None and not isinstance(params, dict):
+        raise CheckpointError(f"{where}: rope_parameters must be an object or null, got "
+                              f"{params!r}")
     if isinstance(params, dict) and "rope_theta" not in params and params:  # per layer type
         raise CheckpointError(f"{where}: rope_parameters per layer type are not supported")
     out = dict(params or {})
