@@ -109,7 +109,8 @@ def _entry(index, n, keys):
 
     from .runtime.counter_rng import _mix
 
-    x, n = jnp.asarray(index).astype(jnp.uint32), jnp.asarray(n).astype(jnp.uint32)
+    # a negative n (data) is read as 0, not as a huge unsigned one; a negative index is past n
+    x, n = jnp.asarray(index).astype(jnp.uint32), jnp.maximum(jnp.asarray(n), 0).astype(jnp.uint32)
     words = (jnp.asarray(keys, jnp.float32) * 2.0**24).astype(jnp.uint32)  # exact: k / 2**24
     width = 32 - lax.clz(jnp.maximum(n, 2) - 1)            # bits of the largest entry
     half = (width + 1) // 2

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import tempo_lab as tl
 
@@ -169,6 +171,30 @@ def test_a_permutation_of_a_size_given_as_data_never_hangs(executor):
     got = ctx.compile(bounds={B: 4}, outputs={"p": p},
                       config=tl.CompileConfig(executor=executor)).run()["p"]
     assert got[0] == -1 and got[3] == -1 and 0 <= got[1] < 3 and 0 <= got[2] < 5
+
+
+@settings(max_examples=12, deadline=None, derandomize=True, database=None)
+@given(st.lists(st.integers(-3, 40), min_size=1, max_size=4), st.integers(1, 50),
+       st.sampled_from(["reference", "interpreter", "codegen", "xla"]))
+def test_permutations_of_sizes_given_as_data(sizes, indices, executor):
+    """A size from data per instance (below 1 included) and indices past it: every index in
+    ``[0, n)`` gets a distinct entry in ``[0, n)``, every other one -1, on every executor.
+    Never a hang."""
+    ctx = tl.Context(dims=("b", "j"))
+    b, j = ctx.dims
+    B, J = ctx.bounds
+    with ctx:
+        n = tl.from_array(np.array(sizes, np.int32), domain=(b,))
+        p = tl.random.permutation(j, n, domain=(b,), seed=3)
+    got = np.asarray(ctx.compile(bounds={B: len(sizes), J: indices}, outputs={"p": p},
+                                 config=tl.CompileConfig(executor=executor)).run()["p"])
+    for size, row in zip(sizes, got.reshape(len(sizes), indices)):
+        inside = row[:max(size, 0)]
+        assert sorted(inside.tolist()) == sorted(set(inside.tolist())), row
+        assert ((inside >= 0) & (inside < size)).all(), (size, row)
+        assert (row[max(size, 0):] == -1).all(), (size, row)
+        if indices >= size > 0:
+            assert sorted(inside.tolist()) == list(range(size))
 
 
 def test_a_product_of_bounds_as_n_is_lifted_and_the_error_says_so():

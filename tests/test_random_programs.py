@@ -3,11 +3,13 @@ independent NumPy evaluation, plus unit tests of the generator itself."""
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from unittest import mock
 
 import numpy as np
+import pytest
 from hypothesis import Phase, given, note, settings
 from hypothesis import strategies as st
 
@@ -53,6 +55,7 @@ N_EXECUTORS = examples(300)
 N_GROUPS = examples(60)
 N_REFERENCE = examples(400)
 N_SPANS = examples(40)
+N_INTERRUPTED = examples(30)
 SWITCHES = ("simplify", "fold_constants", "cse", "contract", "dce", "tile", "vectorise",
             "incrementalise", "fuse")
 NO_EXPLAIN = tuple(p for p in Phase if p is not Phase.explain)  # its notes are noise here
@@ -291,6 +294,53 @@ def test_to_source_is_readable_rt_code():
     assert "v3 = v0[0:B, t].sum(axis=0).sum(axis=-1)\n" in src2
     assert "v4 = v0[0:B, 0:T].transpose(2, 0, 1).max(axis=(1, 2))\n" in src2
     assert "v5[b, t] = v5[0:B, t - 1].mean(axis=0) * 0.5 + v0.mean(axis=-1)\n" in src2
+
+
+class Interrupted(Exception):
+    """A user's own exception, raised by a sink."""
+
+
+class _Tripwire(list):
+    """A sink's list of calls whose ``k``-th append raises ``error`` (once)."""
+
+    def __init__(self, k: int, error):
+        super().__init__()
+        self.k, self.error = k, error
+
+    def append(self, item):
+        if len(self) == self.k and self.error is not None:
+            error, self.error = self.error, None
+            raise error
+        super().append(item)
+
+
+@settings(max_examples=N_INTERRUPTED, deadline=None, derandomize=True, database=None,
+          phases=NO_EXPLAIN)
+@given(st.data())
+def test_random_programs_interrupted_from_a_sink_on_every_executor(data):
+    """A sink on a drawn statement raises at a drawn call, Ctrl-C (``KeyboardInterrupt``) or
+    the user's own exception: on every executor it reaches the caller as itself (the user's
+    exception as the cause of a CallbackError, located at the ``tl.sink``), and the same
+    compiled program then runs to the independent evaluation's values."""
+    program = data.draw(program_strategy(), label="program")
+    name = data.draw(st.sampled_from([s.name for s in program.stmts]), label="sink on")
+    program = replace(program, sinks=(name,))
+    executor = data.draw(st.sampled_from(ALL), label="executor")
+    error = data.draw(st.sampled_from([KeyboardInterrupt, Interrupted]), label="raises")
+    points = int(np.prod([reached_bounds(program)[d.upper()] for d in program.stmt(name).dom]))
+    k = data.draw(st.integers(0, points - 1), label="at call")
+    calls: dict = {}
+    prog = compile_program(program, calls, config=tl.CompileConfig(executor=executor))
+    calls[name] = _Tripwire(k, error("stop"))
+    if error is KeyboardInterrupt:
+        with pytest.raises(KeyboardInterrupt):
+            prog.run()
+    else:
+        with pytest.raises(tl.CallbackError) as err:
+            prog.run()
+        assert isinstance(err.value.__cause__, Interrupted), err.value
+    calls[name] = []
+    assert_outputs_match(program, run_tempo(program, prog, calls), what=f"{executor}, again")
 
 
 def test_generator_covers_every_feature():
