@@ -3,8 +3,8 @@ independent NumPy evaluation, plus unit tests of the generator itself."""
 from __future__ import annotations
 
 import sys
-from dataclasses import replace
 from contextlib import ExitStack, contextmanager
+from dataclasses import replace
 from pathlib import Path
 from unittest import mock
 
