@@ -404,6 +404,37 @@ def test_dashboard_runs_only_on_request():
     assert panel.widget.comm is None and panel.button.comm is None
 
 
+def test_closing_a_view_closes_every_widget_it_made():
+    """``view.close()`` on what ``explore()`` returned closes every widget made for it (a
+    dashboard with every tab opened and a profiling run included): a notebook that explores
+    many programs gives their memory back. Only plotly.js's one shared loader stays."""
+    import gc
+    import weakref
+
+    import ipywidgets
+
+    prog = _prog("interpreter")
+    registry = ipywidgets.widgets.widget._instances
+    for stage in (prog, prog.sdg, prog.passes, prog.schedule, prog.memory):
+        before = set(registry)
+        view = stage.explore()
+        dash = getattr(view, "dashboard", None)
+        if dash is not None:
+            for name in ("SDG", "Passes", "Schedule", "Memory", "Profile"):
+                dash.open(name)
+            dash.open("Profile").button.click()
+            dash.open("Profile").wait()
+            dash.open("Memory")
+        assert len(set(registry) - before) > 5
+        views = [weakref.ref(v) for v in (dash.views if dash else {}).values()]
+        view.close()
+        left = [type(registry[k]).__name__ for k in set(registry) - before]
+        assert set(left) <= {"PlotlyJS"}, (type(stage).__name__, left)
+        del view, dash
+        gc.collect()   # and nothing else keeps them (anywidget kept every widget of a path)
+        assert not [v() for v in views if v() is not None]
+
+
 def test_reference_program_dashboard():
     dash = _prog("reference").explore().dashboard
     panel = dash.open("Profile")

@@ -21,6 +21,14 @@ def stage_view(children, static_html: str, css_class: str):
     W = _ipywidgets()
 
     class StageView(W.VBox):
+        def close(self):
+            """Close this view and every widget in it (a notebook that makes many views can
+            give their memory back: ipywidgets keeps a widget until it is closed)."""
+            close_tree(self)
+
+        def __del__(self):  # at interpreter exit: only this widget, as ipywidgets does
+            W.Widget.close(self)
+
         def _repr_mimebundle_(self, **kwargs):
             bundle = super()._repr_mimebundle_(**kwargs) or {}
             if isinstance(bundle, tuple):
@@ -42,11 +50,18 @@ def static_html(stage, svg: str | None = None) -> str:
 
 
 def close_tree(widget) -> None:
-    """Close a widget and every widget inside it: ipywidgets keeps each one (and the SVG or
+    """Close a widget and every widget it holds (children, layout, style, any widget-valued
+    trait) but those ``shared`` between views: ipywidgets keeps each one (and the SVG or
     figure it holds) alive in its registry until it is closed, even once nothing shows it."""
-    for child in getattr(widget, "children", ()):
-        close_tree(child)
-    widget.close()
+    W = _ipywidgets()
+    if widget.comm is None:  # closed already
+        return
+    for name in widget.keys:
+        value = getattr(widget, name, None)
+        for inner in value if isinstance(value, (list, tuple)) else (value,):
+            if isinstance(inner, W.Widget) and not getattr(inner, "shared", False):
+                close_tree(inner)
+    W.Widget.close(widget)
 
 
 def slider_grid(sliders) -> object:

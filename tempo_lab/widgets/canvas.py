@@ -11,8 +11,11 @@ import pathlib
 import anywidget
 import traitlets
 
-ESM = pathlib.Path(__file__).with_name("graph_canvas.js")
-CSS = pathlib.Path(__file__).with_name("graph_canvas.css")
+# The scripts as text, not paths: anywidget watches a path's file and keeps every widget made
+# from it alive (a strong callback per widget for hot reloading), so that closing a view gave
+# nothing back (1.5 MiB per dashboard: its SVGs and figures).
+ESM = pathlib.Path(__file__).with_name("graph_canvas.js").read_text(encoding="utf-8")
+CSS = pathlib.Path(__file__).with_name("graph_canvas.css").read_text(encoding="utf-8")
 
 
 class GraphCanvas(anywidget.AnyWidget):

@@ -17,12 +17,15 @@ import anywidget
 import ipywidgets
 import traitlets
 
-ESM = pathlib.Path(__file__).with_name("chart.js")
+ESM = pathlib.Path(__file__).with_name("chart.js").read_text(encoding="utf-8")  # text: canvas.py
 CSS = ".tl-plotly { width: 100%; }\n"
 
 
 class PlotlyJS(ipywidgets.Widget):
-    """plotly.min.js as one binary buffer; no view. One per kernel (``plotly_js()``)."""
+    """plotly.min.js as one binary buffer; no view. One per kernel (``plotly_js()``), shared
+    by every chart: closing a view leaves it open (``base.close_tree``)."""
+
+    shared = True
 
     source = traitlets.Bytes(b"").tag(sync=True)
     version = traitlets.Unicode("").tag(sync=True)

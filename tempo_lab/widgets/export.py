@@ -38,9 +38,9 @@ def _canvas(svg: str, index) -> str:
              "const model = {get: (k) => data[k], set: (k, v) => { data[k] = v; "
              "(handlers['change:' + k] || []).forEach((f) => f()); }, save_changes() {}, "
              "send() {}, on: (e, f) => { (handlers[e] = handlers[e] || []).push(f); }};")
-    return (f"<style>{CSS.read_text()}</style>"
+    return (f"<style>{CSS}</style>"
             f"<div id='tl-sdg-canvas'></div><script type='module'>"
-            f"{ESM.read_text()}\n{model}"
+            f"{ESM}\n{model}"
             f"render({{model, el: document.getElementById('tl-sdg-canvas')}});</script>")
 
 

@@ -139,7 +139,7 @@ class MemoryView:
         self.highlight = None
         self.plot = FigureSlot(memory_figure(plan, profile), "tempo-lab-memory-plot")
         self.summary = W.HTML(self._summary())
-        self.what_if = W.HTML()
+        self.what_if = None   # made with the sliders
         self.sliders = {}
         parts = [self.summary, self.plot.widget]
         if prog is not None and hasattr(prog.schedule, "ast"):
@@ -156,6 +156,7 @@ class MemoryView:
                         continuous_update=False)
                     self.sliders[name].observe(lambda _: self.at_bounds(), "value")
             if self.sliders:
+                self.what_if = W.HTML()
                 parts[1:1] = [W.HTML("<b>what if</b>: other bound values, predicted from this "
                                      "plan without compiling again"),
                               slider_grid(self.sliders.values()), self.what_if]

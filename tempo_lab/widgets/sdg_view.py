@@ -29,9 +29,11 @@ class SDGExplorer:
         self.selected: int | None = None
         self.expanded = G.default_expanded(sdg, visible)
         # the words whose hits stay drawn and marked: set by Shift+Enter in the graph's own
-        # search box; shown as a box of its own only where there is no graph canvas (no dot)
+        # search box; shown as a box of its own only where there is no graph canvas (no dot),
+        # hidden but in the view otherwise (so that closing the view closes it)
         self.search = W.Text(placeholder="mark ops: words of name, kind, line or scope",
-                             description="mark", continuous_update=False)
+                             description="mark", continuous_update=False,
+                             layout=W.Layout(display="none" if G.dot_installed() else None))
         kinds = sorted({op.kind for op in sdg.ops.values()})
         self.kind = W.Dropdown(options=[("all kinds", "")] + [(k, k) for k in kinds],
                                description="op kind")
@@ -41,7 +43,8 @@ class SDGExplorer:
         self.collapse_all = W.Button(description="collapse all", layout=W.Layout(width="auto"))
         self.expand_all.on_click(lambda _: self.set_expanded(self._all_groups()))
         self.collapse_all.on_click(lambda _: self.set_expanded(set()))
-        self.picker = W.Dropdown(options=op_options(sdg), value=NONE, description="op")
+        self.picker = W.Dropdown(options=op_options(sdg), value=NONE, description="op",
+                                 layout=W.Layout(display=None if selector else "none"))
         self.graph = GraphPanel(on_pick=on_select or self.select, on_toggle=self.toggle,
                                 index=G.search_rows(sdg), query=self.search)
         self.inspector = W.HTML(self._inspector_html())
@@ -49,8 +52,7 @@ class SDGExplorer:
         for w in (self.search, self.kind, self.colour):
             w.observe(lambda _: self.refresh(), "value")
         self.picker.observe(lambda ch: self.select(ch.new), "value")
-        controls = ([] if G.dot_installed() else [self.search]) + [self.kind, self.colour] + (
-            [self.picker] if selector else [])
+        controls = [self.search, self.kind, self.colour, self.picker]
         self.widget = W.VBox([W.HBox(controls), W.HBox([self.expand_all, self.collapse_all]),
                               self.graph.widget,
                               W.HTML("<b>inspector</b>"), self.inspector])
