@@ -118,3 +118,19 @@ def test_a_schedule_made_by_hand_is_planned_with_its_frees():
     assert freed.freed and any(isinstance(n, Free) for n in freed.ast.walk())
     assert with_frees(prog.sdg, freed) is freed
     assert plan_memory(prog.sdg, bare, prog.bounds).peak_bytes == prog.memory.peak_bytes
+
+
+def test_the_plan_says_a_tl_until_store_is_sized_for_its_max():
+    """The plan is for a ``tl.until``'s max, and XLA allocates it whole: the plan says so."""
+    ctx = tl.Context(dims=("b", "t"))
+    b, t = ctx.dims
+    B, T = ctx.bounds
+    with ctx:
+        x = tl.placeholder((16,), domain=(b, t))
+        x[b, 0] = tl.from_array(np.ones((4, 16), np.float32), domain=(b,))
+        x[b, t] = x[b, t - 1] + 1.0
+        done = tl.zeros(()) + t >= 3.0
+    prog = ctx.compile(bounds={B: 4, T: tl.until(done, max=1000)}, outputs={"x": x})
+    assert prog.memory.peak_bytes > 1000 * 4 * 16 * 4
+    assert "sized for the max of tl.until bound T" in prog.memory.pretty()
+    assert prog.run().bounds["T"] == 4

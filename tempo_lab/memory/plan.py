@@ -117,6 +117,12 @@ class MemoryPlan(Stage):
                   if self.sampled else [])
         host = ([f"offloaded: up to {self.offloaded_bytes} bytes on the host at once (the "
                  "timeline counts device bytes)"] if self.offloaded_bytes else [])
+        untils = sorted({*self.sdg.untils, *(b for b, r in self.sdg.ragged.items()
+                                             if r.done is not None)})
+        if untils:
+            host.append(f"sized for the max of tl.until bound {', '.join(untils)}: a run that "
+                        "ends earlier holds these stores whole on xla (allocated for the run); "
+                        "codegen and the interpreter allocate a block when a step reaches it")
         if self.budget is not None:
             host.append(f"device budget {self.budget}: " + (
                 "met" if self.peak_bytes <= self.budget else
