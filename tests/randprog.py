@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -275,6 +276,7 @@ class RProgram:
     until: Until | None = None
     loss: Loss | None = None
     sinks: tuple[str, ...] = field(default=())
+    scopes: tuple[tuple[str, str], ...] = ()  # (statement, tl.scope name): names users write
 
     def stmt(self, name):
         return next(s for s in self.stmts if s.name == name)
@@ -417,6 +419,7 @@ def build(program: RProgram, calls: dict | None = None):
     bound_obj = {d.name: d.bound for d in ctx.dims}
     env: dict[str, object] = {}
     calls = {} if calls is None else calls
+    scope_of = dict(program.scopes)
 
     def ev(e):
         if isinstance(e, Const):
@@ -457,35 +460,38 @@ def build(program: RProgram, calls: dict | None = None):
 
     with ctx:
         for s in program.stmts:
-            dom = tuple(dim_of[d] for d in s.dom)
-            if isinstance(s, Input):
-                env[s.name] = tl.from_array(input_array(s.seed, _dom_shape(program, s.dom)
-                                                        + s.shape), domain=dom)
-            elif isinstance(s, Let):
-                env[s.name] = ev(s.expr)
-            elif isinstance(s, Rec):
-                x = tl.placeholder(s.shape, "float32", domain=dom)
-                env[s.name] = x
-                t = dim_of["t"]
-                cur = tuple(dim_of[d] for d in s.dom)
+            with ExitStack() as scoped:
+                if s.name in scope_of:
+                    scoped.enter_context(tl.scope(scope_of[s.name]))
+                dom = tuple(dim_of[d] for d in s.dom)
+                if isinstance(s, Input):
+                    env[s.name] = tl.from_array(input_array(s.seed, _dom_shape(program, s.dom)
+                                                            + s.shape), domain=dom)
+                elif isinstance(s, Let):
+                    env[s.name] = ev(s.expr)
+                elif isinstance(s, Rec):
+                    x = tl.placeholder(s.shape, "float32", domain=dom)
+                    env[s.name] = x
+                    t = dim_of["t"]
+                    cur = tuple(dim_of[d] for d in s.dom)
 
-                def assign_init(s=s, x=x, t=t, cur=cur):
-                    if s.init_kind[0] == "t0":
-                        x[cur[:-1] + (0,)] = ev(s.init)
-                    else:
-                        x[t < s.init_kind[1]] = ev(s.init)
+                    def assign_init(s=s, x=x, t=t, cur=cur):
+                        if s.init_kind[0] == "t0":
+                            x[cur[:-1] + (0,)] = ev(s.init)
+                        else:
+                            x[t < s.init_kind[1]] = ev(s.init)
 
-                def assign_step(s=s, x=x, t=t, cur=cur):
-                    if s.init_kind[0] == "key":
-                        x[cur[:-1] + (t + s.init_kind[1],)] = ev(s.step)
-                    else:
-                        x[cur] = ev(s.step)
+                    def assign_step(s=s, x=x, t=t, cur=cur):
+                        if s.init_kind[0] == "key":
+                            x[cur[:-1] + (t + s.init_kind[1],)] = ev(s.step)
+                        else:
+                            x[cur] = ev(s.step)
 
-                for f in ((assign_init, assign_step) if s.init_first
-                          else (assign_step, assign_init)):
-                    f()
-            else:
-                raise TypeError(s)
+                    for f in ((assign_init, assign_step) if s.init_first
+                              else (assign_step, assign_init)):
+                        f()
+                else:
+                    raise TypeError(s)
         outputs = {name: env[name] for name in program.outputs}
         if program.loss is not None:
             grads = tl.grad(_spatial_sum(env[program.loss.src], program.stmt(program.loss.src)),
@@ -871,7 +877,9 @@ def to_source(program: RProgram) -> str:
     def dom_text(dom):
         return "(" + ", ".join(dom) + ("," if len(dom) == 1 else "") + ")"
 
+    scope_of = dict(program.scopes)
     for s in program.stmts:
+        first = len(lines)
         if isinstance(s, Input):
             shape = _dom_shape(program, s.dom) + s.shape
             lines.append(f"    {s.name} = tl.from_array(np.random.RandomState({s.seed})"
@@ -892,6 +900,9 @@ def to_source(program: RProgram) -> str:
             init = f"    {s.name}[{init_key}] = {expr_source(program, s.init)}"
             step = f"    {s.name}[{step_key}] = {expr_source(program, s.step)}"
             lines += [init, step] if s.init_first else [step, init]
+        if s.name in scope_of:
+            lines[first:] = [f"    with tl.scope({scope_of[s.name]!r}):",
+                             *("    " + line for line in lines[first:])]
     outs = [f'"{n}": {n}' for n in program.outputs]
     if program.loss is not None:
         src = program.loss.src + (".sum(axis=-1)" if program.stmt(program.loss.src).shape
@@ -928,7 +939,7 @@ ALL_FEATURES = frozenset(
      "rec_tanh", "rec_damped", "init_second", "broadcast_t_bt", "spatial_red",
      "spatial_keepdims", "two_slices", "until", "until_never", "loss", "loss_through_until",
      "sink", "dim_where", "dim_val", "int_floordiv", "int_mod", "whole_read_odd_bound",
-     "moved_read"]
+     "moved_read", "hostile_scope"]
     + [f"input_{v}" for v in _DOMS.values()]
     + [f"ix_{k}" for k in ("shift", "clamp_back", "clamp_fwd", "first", "last", "causal",
                            "window", "suffix", "all", "prefix", "prev_win")]
@@ -956,7 +967,7 @@ def _roots(stmt):
 
 def features(program: RProgram) -> set[str]:
     """Which generator features ``program`` uses (names from ``ALL_FEATURES``)."""
-    out = {f"dims{len(program.dims)}"}
+    out = {f"dims{len(program.dims)}"} | ({"hostile_scope"} if program.scopes else set())
     exprs = []
     for s in program.stmts:
         out.add("spatial_vec" if s.shape else "spatial_scalar")
@@ -1261,7 +1272,20 @@ def program_strategy(draw, max_stmts: int = 7, max_depth: int = 2, dims=None,
         sinks = (kept[draw(st.integers(0, len(kept) - 1))].name,) \
             if draw(st.integers(0, 4)) == 0 else ()
         program = replace(program, until=until, loss=loss, sinks=sinks)
+        if draw(st.integers(0, 3)) == 0:
+            program = replace(program, scopes=hostile_scopes(draw, program))
     return prune(program)
+
+
+# names a user may give (tl.scope): every emitter (DOT, HTML, JSON, generated code) escapes them
+HOSTILE_NAMES = ('q"uote', "new\nline", "<script>alert(1)</script>", "back\\slash",
+                 "uni\u00e9\u2603", "{curly} %s", "a b")
+
+
+def hostile_scopes(draw, program) -> tuple[tuple[str, str], ...]:
+    """Some of ``program``'s statements, each in a ``tl.scope`` with a hostile name."""
+    return tuple((s.name, draw(st.sampled_from(HOSTILE_NAMES))) for s in program.stmts
+                 if draw(st.booleans()))
 
 
 def reads_of(stmt) -> set[str]:
