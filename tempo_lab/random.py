@@ -66,8 +66,7 @@ def permutation(index, n, domain=(), seed: int = 0) -> RecurrentTensor:
     ``m`` and samples ``s`` of an epoch), the results visit every position once, shuffled.
 
     Computed pointwise, without materialising or sorting ``n`` keys, so ``n`` may be a
-    program's size (``(tl.zeros((), "int32") + B) * T``; a product of bounds is a value, so
-    one is lifted first): the keys of a balanced Feistel network on the smallest
+    program's size (``B * T``, a product of bounds: a value, not an index): the keys of a balanced Feistel network on the smallest
     ``4^h >= n`` come from ``tl.random.uniform((ROUNDS,), domain, seed)``, and entries that
     land at ``n`` or beyond are mapped again until they fall inside (cycle walking), which
     keeps it a permutation. An ``index`` outside ``[0, n)`` (or an ``n`` below 1, when it

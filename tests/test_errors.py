@@ -680,8 +680,8 @@ def test_bad_index_expressions():
     with ctx:
         x = tl.from_array(np.zeros((2, 3), np.float32), domain=(b, t))
         cases = [
-            (here(), lambda: t * t),
-            (here(), lambda: t * b),
+            (here(), lambda: x[b, t * t]),      # a product is a value, not an index
+            (here(), lambda: x[t * b, 0]),
             (here(), lambda: t % T),
             (here(), lambda: t // 0),
             (here(), lambda: x[b, t < 2]),

@@ -197,13 +197,24 @@ def test_permutations_of_sizes_given_as_data(sizes, indices, executor):
             assert sorted(inside.tolist()) == list(range(size))
 
 
-def test_a_product_of_bounds_as_n_is_lifted_and_the_error_says_so():
+def test_a_product_of_bounds_is_a_size_and_not_an_index():
+    """``B * T`` as the README writes it: a value wherever a tensor goes (permutation's ``n``,
+    arithmetic with tensors; a dim times a bound too), and as an index, or in more index
+    arithmetic, an ExprError at the user's line that says how to use it."""
     ctx = tl.Context(dims=("b", "t", "j"))
-    j, (B, T, J) = ctx.dims[2], ctx.bounds
+    t, j, (B, T, J) = ctx.dims[1], ctx.dims[2], ctx.bounds
     with ctx:
-        with pytest.raises(tl.TempoLabError, match=r"test_random.py:\d+: cannot multiply B by T"
-                           r".*\(tl.zeros\(\(\), 'int32'\) \+ B\) \* T"):
-            tl.random.permutation(j, B * T)
-        p = tl.random.permutation(j, (tl.zeros((), "int32") + B) * T)
-    got = ctx.compile(bounds={B: 3, T: 5, J: 15}, outputs={"p": p}).run()["p"]
-    assert sorted(np.asarray(got).tolist()) == list(range(15))
+        x = tl.from_array(np.ones((5, 2), np.float32), domain=(t,))
+        p = tl.random.permutation(j, B * T)
+        q = tl.random.permutation(j, (tl.zeros((), "int32") + B) * T)   # the form it needed
+        scaled = x * (t * T) + (B * T * 2)
+        for bad in (lambda: x[B * T - 1], lambda: x[t * T], lambda: x[0:B * T],
+                    lambda: t < B * T, lambda: -(B * T)):
+            with pytest.raises(tl.ExprError, match=r"test_random.py:\d+: (B|t) \* T is not an "
+                               r"index expression.*tl.random.permutation\(j, (B|t) \* T\)"):
+                bad()
+    got = ctx.compile(bounds={B: 3, T: 5, J: 15},
+                      outputs={"p": p, "q": q, "scaled": scaled}).run()
+    assert sorted(np.asarray(got["p"]).tolist()) == list(range(15))
+    assert sorted(np.asarray(got["q"]).tolist()) == list(range(15))
+    np.testing.assert_array_equal(np.asarray(got["scaled"])[:, 0], np.arange(5) * 5 + 30)

@@ -49,9 +49,16 @@ def test_condition_has_no_truth_value():
             pass
 
 
-def test_non_affine_product_is_an_error():
-    with pytest.raises(tl.ExprError):
-        t * b
+def test_non_affine_product_is_a_value_not_an_expression():
+    """``t * b`` is not an index expression (isl's are affine): it is a ``Product``, which the
+    frontend lifts to a value, and an ExprError as soon as it is used as an expression."""
+    from tempo_lab.symbolic import Product, as_expr
+
+    assert isinstance(t * b, Product) and isinstance(t * b * 2, Product)
+    for use in (lambda: as_expr(t * b), lambda: t * b + 1, lambda: 1 - t * b,
+                lambda: t * b // 2, lambda: t < t * b):
+        with pytest.raises(tl.ExprError, match="not an index expression"):
+            use()
 
 
 exprs = st.recursive(

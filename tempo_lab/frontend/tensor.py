@@ -26,7 +26,7 @@ from ..ir.ops import (
     norm_dim,
     promote,
 )
-from ..symbolic import TRUE, Cond, Const, Dim, Expr, Slice, and_, as_expr, eq
+from ..symbolic import TRUE, Cond, Const, Dim, Expr, Product, Slice, and_, as_expr, eq
 from ..symbolic.cond import not_a_bool
 from .context import Context, Input, Node, current_context
 
@@ -344,6 +344,11 @@ def as_tensor(x, ctx: Context, over=()) -> RecurrentTensor:
             raise ExprError("this tensor comes from another tl.Context; build a program inside "
                             "one context")
         return x
+    if isinstance(x, Product):  # B * T: a value, the product of its factors' values
+        out = as_tensor(x.factors[0], ctx, over)
+        for f in x.factors[1:]:
+            out = out * as_tensor(f, ctx, over)
+        return out
     if isinstance(x, (Expr, Cond)):
         if isinstance(x, Const):
             return constant(x.value, ctx)

@@ -70,10 +70,7 @@ class Expr:
             return _scale(self, other.value)
         if isinstance(self, Const):
             return _scale(other, self.value)
-        raise ExprError(f"cannot multiply {self} by {other}: index expressions multiply only "
-                        f"by integer constants (write e.g. 2*t); for a size such as {self} * "
-                        f"{other} (a value, not an index), lift one first: "
-                        f"(tl.zeros((), 'int32') + {self}) * {other}")
+        return Product((self, other))
 
     __rmul__ = __mul__
 
@@ -325,6 +322,45 @@ def fast_evaluate(x, env):
         return x._eval(env)
 
 
+@dataclass(frozen=True)
+class Product:
+    """``B * T`` or ``t * T``: a product of expressions that are not constants. Not an index
+    expression (isl's are quasi-affine), but a size users write: the frontend lifts it to a
+    value wherever a tensor goes (``tl.random.permutation(j, B * T)``, ``x * (B * T)``). As an
+    index, or in more index arithmetic, it is an ExprError that says so."""
+
+    factors: tuple[Expr, ...]
+
+    def __mul__(self, other):
+        if isinstance(other, Product):
+            return Product(self.factors + other.factors)
+        return Product(self.factors + (as_expr(other),)) if _is_int_like(other) \
+            else NotImplemented
+
+    __rmul__ = __mul__
+
+    def __str__(self) -> str:
+        return " * ".join(f"({f})" if isinstance(f, Lin) else str(f) for f in self.factors)
+
+    def error(self) -> ExprError:
+        return ExprError(
+            f"{self} is not an index expression: index expressions multiply only by integer "
+            f"constants (write e.g. 2*t). As a value (a size, a count) it is fine where a tensor "
+            f"goes, e.g. tl.random.permutation(j, {self}); for more arithmetic on it, make it "
+            f"a tensor first: tl.zeros((), 'int32') + {self}")
+
+    def _refuse(self, other):
+        if not (_is_int_like(other) or isinstance(other, Product)):
+            return NotImplemented   # a tensor's own operator lifts this product
+        raise self.error()
+
+    __add__ = __radd__ = __sub__ = __rsub__ = __floordiv__ = __rfloordiv__ = _refuse
+    __mod__ = __rmod__ = __lt__ = __le__ = __gt__ = __ge__ = _refuse
+
+    def __neg__(self):
+        raise self.error()
+
+
 def _is_int_like(x) -> bool:
     import numpy as np
 
@@ -343,6 +379,8 @@ def as_expr(x) -> Expr:
         return x
     if _is_int_like(x):
         return Const(int(x))
+    if isinstance(x, Product):
+        raise x.error()
     raise ExprError(f"{x!r} is not an integer index expression; use ints, dims, bounds and "
                     "+ - * // % tl.min tl.max")
 
