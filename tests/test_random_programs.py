@@ -344,7 +344,7 @@ def test_random_programs_interrupted_from_a_sink_on_every_executor(data):
     assert_outputs_match(program, run_tempo(program, prog, calls), what=f"{executor}, again")
 
 
-@settings(max_examples=examples(30), deadline=None, derandomize=True, database=None,
+@settings(max_examples=examples(18), deadline=None, derandomize=True, database=None,
           phases=NO_EXPLAIN)
 @given(st.data())
 def test_random_programs_with_hostile_scope_names_are_emitted_escaped(data):

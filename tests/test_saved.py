@@ -165,7 +165,7 @@ def _use(stage) -> None:
             repr(s), s.pretty(), s._repr_html_(), json.dumps(s.to_dict())
 
 
-@settings(max_examples=examples(300), deadline=None, derandomize=True, database=None)
+@settings(max_examples=examples(180), deadline=None, derandomize=True, database=None)
 @given(st.data())
 def test_a_file_edited_anywhere_loads_and_prints_or_is_a_located_error(tmp_path_factory, data):
     """Any field of a saved program replaced by a hostile value (or removed), or the file cut
