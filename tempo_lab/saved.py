@@ -102,8 +102,9 @@ def load(source):
 
 
 def check_refs(kind: str, data: dict) -> str | None:
-    """What a schema cannot say about ``data``: every op id an edge, output, sink, until, event
-    or store names is an op of its graph, once; kinds and dtypes are known."""
+    """What a schema cannot say about ``data``: every op id an edge, output, sink, until, ragged
+    bound or store names is an op of its graph, and ids are unique; kinds and dtypes are known;
+    the memory timeline is one."""
     if kind == "tempo_lab.program":
         return _sdg_refs(data["sdg"], "sdg") or _memory_refs(data.get("memory"), data["sdg"]) \
             or (_passes_refs(data["passes"]) if data.get("passes") else None)
