@@ -1,8 +1,9 @@
 """The JSON that ``tl.save`` writes, as JSON Schema (version 1 of each stage's format).
 
-``tl.load`` checks a file against it before building anything, so that a truncated, edited or hostile file is refused at the field it breaks (``field
-sdg.ops[4].line: -1 is less than the minimum of 0``) instead of failing later, when a view prints it. What a schema
-cannot say (an edge names an op that exists) ``saved.check_refs`` checks.
+``tl.load`` checks a file against it before building anything, so that a truncated, edited or
+hostile file is refused at the field it breaks (``field sdg.ops[4].line is -1: it must be bigger
+than or equal to 0``) instead of failing later, when a view prints it. What a schema cannot say
+(an edge names an op that exists) ``saved.check_refs`` checks.
 
 The check is ``fastjsonschema``'s (it compiles a schema to Python; nbformat uses it too): 11 ms
 for a one-layer decoder's program file, where ``jsonschema`` took 256 ms and, on one edited file,
@@ -26,10 +27,10 @@ COUNTS = {"type": "array", "items": COUNT}
 SIZES = {"type": "array", "items": _or_null(COUNT)}  # None: unbounded
 
 
-def _object(required: dict, optional: dict | None = None, other=False) -> dict:
-    """An object with these fields (``other``: the schema of any further field, or False)."""
+def _object(required: dict, optional: dict | None = None) -> dict:
+    """An object with these fields and no others."""
     return {"type": "object", "required": sorted(required),
-            "properties": {**required, **(optional or {})}, "additionalProperties": other}
+            "properties": {**required, **(optional or {})}, "additionalProperties": False}
 
 
 def _mapping(value: dict) -> dict:

@@ -3,6 +3,7 @@ expression and condition parsed back from its text), explorable without the prog
 and clear errors for files that are not such JSON."""
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from pathlib import Path
@@ -137,24 +138,22 @@ def test_tampered_and_hostile_files_are_located_errors(tmp_path):
 # -- a saved file edited anywhere: it loads and prints, or it is a located error --------------
 HOSTILE = [None, -1, 0, 10**300, 1.5, float("nan"), "", "t // t", "<script>", "9" * 5000,
            [], {}, [[[]]], True, "T", "tempo_lab.program/1", "bfloat16"]
-_SAVED: list = []
 
 
+@functools.cache
 def _saved() -> tuple[dict, list[tuple]]:
     """A small program's ``to_dict()`` and the path of every field in it (of a list, its first
     item: each kind of field is drawn as often as another), made once."""
-    if not _SAVED:
-        data = _decoder(1, window=3).to_dict()
+    data = _decoder(1, window=3).to_dict()
 
-        def paths(x, at=()):
-            if at:
-                yield at
-            items = x.items() if isinstance(x, dict) else \
-                enumerate(x[:1]) if isinstance(x, list) else ()
-            for k, v in items:
-                yield from paths(v, at + (k,))
-        _SAVED.extend([data, list(paths(data))])
-    return _SAVED[0], _SAVED[1]
+    def paths(x, at=()):
+        if at:
+            yield at
+        items = x.items() if isinstance(x, dict) else \
+            enumerate(x[:1]) if isinstance(x, list) else ()
+        for k, v in items:
+            yield from paths(v, at + (k,))
+    return data, list(paths(data))
 
 
 def _use(stage) -> None:
