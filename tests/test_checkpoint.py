@@ -129,6 +129,15 @@ def test_a_config_field_it_cannot_honour_is_named(tmp_path, field, value, named)
     _raises(lambda: tl.nn.Llama.from_pretrained(path), "config.json", named)
 
 
+def test_a_config_that_says_more_layers_than_the_files_hold_is_refused_at_once(tmp_path):
+    """Checked before a name is listed per layer: 10**12 layers (a tampered config) once
+    listed every layer's tensor names, growing until the process was killed."""
+    path = _copy(tmp_path)
+    _edit_config(path, num_hidden_layers=10**12)
+    _raises(lambda: tl.nn.Llama.from_pretrained(path), "model.layers.2.input_layernorm",
+            "it has 2 layers")
+
+
 def test_files_that_do_not_fit_are_named(tmp_path):
     _raises(lambda: tl.nn.Llama.from_pretrained(tmp_path / "nowhere"), "nowhere")
     (tmp_path / "empty").mkdir()

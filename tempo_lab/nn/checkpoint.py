@@ -237,6 +237,14 @@ def _plan(model: Llama) -> dict[str, list[str]]:
             else [GLOBAL_NAMES[ours]] for ours in model.shapes()}
 
 
+def _layers_present(names) -> int:
+    """How many layers ``model.layers.0.*``, ``model.layers.1.*``, ... the names hold, counted
+    up to the first index that has no tensor."""
+    found = {int(n.split(".")[2]) for n in names
+             if n.startswith("model.layers.") and n.split(".")[2].isdigit()}
+    return next(k for k in range(len(found) + 1) if k not in found)
+
+
 def load_llama(paths, model: Llama, dtype=None) -> dict[str, np.ndarray]:
     """``model``'s parameters from safetensors files in the Hugging Face Llama layout (one file,
     a list of shards, or a checkpoint directory), in ``dtype`` (default: the checkpoint's, the
@@ -251,13 +259,20 @@ def load_llama(paths, model: Llama, dtype=None) -> dict[str, np.ndarray]:
             if not p.is_file():
                 raise CheckpointError(f"{p}: no such checkpoint file")
     tensors = _Tensors(files)
+    where = files[0] if len(files) == 1 else files[0].parent
+    layers = _layers_present(tensors.where)
+    if model.layers > layers:  # before any name is listed: a config may say 10**12 layers
+        name = f"model.layers.{layers}.{HF_NAMES['norm1.scale']}"
+        raise CheckpointError(f"{where}: the checkpoint has no tensor {name!r} that {model!r} "
+                              f"needs (it has {layers} layers, the model "
+                              f"{model.layers})")
     plan = _plan(model)
     wanted = {name for names in plan.values() for name in names}
     missing = sorted(wanted - set(tensors.where))
     if missing:
-        raise CheckpointError(f"{files[0] if len(files) == 1 else files[0].parent}: the "
-                              f"checkpoint has no tensor {missing[0]!r} that {model!r} needs "
-                              f"({len(missing)} missing; it has {len(tensors.where)} tensors)")
+        raise CheckpointError(f"{where}: the checkpoint has no tensor {missing[0]!r} that "
+                              f"{model!r} needs ({len(missing)} missing; it has "
+                              f"{len(tensors.where)} tensors)")
     extra = sorted(k for k in set(tensors.where) - wanted if not k.endswith(IGNORED))
     if extra:
         why = (" (an untied output head: load it with tied=False)" if "lm_head.weight" in extra
