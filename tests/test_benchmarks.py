@@ -125,3 +125,13 @@ def test_soak_benchmark_tiny(tmp_path):
     for r in records:
         assert len(r["rss_bytes"]) == len(r["seconds"]) == 3
         assert r["growth_bytes"] == r["rss_bytes"][-1] - r["rss_bytes"][0]
+
+
+def test_overhead_benchmark_tiny(tmp_path):
+    """Each program on xla against jax.jit, checked against JAX's values on the way."""
+    out = tmp_path / "overhead.json"
+    _run("benchmarks.overhead", "--quick", "--out", str(out))
+    records = json.loads(out.read_text())
+    assert {(r["program"], r["system"], r["executor"]) for r in records} == {
+        (p, s, e) for p in ("one_op", "loop") for s, e in (("jax_jit", None), ("tempo_lab", "xla"))}
+    assert all(r["us"] > 0 and r["us_min"] <= r["us"] for r in records)

@@ -9,6 +9,7 @@ import re
 import sys
 from pathlib import Path
 
+import jax
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -757,3 +758,31 @@ def test_xla_reads_past_what_its_loop_wrote_as_the_reference(steps, reduce, oute
     prog = ctx.compile(bounds=bounds, outputs={"y": y}, config=cfg("xla", vectorise=vectorise))
     want = ctx.compile(bounds=bounds, outputs={"y": y}, config=REFERENCE).run()["y"]
     close(prog.run()["y"], want, msg=f"{reduce}, outer={outer}, vectorise={vectorise}")
+
+
+def test_xla_returns_counts_only_where_the_program_makes_them():
+    """A program without loops or branches: tracing knew every statement count, so the XLA
+    program returns its outputs alone (a counter output cost a buffer and a transfer: a third
+    of a one-op run); with a loop it returns the counts it made. Either way the profile counts
+    what the interpreter counts, and is made once, when first read."""
+    data = np.arange(24, dtype=np.float32).reshape(6, 4)
+    for looped in (False, True):
+        ctx = tl.Context(dims=("t",))
+        (t,), (T,) = ctx.dims, ctx.bounds
+        with ctx:
+            x = tl.from_array(data, domain=(t,), name="x")
+            if looped:
+                y = tl.placeholder((4,), "float32", domain=(t,), name="y")
+                y[0] = x[0]
+                y[t] = tl.tanh(y[t - 1] + x[t])
+            else:
+                y = tl.tanh(x)
+        runs = {e: ctx.compile(bounds={T: 6}, outputs={"y": y}, config=cfg(e)).run()
+                for e in ("xla", "interpreter")}
+        close(runs["xla"]["y"], runs["interpreter"]["y"])
+        xp = runs["xla"].program.executable.prepared
+        returned = jax.tree.leaves(xp._compiled()(*xp._args()))
+        assert len(returned) == (2 if looped else 1), returned
+        assert runs["xla"].profile.calls == runs["interpreter"].profile.calls
+        assert runs["xla"].profile is runs["xla"].profile
+        assert isinstance(runs["xla"].profile, tl.runtime.Profile)

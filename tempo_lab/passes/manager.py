@@ -6,6 +6,7 @@ request otherwise) and keeps a ``PassTrace`` of before/after graphs, edits and t
 from __future__ import annotations
 
 import dataclasses
+import functools
 import heapq
 import time
 from collections.abc import Callable
@@ -357,7 +358,7 @@ class PassTrace(Stage):
         """Bounds of the dims the passes added, with their values for this compilation."""
         return {k: v for r in self.records for k, v in r.new_bounds.items()}
 
-    @property
+    @functools.cached_property
     def orders(self) -> dict:
         """Dim name -> the order a pass put its instances in (outputs come back in it)."""
         return {k: v for r in self.records for k, v in r.orders.items()}

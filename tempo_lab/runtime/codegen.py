@@ -305,5 +305,4 @@ class _Codegen:
                                "statement (counted when a store is first written, grows, is "
                                "freed or moves to or from the host); calls: statement "
                                "instances run")
-        profile.offloaded_bytes = host.offloaded_bytes
         return bufs, reached, profile

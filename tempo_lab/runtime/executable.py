@@ -8,7 +8,7 @@ generated Python program, or one XLA program. Adding an executor is one module t
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from ..errors import TempoLabError
@@ -28,8 +28,9 @@ class Prepared(Protocol):
     predicted_peak_bytes: int            # the store bytes its profile should measure
 
     def run(self, host: Host, bounds: Mapping[str, int]
-            ) -> tuple[dict[int, object], dict[str, int], Profile]:
-        """Run once: (output store buffers, bounds reached, profile)."""
+            ) -> tuple[dict[int, object], dict[str, int], Callable[[], Profile]]:
+        """Run once: (output store buffers, bounds reached, what makes its profile:
+        ``host.profile(...)``)."""
 
     def sections(self) -> list[tuple[str, list[str]]]: ...
 
@@ -129,7 +130,7 @@ class Executable(Stage):
         statement instance as a kernel event in ``run.profile.events``. Returns the ``Run``."""
         bounds = dict(self.lowered.bounds if bounds is None else bounds)
         host = Host(self.lowered, self.sync, record, self._cached)
-        host.start(self.name, bounds)
+        host.start(self.backend.name, bounds)
         try:
             bufs, reached, profile = self.prepared.run(host, bounds)
         finally:
@@ -137,7 +138,7 @@ class Executable(Stage):
         host.raise_error()
         env = {**bounds, **reached}
         values = self.lowered.outputs(bufs, env)
-        return Run(self.program, values, profile.wall_s, profile, env)
+        return Run(self.program, values, host.wall_s, profile, env)
 
     # -- stage vocabulary ---------------------------------------------------------------------
     def __repr__(self) -> str:

@@ -62,29 +62,34 @@ class Cached:
         self.outermost = _outermost(lowered.ast)
 
 
+def _a32(xs) -> np.ndarray:
+    return np.asarray(xs, np.int32)
+
+
 class Host:
+    # what generated code and the interpreter call through the host
+    clock, a32, sc = staticmethod(time.perf_counter), staticmethod(_a32), staticmethod(size_class)
+    bar = None  # the progress bar, made on a long run's first step (``tick``)
+    error: BaseException | None = None  # a user's exception raised by a callback, kept
+    offloaded_bytes = 0  # the most offloaded store bytes held on the host at once
+    wall_s = 0.0  # the run's wall time, taken when it made its profile
+
     def __init__(self, lowered: Lowered, sync: bool = False, record: bool = False,
                  cached: Cached | None = None):
         self.lowered, self.sdg, self.sync, self.record = lowered, lowered.sdg, sync, record
         self.cached = cached = cached or Cached(lowered)
         self.kernels, self._device, self._outermost = (cached.kernels, cached.device,
                                                        cached.outermost)
-        self.error: BaseException | None = None
         self.events: list[KernelEvent] = []
         self.t0 = time.perf_counter()
-        self.clock = time.perf_counter
-        self.a32 = lambda xs: np.asarray(xs, np.int32)
-        self.sc = size_class
-        self.bar = None
         self.on_host: dict[int, np.ndarray] = {}  # offloaded stores
-        self.offloaded_bytes = 0  # the most held on the host at once
 
     # -- progress -----------------------------------------------------------------------------
     def start(self, executor: str, bounds) -> None:
         """A progress bar over the iterations of the outermost loops, made on the first step
         after ``progress.DELAY_S`` (shown for long runs only): making a tqdm bar costs about
         100 µs, which was most of a short run's time."""
-        self._run = (executor, dict(bounds), time.perf_counter())
+        self._run = (executor, bounds, time.perf_counter())  # bounds: the run's own dict
         self._steps = 0
 
     def tick(self) -> None:
@@ -235,9 +240,14 @@ class Host:
                                        time.perf_counter() - self.t0, nbytes))
 
     def profile(self, executor: str, calls, seconds, timeline, measured: str,
-                synced: bool | None = None) -> Profile:
-        return Profile(self.sdg, calls={i: int(n) for i, n in calls.items() if n},
-                       seconds=dict(seconds), timeline=list(timeline),
-                       wall_s=time.perf_counter() - self.t0,
-                       synced=self.sync if synced is None else synced, measured=measured,
-                       executor=executor, events=self.events)
+                synced: bool | None = None):
+        """What the run measured (fresh objects, not changed after): the run's wall time now
+        (``wall_s``), and a function that makes its ``Profile`` when ``run.profile`` is first
+        read (most runs are never asked; making it cost a tenth of a one-op program's run)."""
+        self.wall_s = time.perf_counter() - self.t0
+        sdg, wall, events, offloaded = self.sdg, self.wall_s, self.events, self.offloaded_bytes
+        synced = self.sync if synced is None else synced
+        return lambda: Profile(sdg, calls={i: int(n) for i, n in calls.items() if n},
+                               seconds=dict(seconds), timeline=list(timeline), wall_s=wall,
+                               synced=synced, measured=measured, executor=executor,
+                               events=events, offloaded_bytes=offloaded)

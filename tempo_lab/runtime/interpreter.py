@@ -89,7 +89,6 @@ class _Interpreter:
         profile = host.profile("interpreter", calls, seconds, timeline,
                                "store bytes: the store buffers on the device after every "
                                "statement; calls: statement instances dispatched")
-        profile.offloaded_bytes = host.offloaded_bytes
         return {i: bufs[i] for i in low.sdg.outputs.values() if i in bufs}, reached, profile
 
     def _exec(self, host: Host, s: int, point: tuple, env: dict, bufs, caps) -> int | None:

@@ -219,34 +219,59 @@ class Lowered(Stage):
     def outputs(self, bufs: Mapping[int, object], env: Mapping[str, int]) -> dict:
         """Each output's valid region (bounds as reached) from its store buffer, as NumPy, with
         the axes of vectorised dims back among the domain axes (universe order)."""
-        out, bufs = {}, to_host({i: bufs[i] for i in self.sdg.outputs.values()})
-        for name, i in self.sdg.outputs.items():
-            op = self.sdg.ops[i]
-            want = tuple(env[d.bound.name] for d in op.domain) + tuple(
-                x if isinstance(x, int) else x.evaluate(env) for x in op.type.shape)
-            arr = bufs[i][tuple(slice(0, n) for n in want)]
+        recipes = self._output_recipes
+        if not all(type(bufs[r[1]]) is np.ndarray for r in recipes):
+            bufs = to_host({r[1]: bufs[r[1]] for r in recipes})
+        out = {}
+        for name, i, bounds, sizes, order in recipes:
+            want = tuple([env[b] for b in bounds]) + (sizes if type(sizes) is tuple else tuple(
+                x if isinstance(x, int) else x.evaluate(env) for x in sizes))
+            arr = bufs[i]
+            if arr.shape != want:
+                arr = arr[tuple(slice(0, n) for n in want)]
             if arr.shape != want:  # points outside every demanded set were never computed
                 full = np.zeros(want, arr.dtype)
                 full[tuple(slice(0, n) for n in arr.shape)] = arr
                 arr = full
-            out[name] = self._universe_order(op, arr)
+            out[name] = arr if order is None else self._universe_order(arr, *order)
         return out
 
-    def _universe_order(self, op: Op, value: np.ndarray) -> np.ndarray:
+    @functools.cached_property
+    def _output_recipes(self) -> list[tuple]:
+        """Per output, what ``outputs`` needs at every run, worked out once: (name, op, its
+        domain's bound names, its spatial sizes (a tuple where they are all constants), the
+        axis order back to the universe's or None)."""
+        recipes = []
+        for name, i in self.sdg.outputs.items():
+            op = self.sdg.ops[i]
+            sizes = op.type.shape
+            recipes.append((name, i, tuple(d.bound.name for d in op.domain),
+                            tuple(sizes) if all(isinstance(x, int) for x in sizes) else list(sizes),
+                            self._order_of(op)))
+        return recipes
+
+    def _order_of(self, op: Op) -> tuple[list[int], list[bool]] | None:
+        """How ``op``'s store axes go back to universe order: a permutation of its domain axes
+        and, per axis after it, whether it merges with the next (a dim's blocks and the points
+        in a block); None where they are in that order already."""
         moved = vdims(op)
         if not moved:
-            return value
+            return None
         blocks = self.sdg.parted(op)  # d_blk, then d's points in a block
         have = [d.name for d in op.domain] + list(moved)
         want = [n for d in self.sdg.dims if d.name in have
                 for n in (d.name, *([blocks[d.name]] if d.name in blocks else ()))]
-        perm = [have.index(n) for n in want]
-        value = np.transpose(value, perm + list(range(len(have), value.ndim)))
+        perm, merge = [have.index(n) for n in want], [n in blocks for n in want]
+        return None if perm == sorted(perm) and not any(merge) else (perm, merge)
+
+    @staticmethod
+    def _universe_order(value: np.ndarray, perm: list[int], merge: list[bool]) -> np.ndarray:
+        value = np.transpose(value, perm + list(range(len(perm), value.ndim)))
         shape, k = [], 0
         while k < value.ndim:  # merge each (blocks, points in a block) pair into one axis
-            merge = k < len(want) and want[k] in blocks
-            shape.append(value.shape[k] * value.shape[k + 1] if merge else value.shape[k])
-            k += 2 if merge else 1
+            both = k < len(merge) and merge[k]
+            shape.append(value.shape[k] * value.shape[k + 1] if both else value.shape[k])
+            k += 2 if both else 1
         return value.reshape(shape)
 
     # -- stage vocabulary ---------------------------------------------------------------------

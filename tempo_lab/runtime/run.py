@@ -54,11 +54,20 @@ class Run(Stage):
 
     def __init__(self, program, values: dict[str, np.ndarray], seconds: float,
                  profile=None, bounds=None):
+        """``profile``: a ``Profile``, a function that makes one (when first read), or None
+        (the reference interpreter measures nothing)."""
         self.program, self._values, self.seconds = program, values, seconds
-        self.profile = profile
+        self._profile = profile
         self.bounds: dict[str, int] = dict(bounds or program.bounds)
         # each ragged bound's outer dim and lengths (a per-instance tl.until's, as reached)
         self.lengths: dict[str, tuple[str, np.ndarray]] = ByBound()
+
+    @property
+    def profile(self):
+        """What the run measured (``Profile``), or None for the reference interpreter."""
+        if callable(self._profile):
+            self._profile = self._profile()
+        return self._profile
 
     @property
     def executor(self) -> str:

@@ -73,7 +73,8 @@ def program_bytes(compiled) -> int:
     return code or RESIDENT_PER_HLO_BYTE * len(compiled.as_text())
 
 
-_PROGRAMS = LRU(MAX_PROGRAMS, PROGRAM_BYTES, program_bytes)
+_PROGRAMS = LRU(MAX_PROGRAMS, PROGRAM_BYTES, lambda entry: program_bytes(entry[0]))  # each
+# entry: (the compiled program, what tracing found: see _Xla._program)
 _RUNS: dict[int, Host] = {}  # the runs in progress by id: a callback gets its run's id as
 _RUN_IDS = itertools.count(1)  # an argument of the program, so concurrent runs never mix
 
@@ -99,7 +100,16 @@ class _Xla:
         self.bounds = plan.bounds
         self.source = plan.source  # the program as traced, in words (``executable.source``)
         self._fn = None  # the compiled program (jax.stages.Compiled), cached process-wide
+        self._found: dict = {}  # what tracing it found (see _program)
         self._cached = None  # the device arrays of the last run, reused by op_seconds
+        # a run registers its host only for a program that calls back into it
+        self._calls_host = bool(plan.lowered.sources or plan.lowered.sinks)
+        self._no_run = np.int32(0) if plan.lowered.layout is not None else jax.device_put(
+            np.int32(0))
+        self._bvec_last: tuple = (None, None)  # the last bounds and their argument
+        self._params = self.sdg.params
+        self._local_cpu = plan.lowered.layout is None and jax.default_backend() == "cpu"
+        self._host_args: tuple = (None, ())  # (the Cached they came from, the host arguments)
 
     @property
     def predicted_peak_bytes(self) -> int:
@@ -143,26 +153,40 @@ class _Xla:
         a = self.plan.held_axis(op)
         return tuple(lax.index_in_dim(x, j, a, keepdims=False) for j in range(x.shape[a]))
 
-    def _program(self):
+    def _program(self, found: dict | None = None):
+        """The program to trace. Tracing fills ``found``: "calls", the statement counts where
+        tracing knew them all (no loop or branch counted any: the program returns none), and
+        "err", whether it can meet a max/min over an empty range. A program returns its
+        outputs, then what it counted, its bounds as reached and that error in one array, or
+        nothing more where there is none of these (an output costs a buffer and a transfer:
+        a third of a one-op program's run)."""
         names = list(self.sdg.params)
+        found = {} if found is None else found
 
         def program(bvec, hosts, run_id):
             env = {ic.bound(p): bvec[k] for k, p in enumerate(names)}
             hosts = dict(zip(self.lowered.hosts, hosts))
+            calls, err = (jnp.zeros(len(self.plan.ops), jnp.int32),
+                          jnp.zeros(2 + self.plan.ndom, jnp.int32))
             state = {"s": {i: self._prefill(i, hosts[i]) if i in self.plan.prefilled else
                            self._zeros(i, sh, dt) for i, (sh, dt) in self.plan.shapes.items()},
-                     "calls": jnp.zeros(len(self.plan.ops), jnp.int32),
+                     "calls": calls,
                      "w": {i: jnp.int32(-1) for i in self.sdg.untils.values()},
                      "b": {p: env[ic.bound(p)] for p in self.sdg.untils},
-                     "err": jnp.zeros(2 + self.plan.ndom, jnp.int32)}
+                     "err": err}
             ctx = _Trace(self.plan, hosts, run_id)
             state = ctx.node(self.schedule.ast, env, state,
                              {i: self._literal(i) for i in self.plan.baked})
             outs = {i: _logical(state["s"][i], self.plan.perms.get(i))
                     for i in self.sdg.outputs.values() if i in state["s"]}
-            # the counters, the bounds as reached and the error in one array: one transfer
-            reached = [jnp.asarray(state["b"][p], jnp.int32)[None] for p in self.sdg.untils]
-            return outs, jnp.concatenate([_calls(state), *reached, state["err"]])
+            known = state["calls"] is calls  # only counts made while tracing: known now
+            found["calls"] = np.bincount(state.get("pending", ()), minlength=len(
+                self.plan.ops)).tolist() if known else None
+            found["err"] = state["err"] is not err
+            ints = ([] if known else [_calls(state)]) + [
+                jnp.asarray(state["b"][p], jnp.int32)[None] for p in self.sdg.untils] + (
+                [state["err"]] if found["err"] else [])
+            return (outs, jnp.concatenate(ints)) if ints else (outs,)
 
         return program
 
@@ -183,16 +207,22 @@ class _Xla:
             avals = jax.tree.map(lambda a: (a.shape, str(a.dtype), str(getattr(a, "sharding", ""))),
                                  args)
             precision = jax.config.jax_default_matmul_precision  # part of what compiles
-            self._fn = _PROGRAMS.get((self._key(), str(avals), precision), lambda: jax.jit(
-                self._program()).lower(*args).compile())
+
+            def make():
+                found: dict = {}
+                return jax.jit(self._program(found)).lower(*args).compile(), found
+
+            self._fn, self._found = _PROGRAMS.get((self._key(), str(avals), precision), make)
         return self._fn
 
     def _hosts(self, host: Host | None = None) -> tuple:
         """The host arrays on the device: those of the last run (or new ones)."""
         host = host or Host(self.lowered, cached=self._cached)
         self._cached = host.cached
-        return tuple(host.host_points(i) if i in self.plan.by_point else host.host_array(i)
-                     for i in self.lowered.hosts)
+        self._host_args = (host.cached, tuple(
+            host.host_points(i) if i in self.plan.by_point else host.host_array(i)
+            for i in self.lowered.hosts))
+        return self._host_args[1]
 
     def _args(self) -> tuple:
         """The program's arguments for the compiled bounds: bound values and host inputs."""
@@ -257,32 +287,52 @@ class _Xla:
 
     def run(self, host: Host, bounds: Mapping[str, int]):
         host.t0 = time.perf_counter()  # the first run compiles: its time says so
-        hosts = self._hosts(host)
-        fn = self._compiled()
-        bvec = np.asarray([int(bounds.get(p, 1)) for p in self.sdg.params], np.int32)
-        run_id = next(_RUN_IDS) % 2**31
-        _RUNS[run_id] = host
-        try:
-            # waits for the program; one transfer of everything it returns
-            outs, ints = to_host(fn(bvec, hosts, np.int32(run_id)))
+        cached, hosts = self._host_args  # the same host arrays at every run
+        hosts = hosts if cached is host.cached else self._hosts(host)
+        fn = self._fn or self._compiled()
+        if self._calls_host:  # the callbacks find this run's host by the id passed in
+            run_id = next(_RUN_IDS) % 2**31
+            _RUNS[run_id] = host
+            try:  # waits for the program; one transfer of everything it returns
+                got = to_host(fn(self._bvec(bounds), hosts, np.int32(run_id)))
+            finally:
+                del _RUNS[run_id]
+            host.raise_error()
+        elif self._local_cpu:  # each array is whole here, and a copy costs less than a start
+            got = fn(self._bvec(bounds), hosts, self._no_run)
+            got = ({i: np.asarray(a) for i, a in got[0].items()}, *map(np.asarray, got[1:]))
+        else:
+            got = to_host(fn(self._bvec(bounds), hosts, self._no_run))
+        outs, ints = got[0], got[1].tolist() if len(got) > 1 else []
+        calls = self._found["calls"]
+        if calls is None:  # counted by the program
             n = len(self.plan.ops)
-            m = n + len(self.sdg.untils)
-            calls, ends, err = ints[:n], ints[n:m], ints[m:]
-            reached = dict(zip(self.sdg.untils, ends))
-        finally:
-            del _RUNS[run_id]
-        host.raise_error()
+            calls, ints = ints[:n], ints[n:]
+        reached, err = {}, ints[len(self.sdg.untils):] or [0]
+        if self.sdg.untils:
+            reached = dict(zip(self.sdg.untils, ints))
         if err[0]:  # the first max/min over an empty range, as the other executors raise it
             s = int(err[1])
             st = self.lowered.stmts[s]
             n = len(st.reads[0].lens([None] * len(st.reads[0].padded())))
-            host.check(s, [0] * n, tuple(int(v) for v in err[2:2 + len(st.op.domain)]))
+            host.check(s, [0] * n, tuple(err[2:2 + len(st.op.domain)]))
         profile = host.profile(
-            "xla", {i: int(calls[k]) for k, i in enumerate(self.plan.ops)}, {},
+            "xla", dict(zip(self.plan.ops, calls)), {},
             [self.plan.static_bytes], "store bytes: the static stores the XLA program allocates for "
                                  "the whole run (one timeline entry); calls: statement "
                                  "instances counted inside the XLA program", synced=True)
-        return outs, {k: int(v) for k, v in reached.items()}, profile
+        return outs, reached, profile
+
+    def _bvec(self, bounds: Mapping[str, int]):
+        """The bound values as the program's argument: on one process, kept on the device by
+        value (a NumPy argument is copied to the device at every call)."""
+        if bounds == self._bvec_last[0]:
+            return self._bvec_last[1]
+        values = tuple(int(bounds.get(p, 1)) for p in self._params)
+        arg = (np.asarray(values, np.int32) if self.lowered.layout is not None else  # a mesh's
+               jax.device_put(np.asarray(values, np.int32)))  # processes pass the same values
+        self._bvec_last = (dict(bounds), arg)
+        return arg
 
     def _key(self) -> tuple:
         sdg = self.sdg

@@ -1,0 +1,119 @@
+"""Per-run overhead: ``prog.run()`` of a one-op program against a jitted JAX call of the same op
+(its NumPy argument in, its result back as NumPy), in the same process.
+
+    python -m benchmarks.overhead [--quick] [--out benchmarks/results/overhead.json]
+
+Programs (each tiny, so that what is timed is the fixed cost of a run, not its work):
+
+- ``one_op``: ``y = tanh(x)`` over ``t`` (``x`` a 4 x 4 ``tl.from_array``; ``t`` vectorised,
+  so the XLA program has no loop); JAX: ``jax.jit(jnp.tanh)``.
+- ``loop``: ``h[t] = tanh(h[t-1] + x[t])`` over 8 steps (a loop, whose statement counts the
+  XLA program returns); JAX: ``jax.jit`` of a ``lax.scan``.
+
+Each system is timed in rounds of calls (``timeit`` with the collector off, as for both); a
+record's ``us`` is the median over rounds of the mean per call, ``us_min`` the fastest round.
+Records: ``{"program", "system": "tempo_lab" | "jax_jit", "executor", "us", "us_min",
+"ratio" (tempo_lab's median over JAX's, same run)}``. Target: ``one_op`` on ``xla`` within
+2x of ``jax_jit``.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import timeit
+
+import numpy as np
+
+from benchmarks.decode import environment, write_results
+
+DEFAULT_OUT = os.path.join("benchmarks", "results", "overhead.json")
+TARGET_RATIO = 2.0
+
+
+def programs():
+    """name -> (tempo_lab program builder(executor), plain JAX function, its NumPy input)."""
+    import jax
+    import jax.numpy as jnp
+    from jax import lax
+
+    import tempo_lab as tl
+
+    x1 = np.arange(16, dtype=np.float32).reshape(4, 4) / 16
+    x8 = np.random.default_rng(0).standard_normal((8, 4)).astype(np.float32)
+
+    def one_op(executor):
+        ctx = tl.Context(dims=("t",))
+        (t,), (T,) = ctx.dims, ctx.bounds
+        with ctx:
+            y = tl.tanh(tl.from_array(x1, domain=(t,), name="x"))
+        return ctx.compile(bounds={T: 4}, outputs={"y": y},
+                           config=tl.CompileConfig(executor=executor))
+
+    def loop(executor):
+        ctx = tl.Context(dims=("t",))
+        (t,), (T,) = ctx.dims, ctx.bounds
+        with ctx:
+            x = tl.from_array(x8, domain=(t,), name="x")
+            h = tl.placeholder((4,), "float32", domain=(t,), name="h")
+            h[0] = tl.tanh(x[0])
+            h[t] = tl.tanh(h[t - 1] + x[t])
+        return ctx.compile(bounds={T: 8}, outputs={"h": h},
+                           config=tl.CompileConfig(executor=executor))
+
+    def scan(xs):
+        def step(h, x):
+            h = jnp.tanh(h + x)
+            return h, h
+        return lax.scan(step, jnp.zeros(xs.shape[1:], xs.dtype), xs)[1]
+
+    return {"one_op": (one_op, jax.jit(jnp.tanh), x1), "loop": (loop, jax.jit(scan), x8)}
+
+
+def _time(fn, rounds: int, number: int) -> tuple[float, float]:
+    """(median, min) over rounds of the mean microseconds per call."""
+    per = np.asarray(timeit.repeat(fn, number=number, repeat=rounds)) / number * 1e6
+    return float(np.median(per)), float(per.min())
+
+
+def measure(executors, rounds: int, number: int) -> list[dict]:
+    import tempo_lab as tl
+
+    tl.config.progress = False
+    records = []
+    for name, (build, jitted, x) in programs().items():
+        want = np.asarray(jitted(x))
+        j_med, j_min = _time(lambda f=jitted, a=x: np.asarray(f(a)), rounds, number)
+        records.append({"program": name, "system": "jax_jit", "executor": None,
+                        "us": j_med, "us_min": j_min, "ratio": 1.0})
+        for executor in executors:
+            prog = build(executor)
+            got = prog.run()
+            out = got[next(iter(got.keys()))]
+            np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6,
+                                       err_msg=f"{name} on {executor} differs from JAX")
+            med, low = _time(prog.run, rounds, number)
+            records.append({"program": name, "system": "tempo_lab", "executor": executor,
+                            "us": med, "us_min": low, "ratio": med / j_med})
+            print(f"{name:7s} {executor:12s} {med:8.1f} us  (jax.jit {j_med:.1f} us)  "
+                  f"{med / j_med:.2f}x", flush=True)
+    return records
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.overhead",
+                                 description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="xla only, fewer rounds")
+    ap.add_argument("--executors", nargs="+", default=["xla", "codegen", "interpreter"])
+    ap.add_argument("--out", default=DEFAULT_OUT)
+    args = ap.parse_args(argv)
+    executors = ["xla"] if args.quick else args.executors
+    rounds, number = (7, 500) if args.quick else (15, 2000)
+    records = [{**r, **environment()} for r in measure(executors, rounds, number)]
+    write_results(records, args.out)
+    one = next(r for r in records if r["program"] == "one_op" and r["executor"] == "xla")
+    print(f"one_op on xla: {one['ratio']:.2f}x jax.jit (target <= {TARGET_RATIO}x)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
