@@ -5,8 +5,24 @@ executor of ``rt_helpers.ALL`` (ids: the executor names), or of the subset that
 test that parametrises ``executor`` itself with ``pytest.mark.parametrize`` keeps its own."""
 from __future__ import annotations
 
+import importlib
+import pkgutil
+
 import pytest
 from rt_helpers import ALL
+
+
+def pytest_sessionstart(session):
+    """Every module of ``tempo_lab`` and ``benchmarks`` loaded before any test runs. Hypothesis
+    mixes the literal constants of the project's loaded modules into what it draws, so a
+    derandomised test drew other values according to what earlier tests had imported: CI, a
+    worker with ``benchmarks.decode`` loaded, drew a checkpoint config of 10**12 layers that
+    the test alone never drew. Loaded up front, a test draws the same examples alone, in the
+    suite, on any worker."""
+    for name in ("tempo_lab", "benchmarks"):
+        package = importlib.import_module(name)
+        for info in pkgutil.walk_packages(package.__path__, f"{name}."):
+            importlib.import_module(info.name)
 
 
 def pytest_configure(config):
