@@ -79,3 +79,23 @@ __all__ = [
     "sink", "softmax", "source", "sqrt", "squeeze", "stack", "sum", "take", "tanh", "transpose", "until",
     "where", "zeros",
 ]
+
+
+def _check_signatures() -> None:
+    """Every public function here and in ``nn``, ``optim``, ``random`` and ``rl``, called with
+    arguments its signature refuses, raises an ``ArgumentError`` at the caller's line."""
+    import inspect
+    import sys
+
+    from .errors import checked_signature
+
+    for prefix, module in (("tl", sys.modules[__name__]), ("tl.nn", nn), ("tl.optim", optim),
+                           ("tl.random", random), ("tl.rl", rl)):
+        names = getattr(module, "__all__", None) or [n for n in vars(module) if n[0] != "_"]
+        for name in names:
+            fn = getattr(module, name)
+            if inspect.isfunction(fn) and fn.__module__.startswith(__name__):
+                setattr(module, name, checked_signature(fn, prefix))
+
+
+_check_signatures()

@@ -274,6 +274,22 @@ def user_api(fn):
     return wrapper
 
 
+def checked_signature(fn, where: str = "tl"):
+    """``fn`` as the package exports it: a call that does not fit its signature (an argument
+    missing, unknown or given twice) is an ``ArgumentError`` at the user's line that shows the
+    signature, not Python's bare ``TypeError``. Anything else ``fn`` raises comes through."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except TypeError as e:
+            if _binds(fn, args, kwargs):
+                raise
+            raise ArgumentError(f"{e}: the signature is {fn.__name__}"
+                                f"{inspect.signature(fn)}; see help({where}.{fn.__name__})") from None
+    return wrapper
+
+
 def _binds(fn, args: tuple, kwargs: dict) -> bool:
     """Whether the call matches ``fn``'s signature (if not, its TypeError is the user's)."""
     try:

@@ -1037,6 +1037,20 @@ def test_ctrl_c_in_a_callback_comes_through_as_itself_and_the_program_runs_again
     assert sorted(seen) == [0, 1, 2, 3]
 
 
+def test_a_call_that_does_not_fit_a_public_signature_is_located():
+    """A missing, unknown or doubled argument to any public function (``tl``, ``tl.nn``,
+    ``tl.random``, ...) is an ArgumentError at the user's line that shows the signature."""
+    ctx, t, T = ctx1()
+    with ctx:
+        err = raises(tl.ArgumentError, lambda: tl.from_array(np.zeros(3)), here(0))
+        assert "'domain'" in str(err) and "from_array(array, domain" in str(err)
+        err = raises(tl.ArgumentError, lambda: tl.zeros((2,), bogus=1), here(0))
+        assert "'bogus'" in str(err) and "help(tl.zeros)" in str(err)
+        raises(tl.ArgumentError, lambda: tl.random.permutation(t), here(0))
+        raises(tl.ArgumentError, lambda: tl.tanh(), here(0))
+    raises(tl.ArgumentError, lambda: tl.nn.load_llama(), here(0))
+
+
 def test_a_misspelt_config_field_names_the_closest_ones():
     err = raises(tl.ArgumentError, lambda: tl.CompileConfig(tile_blok=8), here(0))
     assert "'tile_block'" in str(err) and "no field 'tile_blok'" in str(err)
