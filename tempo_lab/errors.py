@@ -267,36 +267,41 @@ def user_api(fn):
         except TempoLabError:
             raise
         except Exception as e:
-            if isinstance(e, TypeError) and not _binds(fn, args, kwargs):
-                raise ArgumentError(f"{e}; see help({fn.__qualname__})") from None
+            misfit = _misfit(fn, args, kwargs, e, fn.__qualname__)
+            if misfit is not None:
+                raise misfit from None
             raise InternalError(f"internal error in tempo_lab ({type(e).__name__}: {e}); please "
                                 "report it with the program") from e
     return wrapper
 
 
 def checked_signature(fn, where: str = "tl"):
-    """``fn`` as the package exports it: a call that does not fit its signature (an argument
-    missing, unknown or given twice) is an ``ArgumentError`` at the user's line that shows the
-    signature, not Python's bare ``TypeError``. Anything else ``fn`` raises comes through."""
+    """``fn`` as the package exports it (as ``where.name``): a call that does not fit its
+    signature (an argument missing, unknown or given twice) is an ``ArgumentError`` at the
+    user's line, not Python's bare ``TypeError``. Anything else ``fn`` raises comes through."""
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         try:
             return fn(*args, **kwargs)
         except TypeError as e:
-            if _binds(fn, args, kwargs):
+            misfit = _misfit(fn, args, kwargs, e, f"{where}.{fn.__name__}")
+            if misfit is None:
                 raise
-            raise ArgumentError(f"{e}: the signature is {fn.__name__}"
-                                f"{inspect.signature(fn)}; see help({where}.{fn.__name__})") from None
+            raise misfit from None
     return wrapper
 
 
-def _binds(fn, args: tuple, kwargs: dict) -> bool:
-    """Whether the call matches ``fn``'s signature (if not, its TypeError is the user's)."""
+def _misfit(fn, args: tuple, kwargs: dict, e: Exception, name: str) -> ArgumentError | None:
+    """The ``ArgumentError`` for ``e`` if it is the ``TypeError`` of a call that does not fit
+    ``fn``'s signature (it is then the user's, and the error shows the signature); else None."""
+    if not isinstance(e, TypeError):
+        return None
+    sig = inspect.signature(fn)
     try:
-        inspect.signature(fn).bind(*args, **kwargs)
+        sig.bind(*args, **kwargs)
     except TypeError:
-        return False
-    return True
+        return ArgumentError(f"{e}: the signature is {fn.__name__}{sig}; see help({name})")
+    return None
 
 
 def run_callback(fn, args: tuple, what: str, loc: Location, point: dict):

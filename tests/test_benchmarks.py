@@ -133,5 +133,6 @@ def test_overhead_benchmark_tiny(tmp_path):
     _run("benchmarks.overhead", "--quick", "--out", str(out))
     records = json.loads(out.read_text())
     assert {(r["program"], r["system"], r["executor"]) for r in records} == {
-        (p, s, e) for p in ("one_op", "loop") for s, e in (("jax_jit", None), ("tempo_lab", "xla"))}
+        (p, s, e) for p in ("one_op", "loop")
+        for s, e in (("jax_jit", None), ("jax_jit_numpy_in", None), ("tempo_lab", "xla"))}
     assert all(r["us"] > 0 and r["us_min"] <= r["us"] for r in records)

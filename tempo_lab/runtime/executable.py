@@ -130,7 +130,7 @@ class Executable(Stage):
         statement instance as a kernel event in ``run.profile.events``. Returns the ``Run``."""
         bounds = dict(self.lowered.bounds if bounds is None else bounds)
         host = Host(self.lowered, self.sync, record, self._cached)
-        host.start(self.backend.name, bounds)
+        host.start(self.name, bounds)
         try:
             bufs, reached, profile = self.prepared.run(host, bounds)
         finally:

@@ -109,7 +109,7 @@ class _Xla:
         self._bvec_last: tuple = (None, None)  # the last bounds and their argument
         self._params = self.sdg.params
         self._local_cpu = plan.lowered.layout is None and jax.default_backend() == "cpu"
-        self._host_args: tuple = (None, ())  # (the Cached they came from, the host arguments)
+        self._host_args: tuple | None = None  # the host arrays of ``_cached``, as arguments
 
     @property
     def predicted_peak_bytes(self) -> int:
@@ -218,11 +218,12 @@ class _Xla:
     def _hosts(self, host: Host | None = None) -> tuple:
         """The host arrays on the device: those of the last run (or new ones)."""
         host = host or Host(self.lowered, cached=self._cached)
-        self._cached = host.cached
-        self._host_args = (host.cached, tuple(
-            host.host_points(i) if i in self.plan.by_point else host.host_array(i)
-            for i in self.lowered.hosts))
-        return self._host_args[1]
+        if host.cached is not self._cached or self._host_args is None:
+            self._cached = host.cached
+            self._host_args = tuple(
+                host.host_points(i) if i in self.plan.by_point else host.host_array(i)
+                for i in self.lowered.hosts)
+        return self._host_args
 
     def _args(self) -> tuple:
         """The program's arguments for the compiled bounds: bound values and host inputs."""
@@ -287,9 +288,7 @@ class _Xla:
 
     def run(self, host: Host, bounds: Mapping[str, int]):
         host.t0 = time.perf_counter()  # the first run compiles: its time says so
-        cached, hosts = self._host_args  # the same host arrays at every run
-        hosts = hosts if cached is host.cached else self._hosts(host)
-        fn = self._fn or self._compiled()
+        hosts, fn = self._hosts(host), self._fn or self._compiled()
         if self._calls_host:  # the callbacks find this run's host by the id passed in
             run_id = next(_RUN_IDS) % 2**31
             _RUNS[run_id] = host
