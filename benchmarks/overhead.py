@@ -13,10 +13,13 @@ Programs (each tiny, so that what is timed is the fixed cost of a run, not its w
 JAX is timed two ways: ``jax_jit``, its input already on the device (the best a JAX user
 repeating a call writes, and what a tempo_lab program does with a ``tl.from_array``), and
 ``jax_jit_numpy_in``, its NumPy input copied in at every call. Each system is timed in rounds
-of calls (``timeit`` with the collector off, as for all); a record's ``us`` is the median over
-rounds of the mean per call, ``us_min`` the fastest round. Records: ``{"program", "system":
-"tempo_lab" | "jax_jit" | "jax_jit_numpy_in", "executor", "us", "us_min", "ratio" (the median
-over ``jax_jit``'s, same run)}``. Target: ``one_op`` on ``xla`` within 2x of ``jax_jit``.
+of calls (``timeit`` with the collector off, as for all), the systems' rounds interleaved so
+that each round of one meets the machine as the others' did (on a shared machine a call's
+time drifts by half over seconds); a record's ``us`` is the median over rounds of the mean per
+call, ``us_min`` the fastest round. Records: ``{"program", "system": "tempo_lab" | "jax_jit" |
+"jax_jit_numpy_in", "executor", "us", "us_min", "ratio" (the median over rounds of the round's
+time over ``jax_jit``'s in the same round)}``. Target: ``one_op`` on ``xla`` within 2x of
+``jax_jit``.
 """
 from __future__ import annotations
 
@@ -71,10 +74,13 @@ def programs():
     return {"one_op": (one_op, jax.jit(jnp.tanh), x1), "loop": (loop, jax.jit(scan), x8)}
 
 
-def _time(fn, rounds: int, number: int) -> tuple[float, float]:
-    """(median, min) over rounds of the mean microseconds per call."""
-    per = np.asarray(timeit.repeat(fn, number=number, repeat=rounds)) / number * 1e6
-    return float(np.median(per)), float(per.min())
+def _rounds(fns: dict, rounds: int, number: int) -> dict[str, np.ndarray]:
+    """Per system, the mean microseconds per call of each round; the systems take turns."""
+    per = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            per[name].append(timeit.timeit(fn, number=number) / number * 1e6)
+    return {name: np.asarray(v) for name, v in per.items()}
 
 
 def measure(executors, rounds: int, number: int) -> list[dict]:
@@ -86,23 +92,27 @@ def measure(executors, rounds: int, number: int) -> list[dict]:
     records = []
     for name, (build, jitted, x) in programs().items():
         want, on_device = np.asarray(jitted(x)), jax.device_put(x)
-        j_med, j_min = _time(lambda f=jitted, a=on_device: np.asarray(f(a)), rounds, number)
-        n_med, n_min = _time(lambda f=jitted, a=x: np.asarray(f(a)), rounds, number)
-        records += [{"program": name, "system": "jax_jit", "executor": None, "us": j_med,
-                     "us_min": j_min, "ratio": 1.0},
-                    {"program": name, "system": "jax_jit_numpy_in", "executor": None,
-                     "us": n_med, "us_min": n_min, "ratio": n_med / j_med}]
+        fns = {"jax_jit": lambda f=jitted, a=on_device: np.asarray(f(a)),
+               "jax_jit_numpy_in": lambda f=jitted, a=x: np.asarray(f(a))}
         for executor in executors:
             prog = build(executor)
             got = prog.run()
             out = got[next(iter(got.keys()))]
             np.testing.assert_allclose(out, want, rtol=1e-5, atol=1e-6,
                                        err_msg=f"{name} on {executor} differs from JAX")
-            med, low = _time(prog.run, rounds, number)
-            records.append({"program": name, "system": "tempo_lab", "executor": executor,
-                            "us": med, "us_min": low, "ratio": med / j_med})
-            print(f"{name:7s} {executor:12s} {med:8.1f} us  (jax.jit {j_med:.1f} us, "
-                  f"{n_med:.1f} us with a NumPy input)  {med / j_med:.2f}x", flush=True)
+            fns[executor] = prog.run
+        per = _rounds(fns, rounds, number)
+        base = per["jax_jit"]
+        for system, us in per.items():
+            tempo = system not in ("jax_jit", "jax_jit_numpy_in")
+            records.append({"program": name, "system": "tempo_lab" if tempo else system,
+                             "executor": system if tempo else None,
+                             "us": float(np.median(us)), "us_min": float(us.min()),
+                             "ratio": float(np.median(us / base))})
+        for r in records[-len(executors):]:
+            print(f"{name:7s} {r['executor']:12s} {r['us']:8.1f} us  (jax.jit "
+                  f"{np.median(base):.1f} us, {np.median(per['jax_jit_numpy_in']):.1f} us with "
+                  f"a NumPy input)  {r['ratio']:.2f}x", flush=True)
     return records
 
 

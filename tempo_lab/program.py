@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from collections.abc import Mapping
 from dataclasses import replace
@@ -196,7 +197,7 @@ class Program(Stage):
         self._outputs = dict(outputs)
         self.compile_times: dict[str, float] = dict(times)
 
-    @property
+    @functools.cached_property
     def ragged(self):
         """The ragged bounds as written (``ir.sdg.Ragged``), before the pass made boxes."""
         return (self.passes.initial if self.passes is not None else self.sdg).ragged
@@ -252,14 +253,21 @@ class Program(Stage):
         raise OutputError(f"{rt.name} is not an output of this program; pass it in outputs= "
                           "when compiling")
 
+    @functools.cached_property
+    def _reordered_or_ragged(self) -> bool:
+        """Whether a run's values need more than the executable gives (checked per run)."""
+        return bool(self.passes.orders or self.ragged)
+
     @user_api
     def run(self, record: bool = False) -> Run:
         """Run the program. ``record``: keep every statement instance as a kernel event in
         ``run.profile.events`` (interpreter and generated code)."""
-        if not isinstance(record, (bool, np.bool_)):
+        if record is not False and not isinstance(record, (bool, np.bool_)):
             raise ArgumentError(f"record={record!r}: give True or False")
         if self.executable is not None:
             run = self.executable.run(self.bounds, record)
+            if not self._reordered_or_ragged:
+                return run
             for dim, order in self.passes.orders.items():  # instances back in their order
                 back = np.argsort(order)
                 for k, v in run._values.items():

@@ -54,6 +54,7 @@ class _Codegen:
     how = ["a Python function generated from the loop AST (executable.source): loops are "
            "Python loops, each statement a direct call of its jitted kernel with its index "
            "arithmetic inlined"]
+    host_per_run = True  # stores, offloads and the progress bar live on the host
 
     def __init__(self, lowered: Lowered, sync: bool):
         self.lowered, self.sdg, self.sync = lowered, lowered.sdg, sync

@@ -8,6 +8,7 @@ generated Python program, or one XLA program. Adding an executor is one module t
 """
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from typing import Protocol
 
@@ -26,6 +27,9 @@ class Prepared(Protocol):
 
     how: list[str]                       # how it runs, for ``executable.pretty()``
     predicted_peak_bytes: int            # the store bytes its profile should measure
+    host_per_run: bool                   # False: a run keeps nothing on its ``Host`` (no
+    # stores, callbacks nor progress bar), so one host per thread serves every run that does
+    # not record (making a host cost a tenth of a one-op XLA program's run)
 
     def run(self, host: Host, bounds: Mapping[str, int]
             ) -> tuple[dict[int, object], dict[str, int], Callable[[], Profile]]:
@@ -110,6 +114,7 @@ class Executable(Stage):
         self.sync, self.choice = sync, list(choice)
         self.program = None  # the Program it runs for (set by the Program), for its Run
         self._cached = Cached(lowered)
+        self._hosts = threading.local()  # the host of each thread's runs (``host_per_run``)
 
     @property
     def name(self) -> str:
@@ -128,15 +133,19 @@ class Executable(Stage):
     def run(self, bounds: Mapping[str, int] | None = None, record: bool = False):
         """Run with ``bounds`` (the compiled ones by default); ``record`` keeps every
         statement instance as a kernel event in ``run.profile.events``. Returns the ``Run``."""
-        bounds = dict(self.lowered.bounds if bounds is None else bounds)
-        host = Host(self.lowered, self.sync, record, self._cached)
-        host.start(self.name, bounds)
+        bounds = self.lowered.bounds if bounds is None else bounds  # read, never changed
+        reuse = not (record or self.prepared.host_per_run)
+        host = getattr(self._hosts, "host", None) if reuse else None
+        if host is None:
+            host = Host(self.lowered, self.sync, record, self._cached, self.backend.name, bounds)
+            if reuse:
+                self._hosts.host = host
         try:
             bufs, reached, profile = self.prepared.run(host, bounds)
         finally:
             host.stop()
         host.raise_error()
-        env = {**bounds, **reached}
+        env = {**bounds, **reached} if reached else bounds
         values = self.lowered.outputs(bufs, env)
         return Run(self.program, values, host.wall_s, profile, env)
 

@@ -75,32 +75,29 @@ class Host:
     wall_s = 0.0  # the run's wall time, taken when it made its profile
 
     def __init__(self, lowered: Lowered, sync: bool = False, record: bool = False,
-                 cached: Cached | None = None):
+                 cached: Cached | None = None, executor: str = "", bounds=None):
+        """A host for one run of ``executor`` with ``bounds`` (the run's own dict)."""
         self.lowered, self.sdg, self.sync, self.record = lowered, lowered.sdg, sync, record
-        self.cached = cached = cached or Cached(lowered)
-        self.kernels, self._device, self._outermost = (cached.kernels, cached.device,
-                                                       cached.outermost)
+        self.cached = cached or Cached(lowered)
+        self.kernels = self.cached.kernels
         self.events: list[KernelEvent] = []
         self.t0 = time.perf_counter()
         self.on_host: dict[int, np.ndarray] = {}  # offloaded stores
+        self._run, self._steps = (executor, bounds), 0
 
     # -- progress -----------------------------------------------------------------------------
-    def start(self, executor: str, bounds) -> None:
-        """A progress bar over the iterations of the outermost loops, made on the first step
-        after ``progress.DELAY_S`` (shown for long runs only): making a tqdm bar costs about
-        100 µs, which was most of a short run's time."""
-        self._run = (executor, bounds, time.perf_counter())  # bounds: the run's own dict
-        self._steps = 0
-
     def tick(self) -> None:
+        """A step of an outermost loop: a progress bar over their iterations is made on the
+        first step after ``progress.DELAY_S`` (shown for long runs only): making a tqdm bar
+        costs about 100 µs, which was most of a short run's time."""
         if self.bar is not None:
             self.bar.update()
             return
         self._steps += 1
-        executor, env, started = self._run
-        if time.perf_counter() - started >= progress.DELAY_S:
+        executor, env = self._run
+        if time.perf_counter() - self.t0 >= progress.DELAY_S:
             total = sum(max(0, n.hi.evaluate(env) - n.lo.evaluate(env))
-                        for n in self._outermost)
+                        for n in self.cached.outermost)
             self.bar = progress.bar(total or None, f"run ({executor})", "step", delay=0.0)
             self.bar.update(self._steps)
 
@@ -163,10 +160,10 @@ class Host:
 
     # -- host values --------------------------------------------------------------------------
     def host_array(self, op: int):
-        arr = self._device.get(op)
+        arr = self.cached.device.get(op)
         if arr is None:
             value, layout = self.lowered.host_array(op), self.lowered.layout
-            arr = self._device[op] = (device_value(value) if layout is None else
+            arr = self.cached.device[op] = (device_value(value) if layout is None else
                                       layout.place(value, layout.host(op, np.ndim(value))))
         return arr
 
@@ -174,10 +171,10 @@ class Host:
         """A ``from_array`` op's array on the device as one array per point of its first axis
         (views of the host array: in place where ``device_value`` is)."""
         key = (op, "points")
-        arr = self._device.get(key)
+        arr = self.cached.device.get(key)
         if arr is None:
             value = np.asarray(self.lowered.host_array(op))
-            arr = self._device[key] = tuple(device_value(value[j]) for j in range(len(value)))
+            arr = self.cached.device[key] = tuple(device_value(value[j]) for j in range(len(value)))
         return arr
 
     def dimval(self, s: int, value):
@@ -243,11 +240,13 @@ class Host:
                 synced: bool | None = None):
         """What the run measured (fresh objects, not changed after): the run's wall time now
         (``wall_s``), and a function that makes its ``Profile`` when ``run.profile`` is first
-        read (most runs are never asked; making it cost a tenth of a one-op program's run)."""
-        self.wall_s = time.perf_counter() - self.t0
-        sdg, wall, events, offloaded = self.sdg, self.wall_s, self.events, self.offloaded_bytes
+        read (most runs are never asked; making it cost a tenth of a one-op program's run).
+        ``calls``: statement counts by op, or a function that gives them then."""
+        wall = self.wall_s = time.perf_counter() - self.t0
+        sdg, events, offloaded = self.sdg, self.events, self.offloaded_bytes
         synced = self.sync if synced is None else synced
-        return lambda: Profile(sdg, calls={i: int(n) for i, n in calls.items() if n},
+        return lambda: Profile(sdg, calls={i: int(n) for i, n in (
+                                   calls() if callable(calls) else calls).items() if n},
                                seconds=dict(seconds), timeline=list(timeline), wall_s=wall,
                                synced=synced, measured=measured, executor=executor,
                                events=events, offloaded_bytes=offloaded)

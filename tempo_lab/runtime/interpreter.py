@@ -22,6 +22,7 @@ class InterpreterBackend:
 class _Interpreter:
     how = ["walks the schedule's loop AST; per statement instance one jitted JAX kernel reads "
            "the inputs from their stores, computes the op and writes its store in place"]
+    host_per_run = True  # stores, offloads and the progress bar live on the host
 
     def __init__(self, lowered: Lowered, sync: bool):
         self.lowered, self.sync = lowered, sync

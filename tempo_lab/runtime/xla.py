@@ -75,6 +75,8 @@ def program_bytes(compiled) -> int:
 
 _PROGRAMS = LRU(MAX_PROGRAMS, PROGRAM_BYTES, lambda entry: program_bytes(entry[0]))  # each
 # entry: (the compiled program, what tracing found: see _Xla._program)
+_MEASURED = ("store bytes: the static stores the XLA program allocates for the whole run (one "
+             "timeline entry); calls: statement instances counted inside the XLA program")
 _RUNS: dict[int, Host] = {}  # the runs in progress by id: a callback gets its run's id as
 _RUN_IDS = itertools.count(1)  # an argument of the program, so concurrent runs never mix
 
@@ -104,12 +106,14 @@ class _Xla:
         self._cached = None  # the device arrays of the last run, reused by op_seconds
         # a run registers its host only for a program that calls back into it
         self._calls_host = bool(plan.lowered.sources or plan.lowered.sinks)
-        self._no_run = np.int32(0) if plan.lowered.layout is not None else jax.device_put(
-            np.int32(0))
+        self.host_per_run = self._calls_host  # else a run keeps nothing on its host
+        self._timeline = (plan.static_bytes,)  # every store is held for the whole run
         self._bvec_last: tuple = (None, None)  # the last bounds and their argument
         self._params = self.sdg.params
         self._local_cpu = plan.lowered.layout is None and jax.default_backend() == "cpu"
         self._host_args: tuple | None = None  # the host arrays of ``_cached``, as arguments
+        self._outs = tuple(i for i in dict.fromkeys(self.sdg.outputs.values())
+                           if i in plan.shapes)  # the output stores the program returns
 
     @property
     def predicted_peak_bytes(self) -> int:
@@ -159,12 +163,14 @@ class _Xla:
         "err", whether it can meet a max/min over an empty range. A program returns its
         outputs, then what it counted, its bounds as reached and that error in one array, or
         nothing more where there is none of these (an output costs a buffer and a transfer:
-        a third of a one-op program's run)."""
+        a third of a one-op program's run). Outputs are a flat tuple, in ``_outs``' order
+        (a dict of them cost a tenth of a one-op program's call)."""
         names = list(self.sdg.params)
         found = {} if found is None else found
 
-        def program(bvec, hosts, run_id):
+        def program(bvec, hosts):  # bvec: the bound values, then the run's id
             env = {ic.bound(p): bvec[k] for k, p in enumerate(names)}
+            run_id = bvec[len(names)]
             hosts = dict(zip(self.lowered.hosts, hosts))
             calls, err = (jnp.zeros(len(self.plan.ops), jnp.int32),
                           jnp.zeros(2 + self.plan.ndom, jnp.int32))
@@ -177,8 +183,7 @@ class _Xla:
             ctx = _Trace(self.plan, hosts, run_id)
             state = ctx.node(self.schedule.ast, env, state,
                              {i: self._literal(i) for i in self.plan.baked})
-            outs = {i: _logical(state["s"][i], self.plan.perms.get(i))
-                    for i in self.sdg.outputs.values() if i in state["s"]}
+            outs = tuple(_logical(state["s"][i], self.plan.perms.get(i)) for i in self._outs)
             known = state["calls"] is calls  # only counts made while tracing: known now
             found["calls"] = np.bincount(state.get("pending", ()), minlength=len(
                 self.plan.ops)).tolist() if known else None
@@ -186,7 +191,7 @@ class _Xla:
             ints = ([] if known else [_calls(state)]) + [
                 jnp.asarray(state["b"][p], jnp.int32)[None] for p in self.sdg.untils] + (
                 [state["err"]] if found["err"] else [])
-            return (outs, jnp.concatenate(ints)) if ints else (outs,)
+            return (*outs, jnp.concatenate(ints)) if ints else outs
 
         return program
 
@@ -226,9 +231,10 @@ class _Xla:
         return self._host_args
 
     def _args(self) -> tuple:
-        """The program's arguments for the compiled bounds: bound values and host inputs."""
-        bvec = np.asarray([self.bounds.get(p, 1) for p in self.sdg.params], np.int32)
-        return bvec, self._hosts(), np.int32(0)  # run 0: no host to call back
+        """The program's arguments for the compiled bounds: bound values (and run 0: no host
+        to call back) and host inputs."""
+        bvec = np.asarray([self.bounds.get(p, 1) for p in self.sdg.params] + [0], np.int32)
+        return bvec, self._hosts()
 
     def hlo(self) -> str:
         """The compiled XLA program as HLO text (after SPMD partitioning on a mesh: the shapes
@@ -288,50 +294,51 @@ class _Xla:
 
     def run(self, host: Host, bounds: Mapping[str, int]):
         host.t0 = time.perf_counter()  # the first run compiles: its time says so
-        hosts, fn = self._hosts(host), self._fn or self._compiled()
+        fn = self._fn or self._compiled()
+        hosts = self._host_args if host.cached is self._cached else None
+        hosts = hosts if hosts is not None else self._hosts(host)
         if self._calls_host:  # the callbacks find this run's host by the id passed in
             run_id = next(_RUN_IDS) % 2**31
             _RUNS[run_id] = host
             try:  # waits for the program; one transfer of everything it returns
-                got = to_host(fn(self._bvec(bounds), hosts, np.int32(run_id)))
+                got = to_host(fn(self._bvec(bounds, run_id), hosts))
             finally:
                 del _RUNS[run_id]
             host.raise_error()
-        elif self._local_cpu:  # each array is whole here, and a copy costs less than a start
-            got = fn(self._bvec(bounds), hosts, self._no_run)
-            got = ({i: np.asarray(a) for i, a in got[0].items()}, *map(np.asarray, got[1:]))
         else:
-            got = to_host(fn(self._bvec(bounds), hosts, self._no_run))
-        outs, ints = got[0], got[1].tolist() if len(got) > 1 else []
-        calls = self._found["calls"]
-        if calls is None:  # counted by the program
-            n = len(self.plan.ops)
-            calls, ints = ints[:n], ints[n:]
-        reached, err = {}, ints[len(self.sdg.untils):] or [0]
-        if self.sdg.untils:
-            reached = dict(zip(self.sdg.untils, ints))
-        if err[0]:  # the first max/min over an empty range, as the other executors raise it
-            s = int(err[1])
-            st = self.lowered.stmts[s]
-            n = len(st.reads[0].lens([None] * len(st.reads[0].padded())))
-            host.check(s, [0] * n, tuple(err[2:2 + len(st.op.domain)]))
-        profile = host.profile(
-            "xla", dict(zip(self.plan.ops, calls)), {},
-            [self.plan.static_bytes], "store bytes: the static stores the XLA program allocates for "
-                                 "the whole run (one timeline entry); calls: statement "
-                                 "instances counted inside the XLA program", synced=True)
-        return outs, reached, profile
+            got = fn(self._bvec(bounds), hosts)
+            # on one CPU each array is whole here, and a copy costs less than a start
+            got = tuple(map(np.asarray, got)) if self._local_cpu else to_host(got)
+        n = len(self._outs)
+        outs, calls, reached = dict(zip(self._outs, got)), self._found["calls"], {}
+        if len(got) > n:  # what the program counted, its bounds as reached, its error
+            ints = got[n].tolist()
+            if calls is None:
+                n = len(self.plan.ops)
+                calls, ints = ints[:n], ints[n:]
+            if self.sdg.untils:
+                reached = dict(zip(self.sdg.untils, ints))
+            err = ints[len(self.sdg.untils):]
+            if err and err[0]:  # the first max/min over an empty range, as the others raise it
+                s = int(err[1])
+                st = self.lowered.stmts[s]
+                n = len(st.reads[0].lens([None] * len(st.reads[0].padded())))
+                host.check(s, [0] * n, tuple(err[2:2 + len(st.op.domain)]))
+        ops = self.plan.ops
+        return outs, reached, host.profile("xla", lambda: dict(zip(ops, calls)), {},
+                                           self._timeline, _MEASURED, synced=True)
 
-    def _bvec(self, bounds: Mapping[str, int]):
-        """The bound values as the program's argument: on one process, kept on the device by
-        value (a NumPy argument is copied to the device at every call)."""
-        if bounds == self._bvec_last[0]:
+    def _bvec(self, bounds: Mapping[str, int], run_id: int = 0):
+        """The bound values and the run's id as the program's argument: for run 0 (no host
+        to call back) on one process, kept on the device by value (a NumPy argument is
+        copied to the device at every call)."""
+        if run_id == 0 and bounds == self._bvec_last[0]:
             return self._bvec_last[1]
-        values = tuple(int(bounds.get(p, 1)) for p in self._params)
-        arg = (np.asarray(values, np.int32) if self.lowered.layout is not None else  # a mesh's
-               jax.device_put(np.asarray(values, np.int32)))  # processes pass the same values
-        self._bvec_last = (dict(bounds), arg)
-        return arg
+        values = np.asarray([int(bounds.get(p, 1)) for p in self._params] + [run_id], np.int32)
+        if run_id or self.lowered.layout is not None:  # a mesh's processes pass the same values
+            return values
+        self._bvec_last = (dict(bounds), jax.device_put(values))
+        return self._bvec_last[1]
 
     def _key(self) -> tuple:
         sdg = self.sdg
