@@ -289,8 +289,11 @@ class _Fusion:
             readers = self._readers(a, here, outer)
             b = next((j for j in range(k + 1, len(items))
                       if not readers.isdisjoint(_members(items[j]))), None)
+            turned = None
             if b is not None and a[0] == "loop" and items[b][0] == "loop" \
-                    and items[b][1:3] == a[1:3] and self._ahead(a, items[b], outer):
+                    and items[b][1] == a[1]:
+                turned = a if items[b][2] == a[2] else self._turned(a, outer)
+            if turned is not None and self._ahead(turned, items[b], outer):
                 _, d, w, ops, shifts = items[b]
                 items[b] = ("loop", d, w, a[3] + ops, {**shifts, **a[4]})
                 del items[k]
@@ -299,6 +302,19 @@ class _Fusion:
                 items.insert(b - 1, items.pop(k))
             k -= 1
         return items
+
+    def _turned(self, loop, outer):
+        """``loop`` running the other way along its dim, where no value it makes is read by
+        its own ops at another point of the dim (each point stands alone: a per-point view of
+        a batched value, which can then join the reversed loop that reads it, as PPO's
+        advantage recursion does, instead of a loop of its own); else None."""
+        _, d, w, ops, shifts = loop
+        mine = set(ops)
+        for i in ops:
+            for dep in self.out.get(i, ()):
+                if dep.dst in mine and self.signs(dep, outer, d) - {0}:
+                    return None
+        return ("loop", d, -w, ops, shifts)
 
     def _readers(self, item, here: set[int], outer) -> set[int]:
         """The ops of this level (``here``) that read a value of ``item``'s ops at equal outer
