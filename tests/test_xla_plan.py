@@ -86,3 +86,32 @@ def test_auto_under_a_budget_runs_xla_only_where_its_stores_fit():
         roomy.executable.choice)
     for prog in (tight, roomy):
         np.testing.assert_allclose(prog.run()["out"], want, rtol=1e-5)
+
+
+def test_a_step_value_written_in_a_branch_the_loop_settles_is_kept_as_a_value():
+    """A rollout's shape: the state after step t-1 (``nxt``, made only for t >= 1, under an
+    If) is read after that If by the merge that picks the first state at t == 0. Peeled, the
+    steps after the first settle both, so ``nxt`` is a traced value, not a store carried
+    through the loop (with one, XLA copied the loop's whole state stores at every step)."""
+    ctx = tl.Context(dims=("t",))
+    (t,), (T,) = ctx.dims, ctx.bounds
+    rng = np.random.default_rng(0)
+    xs, s0 = rng.normal(size=(64, 4)).astype(np.float32), np.ones(4, np.float32)
+    with ctx:
+        x = tl.from_array(xs, domain=(t,), name="x")
+        start = tl.from_array(s0, domain=(), name="start")
+        s = tl.placeholder((4,), "float32", (t,), "s")
+        s[0] = start
+        s[t] = tl.where(x[t - 1] > 1.0, start, tl.tanh(s[t - 1] + x[t - 1]))
+    prog = ctx.compile(bounds={T: 64}, outputs={"s": s}, config=tl.CompileConfig(executor="xla"))
+    plan = prog.executable.prepared.plan
+    step = [i for i, op in prog.sdg.ops.items() if op.kind in ("where", "fused")]
+    assert len(step) == 1 and step[0] in plan.local, plan.pretty()
+    assert step[0] not in plan.shapes
+    want = [s0]
+    for k in range(1, 64):
+        want.append(np.where(xs[k - 1] > 1.0, s0, np.tanh(want[-1] + xs[k - 1])))
+    np.testing.assert_allclose(prog.run()["s"], np.stack(want), rtol=1e-5, atol=1e-6)
+    for executor in ("reference", "interpreter"):
+        np.testing.assert_allclose(prog.on(executor).run()["s"], np.stack(want), rtol=1e-5,
+                                   atol=1e-6)

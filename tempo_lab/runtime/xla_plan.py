@@ -68,8 +68,8 @@ class XlaPlan(Stage):
 
     def _build(self, split: int):
         lowered = self.lowered
-        self.local = _local_values(self.sdg, self.memory, self.schedule.ast,
-                                   set(self.sdg.untils.values()))
+        self.local, apart = _local_values(self.sdg, self.memory, self.schedule.ast,
+                                          set(self.sdg.untils.values()))
         self.baked = self._baked()
         self.perms = self._store_perms()
         self.shapes = self._store_shapes()
@@ -89,6 +89,10 @@ class XlaPlan(Stage):
         self._seg_pads: dict[tuple, tuple] = {}
         self._switch: dict[int, dict | None] = {}
         self._described: dict[int, list] = {}  # the Seqs of switched loops (_describe)
+        settled = self._settled_locals(apart) if apart else set()
+        if settled:  # traced values too, from the stores they were
+            self.local = self.local | settled
+            self.shapes = {i: v for i, v in self.shapes.items() if i not in settled}
         self.ops = sorted({n.op for n in self.schedule.ast.walk() if isinstance(n, Exec)})
         self.slot = {i: k for k, i in enumerate(self.ops)}  # statement counters, by op
         self.checked = {k for k, st in enumerate(lowered.stmts)
@@ -544,6 +548,62 @@ class XlaPlan(Stage):
                 "unstacked": {str(i): a for i, a in sorted(self.unstacked.items())},
                 "local": sorted(self.local), "source": self.source.splitlines()}
 
+    def _settled_locals(self, ops: set[int]) -> set[int]:
+        """Those of ``ops`` (written inside an If, read after it in the same step) that are
+        traced before every read as the trace runs: each If around the write is one the
+        loop's range settles where a read is traced (``t >= 1`` in the steps after a peeled
+        first step), so the value is there, not inside a ``lax.cond``. PPO's rollout step
+        kept one such value (the state where the episode went on) in a store carried through
+        the loop: XLA then copied four stores of every step (164 KB each, a fifth of the
+        iteration) to keep that store's reads apart from their in-place updates."""
+        bad: set[int] = set()
+
+        def walk(node, lower, seen: set[int], sure: bool):
+            """``seen``: the values traced so far in this scope; ``sure``: the trace runs this
+            code as it stands (not a loop split into spans)."""
+            if isinstance(node, Seq):
+                for n in node.body:
+                    walk(n, lower, seen, sure)
+            elif isinstance(node, For):
+                if id(node) in self.unrolled:
+                    first, end = self.unrolled[id(node)]
+                    for v in range(first, end):
+                        walk(node.body, ranged(self, node, lower, as_expr(v), True), set(), sure)
+                    return
+                segs = self.segments(node)
+                if not segs and self.peeled(node, lower):
+                    walk(node.body, ranged(self, node, lower, node.lo, True), set(), sure)
+                    walk(node.body, ranged(self, node, lower, as_expr(node.lo) + 1, False),
+                         set(), sure)
+                else:
+                    walk(node.body, ranged(self, node, lower, node.lo, False), set(),
+                         sure and not segs and not isinstance(node, While))
+            elif isinstance(node, If):
+                settled = decide(node.cond, lower)
+                if settled is not None:
+                    sub = node.then if settled else node.orelse
+                    if sub is not None:
+                        walk(sub, lower, seen, sure)
+                    return
+                for sub in (node.then, node.orelse):
+                    if sub is not None:
+                        walk(sub, lower, set(seen), sure)  # a lax.cond branch: its own scope
+            elif isinstance(node, Exec):
+                idx = self.lowered.of_exec[id(node)]
+                for j, k in enumerate(idx):  # the statements traced, as ``_Trace.exec``
+                    st = self.lowered.stmts[k]
+                    taken = True if j == len(idx) - 1 else decide(st.cond, lower)
+                    if taken is not False:
+                        bad.update(r.src for r in st.reads if r.src in ops and (
+                            not sure or r.src not in seen))
+                    if taken:
+                        break
+                if node.op in ops:
+                    seen.add(node.op)
+
+        walk(self.schedule.ast, {}, set(), True)
+        return ops - bad
+
     def _describe(self, node, d, lower) -> list[str]:
         """The program as traced (``lower``: the loops' ranges, as in ``_Trace``)."""
         pad = "  " * d
@@ -779,9 +839,11 @@ def items(node) -> list:
     return list(node.body) if isinstance(node, Seq) else [node]
 
 
-def _local_values(sdg: SDG, plan: MemoryPlan, ast, keep: set[int]) -> set[int]:
+def _local_values(sdg: SDG, plan: MemoryPlan, ast, keep: set[int]
+                  ) -> tuple[set[int], set[int]]:
     """Point stores whose every read happens later in the same loop iteration that wrote them,
-    inside the If branch that wrote them (if any): held as traced values, never stored."""
+    inside the If branch that wrote them (if any): held as traced values, never stored. And
+    those that qualify but for a read outside that If (``settled_locals`` decides those)."""
     where: dict[int, tuple] = {}   # exec op -> (enclosing For id, position, If branches)
     execs: dict[int, Exec] = {}
     count: dict[int, int] = {}
@@ -804,7 +866,7 @@ def _local_values(sdg: SDG, plan: MemoryPlan, ast, keep: set[int]) -> set[int]:
             execs.setdefault(node.op, node)
 
     visit(ast, None, ())
-    out = set()
+    out, apart = set(), set()
     outputs = set(sdg.outputs.values())
     for i, s in plan.storages.items():
         if i in outputs or i in keep or any(w != 1 for w in s.slots) or count.get(i) != 1:
@@ -825,10 +887,13 @@ def _local_values(sdg: SDG, plan: MemoryPlan, ast, keep: set[int]) -> set[int]:
             rloop, rp, rbranches = where[e.dst]
             at = {Dim(d.name): a for d, a in zip(sdg.ops[e.dst].domain, r.args)}
             idx = tuple(x.substitute(at) if not hasattr(x, "stop") else None for x in e.index)
-            if rloop != loop or rp <= p or rbranches[:len(branches)] != branches \
-                    or idx != w_at or len(idx) != len(w_op.domain):
+            if rloop != loop or rp <= p or idx != w_at or len(idx) != len(w_op.domain):
                 ok = False
                 break
+            if rbranches[:len(branches)] != branches:
+                ok = None  # a reader outside the If that wrote it: see settled_locals
         if ok:
             out.add(i)
-    return out
+        elif ok is None:
+            apart.add(i)
+    return out, apart
