@@ -164,7 +164,7 @@ class Host:
         if arr is None:
             value, layout = self.lowered.host_array(op), self.lowered.layout
             arr = self.cached.device[op] = (device_value(value) if layout is None else
-                                      layout.place(value, layout.host(op, np.ndim(value))))
+                                            layout.place(value, layout.host(op, np.ndim(value))))
         return arr
 
     def host_points(self, op: int) -> tuple:
@@ -174,7 +174,7 @@ class Host:
         arr = self.cached.device.get(key)
         if arr is None:
             value = np.asarray(self.lowered.host_array(op))
-            arr = self.cached.device[key] = tuple(device_value(value[j]) for j in range(len(value)))
+            arr = self.cached.device[key] = tuple(device_value(v) for v in value)
         return arr
 
     def dimval(self, s: int, value):

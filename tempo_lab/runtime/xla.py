@@ -337,8 +337,9 @@ class _Xla:
         values = np.asarray([int(bounds.get(p, 1)) for p in self._params] + [run_id], np.int32)
         if run_id or self.lowered.layout is not None:  # a mesh's processes pass the same values
             return values
-        self._bvec_last = (dict(bounds), jax.device_put(values))
-        return self._bvec_last[1]
+        arg = jax.device_put(values)
+        self._bvec_last = (dict(bounds), arg)  # one assignment: threads may run at once
+        return arg
 
     def _key(self) -> tuple:
         sdg = self.sdg

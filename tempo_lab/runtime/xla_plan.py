@@ -554,7 +554,7 @@ class XlaPlan(Stage):
         loop's range settles where a read is traced (``t >= 1`` in the steps after a peeled
         first step), so the value is there, not inside a ``lax.cond``. PPO's rollout step
         kept one such value (the state where the episode went on) in a store carried through
-        the loop: XLA then copied four stores of every step (164 KB each, a fifth of the
+        the loop: XLA then copied four stores of every step (164 KB each, a sixth of the
         iteration) to keep that store's reads apart from their in-place updates."""
         bad: set[int] = set()
 
@@ -843,7 +843,8 @@ def _local_values(sdg: SDG, plan: MemoryPlan, ast, keep: set[int]
                   ) -> tuple[set[int], set[int]]:
     """Point stores whose every read happens later in the same loop iteration that wrote them,
     inside the If branch that wrote them (if any): held as traced values, never stored. And
-    those that qualify but for a read outside that If (``settled_locals`` decides those)."""
+    those that qualify but for a read outside that If (``XlaPlan._settled_locals``
+    decides those)."""
     where: dict[int, tuple] = {}   # exec op -> (enclosing For id, position, If branches)
     execs: dict[int, Exec] = {}
     count: dict[int, int] = {}
@@ -891,7 +892,7 @@ def _local_values(sdg: SDG, plan: MemoryPlan, ast, keep: set[int]
                 ok = False
                 break
             if rbranches[:len(branches)] != branches:
-                ok = None  # a reader outside the If that wrote it: see settled_locals
+                ok = None  # a reader outside the If that wrote it: _settled_locals
         if ok:
             out.add(i)
         elif ok is None:
