@@ -115,3 +115,39 @@ def test_a_step_value_written_in_a_branch_the_loop_settles_is_kept_as_a_value():
     for executor in ("reference", "interpreter"):
         np.testing.assert_allclose(prog.on(executor).run()["s"], np.stack(want), rtol=1e-5,
                                    atol=1e-6)
+
+
+@pytest.mark.parametrize("threshold", [0.0, 2.5, 100.0])
+def test_a_tl_until_loop_traces_its_first_step_apart(threshold):
+    """An early-exit stack's loop over layers ends at a ``tl.until``: a ``lax.while_loop``. Its
+    first layer (``h[0]``) and the reads of the layer before (``h[l - 1]``) were a
+    ``lax.cond`` at every step; the first step is now traced alone, under one ``lax.cond``
+    (the loop may stop before it), and the others without any. Stopping at the first step,
+    later, or never gives the reference's values."""
+    ctx = tl.Context(dims=("l",))
+    (layer,), (L,) = ctx.dims, ctx.bounds
+    rng = np.random.default_rng(0)
+    x0 = rng.normal(size=(4,)).astype(np.float32)
+    w = (rng.normal(size=(4, 4)) * 0.8).astype(np.float32)
+    with ctx:
+        x = tl.from_array(x0, domain=(), name="x")
+        wl = tl.from_array(w, domain=(), name="w")
+        h = tl.placeholder((4,), "float32", (layer,), "h")
+        h[0] = tl.tanh(x)
+        h[layer] = tl.tanh(h[layer - 1] @ wl) + 1.0
+        total = tl.placeholder((), "float32", (layer,), "total")
+        total[0] = tl.sum(h[0])
+        total[layer] = total[layer - 1] + tl.sum(h[layer])
+        done = total >= threshold
+    prog = ctx.compile(bounds={L: tl.until(done, max=8)}, outputs={"h": h, "total": total},
+                       config=tl.CompileConfig(executor="xla"))
+    plan = prog.executable.prepared.plan
+    src = plan.source.splitlines()
+    loop = src.index("lax.while_loop(i_l in 0..N_L):  # the first step is traced apart; "
+                     "below, the others")
+    assert not any("lax.cond" in line for line in src[loop:]), plan.source
+    assert prog.executable.hlo().count("conditional(") == 2  # the first step, and w's setup
+    run, ref = prog.run(), prog.on("reference").run()
+    assert run.bounds == ref.bounds
+    for k in ("h", "total"):
+        np.testing.assert_allclose(run[k], ref[k], rtol=1e-5, atol=1e-6)

@@ -490,6 +490,12 @@ class _Trace:
             return v + node.step, ended | hit, _carry(st, keys)
 
         init = (jnp.int32(lo), jnp.bool_(False), _carry(state, keys))
+        if xp.peeled(node, self.lower):  # the first step alone, if the loop runs one
+            with self._from(node, node.lo, True):  # (new functions: JAX caches traces by one)
+                init = lax.cond(cond(init), lambda c: wbody(c), lambda c: c, init)
+            with self._from(node, as_expr(node.lo) + 1, False):
+                _, _, carry = lax.while_loop(lambda c: cond(c), lambda c: wbody(c), init)
+            return _merge(state, keys, carry)
         with self._from(node, node.lo, False):
             _, _, carry = lax.while_loop(cond, wbody, init)
         return _merge(state, keys, carry)

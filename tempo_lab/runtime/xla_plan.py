@@ -535,11 +535,10 @@ class XlaPlan(Stage):
                 and all(isinstance(n, Exec) and n.op in self.prefilled for n in body))
 
     def peeled(self, node: For, lower: dict) -> bool:
-        """Whether the loop's first step is traced apart from the rest (``_peels``); only a
-        ``lax.fori_loop`` that is not split into segments."""
-        return (not isinstance(node, While) and node.step == 1 and not self.segments(node)
-                and not any(s.name in self.sdg.untils for s in node.hi.bounds())
-                and _peels(self, node, lower))
+        """Whether the loop's first step is traced apart from the rest (``_peels``); a loop
+        not split into segments (a ``lax.while_loop`` too: its first step runs under one
+        ``lax.cond``, where the branches it settles were a ``lax.cond`` at every step)."""
+        return node.step == 1 and not self.segments(node) and _peels(self, node, lower)
 
     def to_dict(self) -> dict:
         return {"version": TO_DICT_VERSION, "static_bytes": self.static_bytes, "in_place": sorted(self.in_place),
