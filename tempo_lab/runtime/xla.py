@@ -49,7 +49,7 @@ from .host import Host
 from .kernels import attrs_key, kernel_body
 from .lowered import Lowered
 from .sharding import to_host
-from .xla_plan import Run, XlaPlan, has_exec, items, ranged, writes
+from .xla_plan import Run, XlaPlan, has_exec, items, ranged, traced_statements, writes
 
 _OP_SCOPE = re.compile(r"(?:^|/)op(\d+)(?=/|$)")
 
@@ -106,7 +106,6 @@ class _Xla:
         self._cached = None  # the device arrays of the last run, reused by op_seconds
         # a run registers its host only for a program that calls back into it
         self._calls_host = bool(plan.lowered.sources or plan.lowered.sinks)
-        self.host_per_run = self._calls_host  # else a run keeps nothing on its host
         self._timeline = (plan.static_bytes,)  # every store is held for the whole run
         self._bvec_last: tuple = (None, None)  # the last bounds and their argument
         self._params = self.sdg.params
@@ -118,6 +117,11 @@ class _Xla:
     @property
     def predicted_peak_bytes(self) -> int:
         return self.plan.predicted_peak_bytes
+
+    @property
+    def host_per_run(self) -> bool:
+        """Only a program that calls back keeps anything of a run on its host."""
+        return self._calls_host
 
     def sections(self):
         return self.plan.sections()
@@ -294,9 +298,7 @@ class _Xla:
 
     def run(self, host: Host, bounds: Mapping[str, int]):
         host.t0 = time.perf_counter()  # the first run compiles: its time says so
-        fn = self._fn or self._compiled()
-        hosts = self._host_args if host.cached is self._cached else None
-        hosts = hosts if hosts is not None else self._hosts(host)
+        hosts, fn = self._hosts(host), self._fn or self._compiled()
         if self._calls_host:  # the callbacks find this run's host by the id passed in
             run_id = next(_RUN_IDS) % 2**31
             _RUNS[run_id] = host
@@ -584,16 +586,7 @@ class _Trace:
         op = xp.sdg.ops[node.op]
         if not stmts:
             return state
-        # a merge has one statement per branch: the first whose condition holds is taken,
-        # the last when none does; the branches this loop's range rules out are not traced
-        taken = []
-        for j, k in enumerate(idx):
-            settled = True if j == len(idx) - 1 else decide(xp.lowered.stmts[k].cond,
-                                                            self.lower)
-            if settled is not False:
-                taken.append(k)
-            if settled:
-                break
+        taken = traced_statements(xp.lowered, idx, self.lower)
         # counted in Python, added to the counters in one step at the next carry (_carry):
         # a scatter per statement would multiply the XLA program's size
         state = {**state, "pending": state.get("pending", ()) + (xp.slot[op.id],)}

@@ -588,15 +588,9 @@ class XlaPlan(Stage):
                     if sub is not None:
                         walk(sub, lower, set(seen), sure)  # a lax.cond branch: its own scope
             elif isinstance(node, Exec):
-                idx = self.lowered.of_exec[id(node)]
-                for j, k in enumerate(idx):  # the statements traced, as ``_Trace.exec``
-                    st = self.lowered.stmts[k]
-                    taken = True if j == len(idx) - 1 else decide(st.cond, lower)
-                    if taken is not False:
-                        bad.update(r.src for r in st.reads if r.src in ops and (
-                            not sure or r.src not in seen))
-                    if taken:
-                        break
+                for k in traced_statements(self.lowered, self.lowered.of_exec[id(node)], lower):
+                    bad.update(r.src for r in self.lowered.stmts[k].reads if r.src in ops and (
+                        not sure or r.src not in seen))
                 if node.op in ops:
                     seen.add(node.op)
 
@@ -773,6 +767,20 @@ def _constant_at(exprs, consts: set) -> int | None:
     affine one, which tracing computes in Python (``max``, ``%``: as traced values)."""
     return next((a for a, e in enumerate(exprs) if isinstance(as_expr(e), (Dim, Lin))
                  and _constant_in(as_expr(e), consts)), None)
+
+
+def traced_statements(lowered: Lowered, idx, lower: dict) -> list[int]:
+    """Of an Exec's statements ``idx`` (a merge has one per branch), those traced under the
+    loops' ranges ``lower``: up to the first whose condition holds there, the last when none
+    does, without those the ranges rule out."""
+    out = []
+    for j, k in enumerate(idx):
+        settled = True if j == len(idx) - 1 else decide(lowered.stmts[k].cond, lower)
+        if settled is not False:
+            out.append(k)
+        if settled:
+            break
+    return out
 
 
 def ranged(xp: XlaPlan, node: For, lower: dict, first, exact: bool) -> dict:
