@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 import tempo_lab as tl
+from tempo_lab.ir.cotangent import Cotangent
 
 CONFIGS = [tl.CompileConfig(executor="reference"), tl.CompileConfig(),
            tl.CompileConfig(fuse=False, vectorise=False)]
@@ -67,6 +68,46 @@ def test_gradient_through_a_lifted_function():
         res = ctx.compile(bounds={T: 5}, outputs={"gw": gw, "gx": gx}, config=config).run()
         np.testing.assert_allclose(res["gw"], want_w, rtol=1e-4, atol=1e-5)
         np.testing.assert_allclose(res["gx"], want_x, rtol=1e-4, atol=1e-5)
+
+
+def _two_outputs(w, h):
+    z = jnp.tanh(h @ w[0])
+    return (z @ w[1]).sum(), (z * z).sum(), jnp.argmax(z)  # the last: no cotangent (int)
+
+
+@pytest.mark.parametrize("executor", ["reference", "interpreter", "codegen", "xla"])
+def test_a_call_with_several_differentiated_outputs_is_one_vjp_per_input(executor):
+    """Both outputs of one lifted call reach the loss (a sum and a product of them): their
+    cotangents go back through one ``jax.vjp`` per input, not one per output and input, and
+    the gradients equal ``jax.grad``'s."""
+    rng = np.random.default_rng(2)
+    H = rng.normal(size=(6, 4)).astype(np.float32)
+    W = rng.normal(size=(2, 4, 4)).astype(np.float32) * 0.5
+    ctx = tl.Context(dims=("b",))
+    (b,) = ctx.dims
+    with ctx:
+        h = tl.placeholder((4,), domain=(b,))
+        h[b] = tl.from_array(H, domain=(b,)) * 1.0
+        w = tl.placeholder((2, 4, 4), domain=())
+        w[()] = tl.constant(W)
+        a, c, _ = tl.lift(_two_outputs)(w, h)
+        gw, gh = tl.grad(a + a * c, [w, h])
+
+    def loss(w, h):
+        a, c, _ = jax.vmap(_two_outputs, (None, 0))(w, h)
+        return (a + a * c).sum()
+    want_w, want_h = jax.grad(loss, argnums=(0, 1))(W, H)
+    prog = ctx.compile(bounds={ctx.bounds[0]: 6}, outputs={"gw": gw, "gh": gh},
+                       config=tl.CompileConfig(executor=executor))
+    ops = [m for op in prog.sdg.ops.values()
+           for m in ([m for m, _ in op.attrs["body"]] if op.kind == "fused" else [op])]
+    vjps = [m.attrs["jax_fn"] for m in ops if m.kind == "lift"
+            and isinstance(m.attrs["jax_fn"], Cotangent)]
+    assert sorted(f.j for f in vjps) == [0, 1]
+    assert all(f.out == (0, 1) for f in vjps)
+    res = prog.run()
+    np.testing.assert_allclose(res["gw"], want_w, rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(res["gh"], want_h, rtol=1e-4, atol=1e-5)
 
 
 def test_bad_functions_are_clear_errors():

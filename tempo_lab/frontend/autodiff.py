@@ -123,15 +123,23 @@ class _Backward:
             contribs[self.loss.node.id].append(_full(1, self.loss.type))
         for i in merges:
             self._send_from_merge(self.graph[i], adj[i], contribs)
+        early: dict[int, RT] = {}  # totals of a call's other outputs, summed at its last one
+        sent: set[int] = set()     # their cotangents went back with it
         for i in sorted(self.relevant, reverse=True):
             n = self.graph[i]
-            total = _sum(contribs.pop(i, []), n.type)
+            total = early.pop(i) if i in early else _sum(contribs.pop(i, []), n.type)
             if n.kind == "merge":
                 ph = adj[i]
                 ph[tuple(ph.domain)] = total
+            elif i in sent:
+                adj[i] = total
             else:
                 adj[i] = total
-                self._send(n, total, contribs)
+                others = self._same_call(n)
+                for s in others:
+                    early[s.id] = _sum(contribs.pop(s.id, []), s.type)
+                    sent.add(s.id)
+                self._send(n, total, contribs, [(s, early[s.id]) for s in others])
         out = []
         for x in self.targets:
             g = adj.get(x.node.id)
@@ -150,21 +158,44 @@ class _Backward:
             ct = g if cond == TRUE else _guard(self.ctx, g, cond, m.domain)
             contribs[inp.node.id].append(self._reverse(ct, inp, m, None))
 
-    def _send(self, n: Node, g: RT, contribs):
+    def _same_call(self, n: Node) -> list[Node]:
+        """The other relevant outputs of the ``tl.lift`` call ``n`` is the last relevant output
+        of (made one after the other, so their readers all come after ``n``): one ``jax.vjp``
+        takes all their cotangents, not one ``vjp`` each."""
+        k = n.attrs.get("out") if n.kind == "lift" else None
+        if k is None:
+            return []
+        out = []
+        for j in range(1, k + 1):
+            s = self.graph.get(n.id - j)
+            if s is None or s.kind != "lift" or s.attrs["jax_fn"] is not n.attrs["jax_fn"] \
+                    or s.attrs["out"] != k - j or _reads(s) != _reads(n):
+                break
+            if s.id in self.relevant:
+                out.append(s)
+        return out
+
+    def _send(self, n: Node, g: RT, contribs, others: list[tuple[Node, RT]] = ()):
+        """``n``'s cotangent ``g`` sent back to its inputs; ``others``: outputs of the same
+        lifted call and their cotangents, sent back with it in one VJP."""
         wanted = [k for k, inp in enumerate(n.inputs) if inp.node.id in self.relevant]
         if not wanted:
             return
-        if self.demand.get(n.id) is False:  # never read by the loss: nothing flows back
+        reads = [self.demand.get(m.id) for m in (n, *(s for s, _ in others))]
+        reads = [r for r in reads if r is not False]
+        if not reads:  # never read by the loss: nothing flows back
             return
         rule = CATALOG[n.kind].vjp
         if rule is None or rule == NONE:
             raise GradientError(f"no gradient rule for {n.kind} (at {n.loc}); differentiate "
                                 "through other ops, or stop the gradient before it", self.loc)
-        if tuple(g.domain) != tuple(n.domain):  # shapes in the VJP may name n's dims
-            g = _over(self.ctx, g, n.domain)
+        gs = {m.attrs.get("out"): x if tuple(x.domain) == tuple(n.domain)
+              else _over(self.ctx, x, n.domain)  # shapes in the VJP may name n's dims
+              for m, x in sorted(((n, g), *others), key=lambda mx: mx[0].id)}
+        g = gs if others else gs[n.attrs.get("out")]
         xs = [_view_of(self.ctx, inp) for inp in n.inputs]
         cts = rule(n, g, xs, RT(self.ctx, n))
-        guard = None if flag(n.kind, "ct_only") else self.demand.get(n.id)
+        guard = None if flag(n.kind, "ct_only") or None in reads else or_(*reads)
         for k in wanted:
             if cts[k] is not None:
                 ct = _cast(cts[k], xs[k].dtype)
@@ -282,6 +313,10 @@ def _demand_conds(ctx, loss: RT, graph: dict[int, Node]) -> dict[int, Cond | boo
             named = I.named(d.gist(boxes[k]), graph[nid].domain).reset_tuple_id()
             out[nid] = I.cond_from_set(named)
     return out
+
+
+def _reads(n: Node) -> list[tuple]:
+    return [(inp.node.id, tuple(inp.index), inp.cond) for inp in n.inputs]
 
 
 def _view_of(ctx, inp) -> RT:

@@ -1,7 +1,8 @@
 """Vector-Jacobian products of the primitive ops, written with the ops themselves and
 registered in the op catalog (``CATALOG[kind].vjp``).
 
-``vjp(node, g, xs, y)`` gets the op's node, the cotangent ``g`` of its value, its inputs
+``vjp(node, g, xs, y)`` gets the op's node, the cotangent ``g`` of its value (a lifted call's
+several outputs: ``{output: cotangent}``), its inputs
 ``xs`` as the op read them and its value ``y``; it returns one cotangent per input, shaped like
 that input (``None``: no gradient). Ties and kinks follow ``jax.grad``: ``maximum``/``minimum``
 split a tie evenly, ``max``/``min`` reductions share it among the equal elements, ``abs`` and
@@ -140,11 +141,14 @@ def _concatenate(node, g, xs, y):
 
 
 def _lift(node, g, xs, y):
-    """Each input's cotangent is another lifted function: ``jax.vjp`` of the original."""
+    """Each input's cotangent is another lifted function: ``jax.vjp`` of the original. ``g``
+    is a dict ``{output: cotangent}`` where several outputs of one call send cotangents back
+    (``autodiff._Backward._same_call``): one ``vjp`` takes them all."""
     from .api import lift
 
-    fn, k = node.attrs["jax_fn"], node.attrs["out"]
-    return [lift(Cotangent(fn, k, j))(*xs, g) if is_floating(x.dtype) else None
+    fn = node.attrs["jax_fn"]
+    outs, gs = (tuple(g), list(g.values())) if isinstance(g, dict) else (node.attrs["out"], [g])
+    return [lift(Cotangent(fn, outs, j))(*xs, *gs) if is_floating(x.dtype) else None
             for j, x in enumerate(xs)]
 
 

@@ -4,37 +4,45 @@ from __future__ import annotations
 
 
 class Cotangent:
-    """``(*primals, g) -> `` the cotangent of argument ``j`` of ``fn`` (its output ``out``):
-    ``jax.vjp``, lifted as an op of its own.
+    """``(*primals, *gs) -> `` the cotangent of argument ``j`` of ``fn``: ``jax.vjp``, lifted as
+    an op of its own. ``out`` says which of ``fn``'s outputs the trailing cotangents ``gs``
+    belong to: None (``fn`` has one), an index (one of a tuple) or a tuple of indices (several
+    outputs of one call, pulled back together in one ``vjp`` rather than one each).
 
     ``axes`` (from ``summed``) stacks points: ``fn`` is vmapped with those ``in_axes`` (the
-    last entry is ``g``'s) and the result summed over the points. Argument ``j`` is the same at
-    every point (a parameter), so this is one ``jax.vjp`` of the batched function, which
-    contracts the points in matmuls instead of making one parameter-sized value per point
-    (passes/contract.py)."""
+    last entries are the ``gs``'). Argument ``j`` is the same at every point (a parameter), so
+    this is one ``jax.vjp`` of the batched function, which contracts the points in matmuls
+    instead of making one parameter-sized value per point (passes/contract.py)."""
 
     def __init__(self, fn, out, j: int, axes: tuple | None = None):
         self.fn, self.out, self.j, self.axes = fn, out, j, axes
+        self.n_cts = len(out) if isinstance(out, tuple) else 1
         name = getattr(fn, "__name__", type(fn).__name__)
         self.__name__ = f"{'sum_' if axes else ''}vjp{j}_{name}"
 
     def summed(self, axes) -> Cotangent | None:
         """This cotangent summed over stacked points (``axes``: per argument, its stacked
-        axis or None), or None where it is summed already or argument ``j`` varies."""
+        axis or None), or None where it is summed already, argument ``j`` varies or a
+        cotangent does not."""
         axes = tuple(axes)
-        if self.axes is not None or axes[self.j] is not None or axes[-1] is None:
+        if self.axes is not None or axes[self.j] is not None \
+                or any(a is None for a in axes[-self.n_cts:]):
             return None
         return Cotangent(self.fn, self.out, self.j, axes)
+
+    def _outputs(self, *p):
+        y = self.fn(*p)
+        if self.out is None:
+            return y
+        return tuple(y[k] for k in self.out) if isinstance(self.out, tuple) else y[self.out]
 
     def __call__(self, *args):
         import jax
 
-        *primals, g = args
-
-        def f(*p):
-            return self.fn(*p) if self.out is None else self.fn(*p)[self.out]
+        primals, gs = args[:-self.n_cts], args[-self.n_cts:]
+        f = self._outputs
         if self.axes is not None:
-            f = jax.vmap(f, in_axes=self.axes[:-1])
-            g = jax.numpy.moveaxis(g, self.axes[-1], 0)
+            f = jax.vmap(f, in_axes=self.axes[:len(primals)])
+            gs = tuple(jax.numpy.moveaxis(g, a, 0) for g, a in zip(gs, self.axes[len(primals):]))
         _, pullback = jax.vjp(f, *primals)
-        return pullback(g)[self.j]
+        return pullback(tuple(gs) if isinstance(self.out, tuple) else gs[0])[self.j]
