@@ -5,6 +5,7 @@ every executor), with the pass on and off, and on the RL training program."""
 from __future__ import annotations
 
 import itertools
+import re
 
 import jax
 import jax.numpy as jnp
@@ -135,3 +136,44 @@ def test_not_applied_where_the_parameter_varies_along_the_range(executor):
                        config=tl.CompileConfig(executor=executor))
     assert _contracted(prog) == 0
     np.testing.assert_allclose(prog.run()["g"], want, rtol=2e-4, atol=2e-4)
+
+
+def _matmuls(hlo: str) -> int:
+    return len(re.findall(r"= \S+ (?:dot|convolution)\(", hlo))
+
+
+def test_the_forward_pass_runs_once_in_the_compiled_gradient():
+    """An actor-critic's loss and its contracted parameter gradient, as PPO's minibatch step
+    makes them: the forward op and the vjp that re-traces the forward are one XLA program, and
+    the compiled program holds no more matmuls than ``jax.value_and_grad`` of the same loss (the
+    forward once, then its transpose), with the same values."""
+    net = tl.rl.ActorCritic(obs_dim=4, out=2, hidden=8)
+    theta0 = net.init(0)
+    obs = np.random.default_rng(3).normal(size=(16, 4)).astype(np.float32)
+
+    def loss_of(theta, o):
+        logits, value = net.policy(theta, o), net.value(theta, o)
+        return jax.nn.logsumexp(logits) - logits[0] + 0.5 * value ** 2
+
+    ctx = tl.Context(dims=("b",))
+    with ctx:
+        theta = tl.placeholder((net.size,), domain=())
+        theta[()] = tl.constant(theta0)
+        o = tl.from_array(obs, domain=ctx.dims)
+        logits, value = tl.lift(net.policy)(theta, o), tl.lift(net.value)(theta, o)
+        m = logits.max()
+        first = (logits * tl.constant(np.asarray([1.0, 0.0], np.float32))).sum()
+        loss = (tl.log(tl.exp(logits - m).sum()) + m) - first + 0.5 * value * value
+        (g,) = tl.grad(loss, [theta])
+        total = loss[0:ctx.bounds[0]].sum()
+    prog = ctx.compile(bounds={ctx.bounds[0]: 16}, outputs={"loss": total, "g": g},
+                       config=tl.CompileConfig(executor="xla"))
+    res = prog.run()
+
+    def batch_loss(theta):
+        return jax.vmap(loss_of, (None, 0))(theta, obs).sum()
+    want_loss, want_g = jax.value_and_grad(batch_loss)(theta0)
+    np.testing.assert_allclose(res["loss"], want_loss, rtol=1e-5)
+    np.testing.assert_allclose(res["g"], want_g, rtol=1e-4, atol=1e-6)
+    plain = jax.jit(jax.value_and_grad(batch_loss)).lower(theta0).compile().as_text()
+    assert _matmuls(prog.executable.prepared.hlo()) <= _matmuls(plain)
