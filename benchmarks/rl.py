@@ -3,7 +3,7 @@
     python -m benchmarks.rl [--quick] [--iterations 5] [--num-envs 32] [--ep-len 250]
         [--hidden 64] [--epochs 4] [--minibatches 4] [--env cartpole|pendulum]
         [--max-steps N] [--bootstrap-truncated]
-        [--sweep ep_len num_envs hidden env] [--systems ...]
+        [--sweep ep_len num_envs hidden env] [--systems ...] [--turns 10]
         [--out benchmarks/results/rl.json] [--no-progress]
 
 Systems (same environment, network, initial parameters, random numbers and hyper-parameters,
@@ -24,7 +24,8 @@ The baseline draws its noise with tempo_lab's counter-based generator
 (``tempo_lab.runtime.counter_rng``, keyed by seed, stream and point) so both systems take the
 same actions: the parent checks that their per-iteration returns and losses agree before it
 prints a table. Each (system, configuration) runs in a fresh subprocess (``--one SYSTEM``) so
-the peak RSS is that system's own.
+the peak RSS is that system's own; then a third one times both taking turns (``--turns``), so
+the time ratio is measured on the same machine state for both.
 """
 from __future__ import annotations
 
@@ -348,9 +349,10 @@ def make_cleanrl(cfg: Config):
     return theta0, jax.jit(act), jax.jit(learn)
 
 
-def bench_cleanrl(cfg: Config, warm_runs: int, progress: bool, phases: bool = False) -> dict:
-    """Times every iteration (acting call + learning call, synchronised); compile_s is
-    lower + compile of both functions (AOT, so the first call is not slower)."""
+def cleanrl_trainer(cfg: Config):
+    """``(compile_s, train, (theta0, act, learn))``: the baseline compiled ahead of time, and
+    ``train()``, which runs ``cfg.iterations`` iterations from ``theta0`` and returns each
+    iteration's seconds (acting + learning, synchronised), return and loss."""
     import jax
     import jax.numpy as jnp
 
@@ -375,7 +377,17 @@ def bench_cleanrl(cfg: Config, warm_runs: int, progress: bool, phases: bool = Fa
             returns.append(float(ret))
             losses.append(float(total))
         return secs, returns, losses
+    return compile_s, train, (theta, act_c, learn_c)
 
+
+def bench_cleanrl(cfg: Config, warm_runs: int, progress: bool, phases: bool = False) -> dict:
+    """Times every iteration (acting call + learning call, synchronised); compile_s is
+    lower + compile of both functions (AOT, so the first call is not slower)."""
+    import jax
+    import jax.numpy as jnp
+
+    compile_s, train, (theta, act_c, learn_c) = cleanrl_trainer(cfg)
+    zeros = jnp.zeros_like(theta)
     first, returns, losses = train()
     bar = _bar(warm_runs, f"cleanrl_jax {cfg.label()}: warm runs", progress)
     secs = []
@@ -408,6 +420,37 @@ def bench_cleanrl(cfg: Config, warm_runs: int, progress: bool, phases: bool = Fa
 BENCH = {"tempo_lab": bench_tempo_lab, "cleanrl_jax": bench_cleanrl}
 
 
+def bench_turns(cfg: Config, rounds: int, progress: bool) -> dict:
+    """Both systems warm in one process, taking turns: each round one whole training run of
+    each (``cfg.iterations`` iterations), in the order A B then B A, so a machine that slows
+    down mid-measurement slows both. The ratio is the median of the rounds' ratios: on a
+    shared machine one system's time drifts by half between runs minutes apart, which the
+    separate subprocesses (kept for the peak RSS) cannot tell from a difference."""
+    prog = compile_tempo_lab(cfg)
+    prog.run()
+    _, train, _ = cleanrl_trainer(cfg)
+    train()
+
+    def tempo() -> float:
+        return prog.run().seconds / cfg.iterations
+
+    def baseline() -> float:
+        return sum(train()[0]) / cfg.iterations
+    a, b = [], []
+    bar = _bar(rounds, f"both systems {cfg.label()}: rounds", progress)
+    for k in range(rounds):
+        for f in ((tempo, baseline) if k % 2 == 0 else (baseline, tempo)):
+            (a if f is tempo else b).append(f())
+        bar.update()
+    bar.close()
+    ratios = [x / y for x, y in zip(a, b)]
+    return {"rounds": rounds, "tempo_lab_iter_s": a, "cleanrl_jax_iter_s": b,
+            "ratios": ratios, "ratio": statistics.median(ratios),
+            "method": "one process, one training run of each system per round (ABBA order); "
+                      "ratio = median over rounds of tempo_lab / cleanrl_jax seconds per "
+                      "iteration"}
+
+
 # -- child processes ---------------------------------------------------------------------------
 def run_one(args) -> int:
     """``--one SYSTEM``: time one system on one configuration and print its record."""
@@ -416,7 +459,10 @@ def run_one(args) -> int:
     load_start = loadavg()
     tl.config.progress = not args.no_progress
     (cfg,) = configs(args)
-    rec = BENCH[args.one](cfg, args.runs, not args.no_progress, args.phases)
+    if args.one == "turns":
+        rec = bench_turns(cfg, args.turns, not args.no_progress)
+    else:
+        rec = BENCH[args.one](cfg, args.runs, not args.no_progress, args.phases)
     rec = {"system": args.one, **asdict(cfg), **rec, "rss_peak_bytes": rss_peak_bytes(),
            "vm_hwm_bytes": vm_hwm_bytes(), "loadavg_at_start": load_start,
            "loadavg_at_end": loadavg(), **environment()}
@@ -431,7 +477,8 @@ def _child_cmd(system: str, cfg: Config, args) -> list[str]:
            str(cfg.minibatches), "--env", cfg.env, "--runs", str(args.runs), "--no-progress"]
     cmd += ["--max-steps", str(cfg.max_steps)] * (cfg.max_steps is not None)
     cmd += ["--bootstrap-truncated"] * cfg.bootstrap_truncated
-    return cmd + ["--phases"] * bool(getattr(args, "phases", False))
+    cmd += ["--turns", str(args.turns)] * (system == "turns")
+    return cmd + ["--phases"] * bool(getattr(args, "phases", False) and system != "turns")
 
 
 class BenchmarkError(RuntimeError):
@@ -465,37 +512,46 @@ def check_agreement(by: dict[str, dict], continuous: bool = False) -> dict:
 
 
 def measure(cfgs: list[Config], systems=SYSTEMS, runs: int = 1, progress: bool = False,
-            on_record=None, phases: bool = False) -> list[dict]:
+            on_record=None, phases: bool = False, turns: int = 0) -> list[dict]:
     """Every system on every configuration, each in a fresh subprocess; the systems' curves
-    are checked against each other per configuration. For notebooks too (this process
-    imports neither JAX nor tempo_lab for it)."""
-    root = Path(__file__).resolve().parent.parent
-    args = argparse.Namespace(runs=runs, phases=phases)
+    are checked against each other per configuration. With ``turns`` (and both systems) a
+    third subprocess times them taking turns (``bench_turns``), and both records get its
+    result as ``turns``. For notebooks too (this process imports neither JAX nor tempo_lab
+    for it)."""
+    args = argparse.Namespace(runs=runs, phases=phases, turns=turns)
+    together = turns > 0 and set(systems) == set(SYSTEMS)
     records = []
-    bar = _bar(len(cfgs) * len(systems), "rl benchmark", progress, position=0)
+    bar = _bar(len(cfgs) * (len(systems) + together), "rl benchmark", progress, position=0)
     for cfg in cfgs:
         by = {}
-        for system in systems:
+        for system in (*systems, *("turns",) * together):
             bar.set_description(f"{system} {cfg.label()}")
-            cmd = _child_cmd(system, cfg, args)
-            proc = subprocess.run(cmd, cwd=root, stdout=subprocess.PIPE, text=True)
-            if proc.returncode != 0:
-                bar.close()
-                raise BenchmarkError(f"{system} ({cfg.label()}) failed with exit code "
-                                     f"{proc.returncode}; reproduce with\n  python "
-                                     f"{' '.join(cmd[1:])}")
-            line = next(x for x in reversed(proc.stdout.splitlines())
-                        if x.startswith(RESULT_PREFIX))
-            by[system] = json.loads(line[len(RESULT_PREFIX):])
+            by[system] = _child(system, cfg, args, bar)
             bar.update()
+        both = by.pop("turns", None)
         check = check_agreement(by, continuous=cfg.env in CONTINUOUS)
         for r in by.values():
             r["agreement"] = check
+            if both is not None:
+                r["turns"] = both
             records.append(r)
         if on_record:
             on_record(records)
     bar.close()
     return records
+
+
+def _child(system: str, cfg: Config, args, bar) -> dict:
+    """The record a ``--one SYSTEM`` subprocess prints."""
+    cmd = _child_cmd(system, cfg, args)
+    proc = subprocess.run(cmd, cwd=Path(__file__).resolve().parent.parent,
+                          stdout=subprocess.PIPE, text=True)
+    if proc.returncode != 0:
+        bar.close()
+        raise BenchmarkError(f"{system} ({cfg.label()}) failed with exit code "
+                             f"{proc.returncode}; reproduce with\n  python {' '.join(cmd[1:])}")
+    line = next(x for x in reversed(proc.stdout.splitlines()) if x.startswith(RESULT_PREFIX))
+    return json.loads(line[len(RESULT_PREFIX):])
 
 
 # -- the table ---------------------------------------------------------------------------------
@@ -522,6 +578,11 @@ def table(records: list[dict]) -> str:
             lines.append(f"{'':<54} {'ratio':<12} {a['iter_s'] / b['iter_s']:>9.2f}x "
                          f"{a['compile_s'] / b['compile_s']:>8.1f}x "
                          f"{a['rss_peak_bytes'] / b['rss_peak_bytes']:>7.2f}x")
+            if "turns" in a:
+                t = a["turns"]
+                lines.append(f"{'':<54} {'taking turns':<12} {t['ratio']:>9.2f}x  (median of "
+                             f"{t['rounds']} rounds, {min(t['ratios']):.2f}-"
+                             f"{max(t['ratios']):.2f}x)")
     return "\n".join(lines)
 
 
@@ -543,6 +604,8 @@ iter ms: median seconds per training iteration (acting + learning on num_envs x 
   tempo_lab: a warm run of the whole program / iterations; cleanrl_jax: each iteration timed.
 compile s: tempo_lab = sum(prog.compile_times) + (first run - median warm run);
   cleanrl_jax = lower + compile of the acting and the learning function.
+ratio: of the separate subprocesses' medians; taking turns (--turns N): both systems in one
+  process, a training run of each per round (ABBA), median of the rounds' ratios.
 rss: peak resident set of the subprocess that ran that system alone (ru_maxrss).
 load 1m: 1-minute load average when the subprocess started and ended (2 CPUs, shared)."""
 
@@ -590,11 +653,14 @@ def parse_args(argv=None):
                          "minibatches, 5 iterations")
     ap.add_argument("--out", default=None,
                     help=f"JSON file (default {DEFAULT_OUT}, with --quick {QUICK_OUT})")
+    ap.add_argument("--turns", type=int, default=10,
+                    help="rounds of both systems taking turns in one process (default 10; "
+                         "0: none)")
     ap.add_argument("--phases", action="store_true",
                     help="also profile each system per phase (rollout, gae, minibatch, loss, "
                          "gradient, update) with JAX's profiler")
     ap.add_argument("--no-progress", action="store_true")
-    ap.add_argument("--one", choices=SYSTEMS, help=argparse.SUPPRESS)
+    ap.add_argument("--one", choices=(*SYSTEMS, "turns"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.quick:
         args.num_envs, args.ep_len, args.hidden, args.iterations = 32, 250, 64, 5
@@ -612,7 +678,7 @@ def main(argv=None) -> int:
     try:
         records = measure(configs(args), args.systems, args.runs, not args.no_progress,
                           on_record=lambda recs: _write(recs, out_path + ".partial"),
-                          phases=args.phases)
+                          phases=args.phases, turns=args.turns)
     except BenchmarkError as e:
         print(f"ABORT: {e}", file=sys.stderr)
         return 2

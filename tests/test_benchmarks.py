@@ -115,6 +115,22 @@ def test_rl_memory_benchmark_tiny(tmp_path):
     assert algs == {("td4", True), ("td4", False)}
 
 
+def test_rl_benchmark_tiny(tmp_path):
+    """PPO in both systems, each in its own subprocess (checked to agree), then both taking
+    turns in one process: each record carries the rounds' ratios and their median."""
+    out = tmp_path / "rl.json"
+    proc = _run("benchmarks.rl", "--num-envs", "2", "--ep-len", "8", "--hidden", "8",
+                "--iterations", "2", "--epochs", "1", "--minibatches", "2", "--turns", "3",
+                "--no-progress", "--out", str(out))
+    records = json.loads(out.read_text())
+    assert {r["system"] for r in records} == {"tempo_lab", "cleanrl_jax"}
+    turns = records[0]["turns"]
+    assert turns == records[1]["turns"] and turns["rounds"] == 3
+    assert len(turns["ratios"]) == 3 and turns["ratio"] == sorted(turns["ratios"])[1]
+    assert all(x > 0 for x in turns["tempo_lab_iter_s"] + turns["cleanrl_jax_iter_s"])
+    assert "taking turns" in proc.stdout
+
+
 def test_soak_benchmark_tiny(tmp_path):
     """Each system's record: RSS after every program, checked against NumPy on the way."""
     out = tmp_path / "soak.json"
