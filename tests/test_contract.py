@@ -23,6 +23,19 @@ def f(w, x):
     return jnp.tanh(x @ w).sum() ** 2
 
 
+def f2(w, x):
+    """Two outputs of one call that both reach the loss (``_loss``): one vjp takes both."""
+    y = jnp.tanh(x @ w)
+    return y.sum() ** 2, y.mean()
+
+
+def _loss(spec):
+    """The scalar loss at one point, as a function of ``(w, x)``."""
+    if spec.get("outputs", 1) == 1:
+        return f
+    return lambda w, x: f2(w, x)[0] + 0.5 * f2(w, x)[1] ** 2
+
+
 def _contracted(prog) -> int:
     return sum(r.count("rewritten") for r in prog.passes.records if r.name == "contract")
 
@@ -33,11 +46,12 @@ def programs(draw):
     param = tuple(d for d in DIMS if draw(st.booleans()))   # the dims the parameter varies on
     return {"bounds": bounds, "param": param, "recurrent": draw(st.booleans()),
             "executor": draw(st.sampled_from(ALL)), "contract": draw(st.booleans()),
-            "seed": draw(st.integers(0, 2**16))}
+            "outputs": draw(st.sampled_from([1, 2])), "seed": draw(st.integers(0, 2**16))}
 
 
 def _build(spec):
-    """``loss = sum over (i, b, t) of f(w[param dims], x[i, b, t])``; with ``recurrent``, ``x``
+    """``loss = sum over (i, b, t) of f(w[param dims], x[i, b, t])`` (or of both outputs of
+    ``f2``: ``outputs`` 2); with ``recurrent``, ``x``
     is a running sum along ``t`` (so ``t`` stays a loop, as in a rollout)."""
     rng = np.random.default_rng(spec["seed"])
     n = [spec["bounds"][d] for d in DIMS]
@@ -59,7 +73,12 @@ def _build(spec):
         pdom = tuple(dims[d] for d in spec["param"])
         w = tl.placeholder((3, 2), domain=pdom)
         w[pdom] = tl.from_array(W, domain=pdom) if pdom else tl.constant(W)
-        (g,) = tl.grad(tl.lift(f)(w, x), [w])
+        if spec.get("outputs", 1) == 1:
+            loss = tl.lift(f)(w, x)
+        else:
+            a, c = tl.lift(f2)(w, x)
+            loss = a + 0.5 * c * c
+        (g,) = tl.grad(loss, [w])
     bounds = dict(zip(ctx.bounds, n))
     return ctx, bounds, g, _expected(spec, X, W)
 
@@ -67,7 +86,7 @@ def _build(spec):
 def _expected(spec, X, W):
     """``jax.grad`` of ``f`` at every point, summed over the dims the parameter lacks."""
     n = [spec["bounds"][d] for d in DIMS]
-    grad = jax.grad(f)
+    grad = jax.grad(_loss(spec))
     want = np.zeros(W.shape, np.float32)
     for point in itertools.product(*map(range, n)):
         at = tuple(p for d, p in zip(DIMS, point) if d in spec["param"])
