@@ -145,8 +145,15 @@ def bench_tempo_lab(cfg: Config, warm_runs: int, progress: bool, phases: bool = 
     secs = [r.seconds for r in warm] or [first.seconds]
     stages["kernels"] = max(0.0, first.seconds - statistics.median(secs)) if warm else 0.0
     per_iter = [s / cfg.iterations for s in secs]
-    extra = {"phases_s": phases_tempo_lab(prog, cfg, max(warm_runs, 3)),
-             "phases_method": PHASES_METHOD} if phases else {}
+    extra = {}
+    if phases:
+        runs = max(warm_runs, 3)
+        loops = prog.executable.loop_seconds(runs)
+        extra = {"phases_s": phases_tempo_lab(prog, cfg, runs), "phases_method": PHASES_METHOD,
+                 "loops_s": {f"loop{k} {x['loop']}": {
+                     "seconds": x["seconds"] / cfg.iterations,
+                     "control": x["control"] / cfg.iterations} for k, x in loops.items()},
+                 "loops_method": LOOPS_METHOD}
     return {**extra, "iter_s": statistics.median(per_iter), "iter_s_all": per_iter,
             "timing": f"median warm run / iterations ({len(warm)} warm runs)",
             "compile_s": sum(stages.values()), "compile_s_by_stage": stages,
@@ -168,6 +175,12 @@ def phases_tempo_lab(prog, cfg: Config, runs: int) -> dict:
         phase = k if isinstance(k, str) else (sdg.ops[k].scope or ("other",))[0]
         out[phase] = out.get(phase, 0.0) + sec / cfg.iterations
     return out
+
+
+LOOPS_METHOD = ("seconds per iteration in each loop (its while thunk's time, JAX's profiler) "
+                "and its control: the part that neither a thunk nor a loop inside it covers "
+                "(xla_profile.loop_seconds); tempo_lab's loops as its program's source numbers "
+                "them, the baseline's by their while instruction's op_name")
 
 
 PHASES = ("rollout", "gae", "minibatch", "loss", "gradient", "update", "metrics")
@@ -398,18 +411,20 @@ def bench_cleanrl(cfg: Config, warm_runs: int, progress: bool, phases: bool = Fa
     secs = secs or first
     extra = {}
     if phases:
-        from tempo_lab.runtime.xla_profile import seconds_by
+        from tempo_lab.runtime.xla_profile import loop_seconds, seconds_by
 
         runs, i0 = max(warm_runs, 3), jnp.int32(0)
         batch = act_c(theta, i0)
-        parts = [seconds_by(lambda: jax.block_until_ready(act_c(theta, i0)), act_c.as_text(),
-                            baseline_phase, runs),
-                 seconds_by(lambda: jax.block_until_ready(learn_c(theta, zeros, zeros, batch,
-                                                                  i0)),
-                            learn_c.as_text(), baseline_phase, runs)]
+        calls = [(lambda: jax.block_until_ready(act_c(theta, i0)), act_c.as_text()),
+                 (lambda: jax.block_until_ready(learn_c(theta, zeros, zeros, batch, i0)),
+                  learn_c.as_text())]
+        parts = [seconds_by(call, hlo, baseline_phase, runs) for call, hlo in calls]
+        loops = [loop_seconds(call, hlo, lambda path: path, runs) for call, hlo in calls]
         extra = {"phases_s": {k: sum(p.get(k, 0.0) for p in parts)
                               for k in sorted(set().union(*parts))},
-                 "phases_method": PHASES_METHOD}
+                 "phases_method": PHASES_METHOD,
+                 "loops_s": {k: v for part in loops for k, v in part.items()},
+                 "loops_method": LOOPS_METHOD}
     return {**extra, "iter_s": statistics.median(secs), "iter_s_all": secs,
             "timing": f"median over {len(secs)} iterations ({warm_runs} warm runs)",
             "compile_s": compile_s,
@@ -596,6 +611,14 @@ def phase_table(records: list[dict]) -> str:
         keys = [k for k in (*PHASES, "other", "unattributed") if k in ph]
         lines.append(f"{r['system']:<12} " + "  ".join(f"{k} {1e3 * ph[k]:.1f}" for k in keys)
                      + f"  (sum {1e3 * sum(ph.values()):.1f} ms/iteration)")
+    for r in records:
+        if "loops_s" in r:
+            loops = sorted(r["loops_s"].items(), key=lambda kv: -kv[1]["control"])
+            lines.append(f"{r['system']:<12} loop control "
+                         f"{1e3 * sum(x['control'] for _, x in loops):.1f} ms/iteration over "
+                         f"{len(loops)} loops; most: " + ", ".join(
+                             f"{k} {1e3 * x['control']:.2f} of {1e3 * x['seconds']:.2f}"
+                             for k, x in loops[:3]))
     return "phases, measured ms per iteration:\n" + "\n".join(lines)
 
 

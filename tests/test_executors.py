@@ -489,6 +489,35 @@ def test_xla_profile_attributes_thunks_to_named_scopes():
     assert got["dense"] > 0 and got["loop"] > 0
 
 
+def test_loop_seconds_measures_each_loop_and_its_control():
+    """Each loop of the program's source has its measured time and its own control (what no
+    thunk and no loop inside it covers): an outer loop holds its inner loop's time, the
+    controls are parts of the times, and the loops' times lie within the run's."""
+    ctx = tl.Context(dims=("i", "t"))
+    (i, t), (n_i, T) = ctx.dims, ctx.bounds
+    with ctx:
+        x = tl.from_array(np.random.RandomState(0).rand(3, 40, 64).astype(np.float32),
+                          domain=(i, t))
+        h = tl.placeholder((64,), "float32", domain=(i, t))
+        h[i, 0] = x[i, 0]
+        h[i, t] = tl.tanh(h[i, t - 1] * 0.5 + x[i, t])
+        w = tl.placeholder((64,), "float32", domain=(i,))
+        w[0] = h[0, T - 1]
+        w[i] = w[i - 1] * 0.9 + h[i, T - 1]
+    prog = ctx.compile(bounds={n_i: 3, T: 40}, outputs={"w": w},
+                       config=tl.CompileConfig(executor="xla", vectorise=False))
+    loops = prog.executable.loop_seconds(runs=3)
+    source = prog.executable.source
+    assert len(loops) == source.count("lax.fori_loop") + source.count("lax.while_loop") >= 2
+    for x in loops.values():
+        assert 0 <= x["control"] <= x["seconds"] and " in " in x["loop"]
+    outer = max(loops.values(), key=lambda x: x["seconds"])
+    assert outer["seconds"] >= sum(x["seconds"] for x in loops.values() if x is not outer)
+    assert outer["seconds"] <= prog.run().seconds * 3
+    with pytest.raises(tl.ArgumentError, match="positive number of runs"):
+        prog.executable.loop_seconds(runs=0)
+
+
 def test_op_seconds_refuses_bad_runs_and_callbacks_at_the_users_line():
     ctx = tl.Context(dims=("t",))
     (t,), (T,) = ctx.dims, ctx.bounds

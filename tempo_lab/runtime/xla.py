@@ -52,6 +52,13 @@ from .sharding import to_host
 from .xla_plan import Run, XlaPlan, has_exec, items, ranged, traced_statements, writes
 
 _OP_SCOPE = re.compile(r"(?:^|/)op(\d+)(?=/|$)")
+_LOOP_SCOPE = re.compile(r"(?:^|/)loop(\d+)/while$")
+
+
+def _loop_of(path: str) -> int | None:
+    """The loop a ``while`` instruction's ``op_name`` path was traced for (``_Trace.loop``)."""
+    m = _LOOP_SCOPE.search(path)
+    return int(m.group(1)) if m else None
 
 
 def _op_of(path: str) -> int | None:
@@ -259,21 +266,37 @@ class _Xla:
         """Measured seconds per run of each op's statements inside the compiled program (JAX's
         profiler, see ``xla_profile``), keyed by op id; ``"unattributed"``: the rest of the
         run's wall time (loop control, dispatch)."""
-        from ..errors import ArgumentError, user_location
         from .xla_profile import seconds_by
 
+        return seconds_by(self._profiled(runs, "op_seconds"), self.hlo(), _op_of, runs)
+
+    def loop_seconds(self, runs: int = 3) -> dict:
+        """Measured seconds per run inside each loop of the compiled program, keyed by its
+        number (``XlaPlan.loops``, as the source lists them): ``{"loop": its variable and
+        range, "seconds": ..., "control": the part no op's thunk covers}`` (see
+        ``xla_profile.loop_seconds``). Where ``op_seconds`` says the rest of a run is
+        ``unattributed``, this says which loop's control it is."""
+        from .xla_profile import loop_seconds
+
+        call = self._profiled(runs, "loop_seconds")
+        found = loop_seconds(call, self.hlo(), _loop_of, runs)
+        return {k: {"loop": self.plan.loop_label(k), **found[k]} for k in sorted(found)}
+
+    def _profiled(self, runs, what: str):
+        """The warm call that ``op_seconds`` and ``loop_seconds`` profile."""
+        from ..errors import ArgumentError, user_location
+
         if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
-            raise ArgumentError(f"op_seconds(runs={runs!r}): give a positive number of runs",
+            raise ArgumentError(f"{what}(runs={runs!r}): give a positive number of runs",
                                 user_location())
         if self.lowered.sources or self.lowered.sinks:
-            raise ArgumentError("op_seconds runs the program several times without a run's "
+            raise ArgumentError(f"{what} runs the program several times without a run's "
                                 "host: it would call the program's tl.sink/tl.source "
                                 "callbacks again; profile a copy of the program without them",
                                 user_location())
         fn, args = self._compiled(), self._args()
         jax.block_until_ready(fn(*args))  # compiled and warm before anything is measured
-
-        return seconds_by(lambda: jax.block_until_ready(fn(*args)), self.hlo(), _op_of, runs)
+        return lambda: jax.block_until_ready(fn(*args))
 
     def fused_ops(self, timed) -> dict[int, tuple[str, int]]:
         """Ops without time of their own (not in ``timed``, the ops ``op_seconds`` measured)
@@ -437,6 +460,12 @@ class _Trace:
         raise TypeError(node)
 
     def loop(self, node: For, env, state, vals):
+        """The loop ``node``, traced under the name scope ``loop<k>`` (``XlaPlan.loops``), so
+        that ``loop_seconds`` can find its ``while`` instruction."""
+        with jax.named_scope(f"loop{self.xp.loops.get(id(node), '')}"):
+            return self._loop(node, env, state, vals)
+
+    def _loop(self, node: For, env, state, vals):
         xp = self.xp
         keys = writes(xp, node)
         var = ic.var(node.var)

@@ -7,7 +7,8 @@ HLO text says which traced operation each instruction came from (``metadata={op_
 the path of ``jax.named_scope``s it was traced in). Joining the two gives measured seconds per
 scope. A fusion of instructions from several scopes is counted under its root's scope (XLA
 does not split a fused kernel's time), and time outside thunks (dispatch, the host side of
-loops) is reported apart as ``unattributed``.
+loops) is reported apart as ``unattributed``. A loop's ``while`` thunk spans its whole run, so
+its time less that of the thunks inside it is its loop control (``loop_seconds``).
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import json
 import os
 import re
 import tempfile
+from bisect import bisect_left
 from collections.abc import Callable
 
 _INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=.*?\s([\w\-]+)\(")
@@ -145,4 +147,39 @@ def seconds_by(call: Callable[[], object], hlo: str, key: Callable[[str], object
             groups[k] += spans
     out = {k: _covered(v) / runs for k, v in groups.items()}
     out["unattributed"] = max(0.0, wall - _covered([x for v in groups.values() for x in v])) / runs
+    return out
+
+
+def loop_seconds(call: Callable[[], object], hlo: str, key: Callable[[str], object],
+                 runs: int = 3) -> dict:
+    """Measured seconds per run of ``call()`` inside each loop, grouped by ``key(op_name path
+    of its while instruction)`` (None: not counted): ``{"seconds": its while thunks' time,
+    "control": the part of it that neither a thunk nor a loop inside it covers}`` -- the
+    loop's own control (the trip count's test, carrying its state, the host side of every
+    step), so that the loops' controls add up."""
+    whiles, containers = {}, set()
+    for line in hlo.splitlines():
+        m = _INSTR.match(line)
+        if m is None or m.group(2) not in _CONTAINERS:
+            continue
+        containers.add(m.group(1))
+        n = _NAME.search(line)
+        if m.group(2) == "while" and n is not None and (k := key(n.group(1))) is not None:
+            whiles[m.group(1)] = k
+    per, _ = thunk_intervals(call, runs)
+    # what covers a loop's time: thunks (None), and the loops inside it (their key)
+    covers = sorted((a, b, whiles.get(name)) for name, spans in per.items()
+                    if name not in containers or name in whiles for a, b in spans)
+    starts = [a for a, _, _ in covers]
+    loops: dict = collections.defaultdict(list)
+    for name, k in whiles.items():
+        loops[k] += per.get(name, [])
+    out = {}
+    for k, spans in loops.items():
+        inside = [(x, min(y, b)) for a, b in spans  # inside a loop's span or apart from it
+                  for x, y, j in covers[bisect_left(starts, a):bisect_left(starts, b)]
+                  if j != k]
+        total = _covered(spans)
+        out[k] = {"seconds": total / runs,
+                  "control": max(0.0, total - _covered(inside)) / runs}
     return out
