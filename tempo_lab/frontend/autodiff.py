@@ -131,10 +131,10 @@ class _Backward:
             if n.kind == "merge":
                 ph = adj[i]
                 ph[tuple(ph.domain)] = total
-            elif i in sent:
-                adj[i] = total
             else:
                 adj[i] = total
+                if i in sent:
+                    continue
                 others = self._same_call(n)
                 for s in others:
                     early[s.id] = _sum(contribs.pop(s.id, []), s.type)
