@@ -18,7 +18,7 @@ from packaging.specifiers import InvalidSpecifier, SpecifierSet
 ROOT = Path(__file__).resolve().parents[1]
 
 # Conda packages in environment.yml that have no PyPI counterpart in pyproject.toml.
-# (`graphviz` on conda-forge is the `dot` program; the Python binding is `python-graphviz`.)
+# (`graphviz` on conda-forge is the `dot` program, which the views run as a subprocess.)
 CONDA_ONLY = {"python", "pip", "graphviz"}
 
 # Modules that `import tempo_lab` must not pull in (DESIGN §2): the notebook stack lives in

@@ -54,12 +54,10 @@ def run(prog):
 
 @pytest.fixture
 def no_dot(monkeypatch):
-    import graphviz
-
     def missing(*a, **k):
-        raise graphviz.ExecutableNotFound(("dot",))
+        raise FileNotFoundError("dot")
 
-    monkeypatch.setattr(graphviz.Source, "pipe", missing)
+    monkeypatch.setattr(G, "_dot", missing)
     monkeypatch.setattr(G, "dot_installed", lambda: False)
 
 
@@ -206,15 +204,27 @@ def test_graph_views_without_dot_fall_back_to_plotly(prog, no_dot):
 
 
 def test_a_graph_dot_fails_on_is_drawn_with_plotly(prog, monkeypatch):
-    import graphviz
+    import subprocess
 
     def fails(*a, **k):
-        raise graphviz.CalledProcessError(1, ["dot"], stderr="trouble in init_rank")
+        raise subprocess.CalledProcessError(1, ["dot"], stderr="trouble in init_rank")
 
-    monkeypatch.setattr(graphviz.Source, "pipe", fails)
+    monkeypatch.setattr(G, "_dot", fails)
     panel = prog.sdg.explore().explorer.graph
     assert panel.svg is None and panel.figure is not None
     assert "failed on this graph" in panel.note.value
+
+
+@pytest.mark.skipif(not _has_dot(), reason="graphviz's dot program is not installed")
+def test_a_layout_dot_does_not_finish_in_time_is_given_up():
+    """dot killed at the time limit: no SVG (the views draw plotly), no hang."""
+    import time
+
+    nodes = "".join(f"n{i} -> n{(i * 7 + 3) % 400}; n{i} -> n{(i * 13 + 5) % 400};"
+                    for i in range(400))
+    t0 = time.perf_counter()
+    assert G.svg_of(f"digraph {{ rankdir=TB; {nodes} }}", timeout=0.05) is None
+    assert time.perf_counter() - t0 < 5
 
 
 def test_plotly_layout_opens_groups_on_click(no_dot):
