@@ -36,7 +36,7 @@ import numpy as np
 from ..ir.demand import demand, param_context
 from ..ir.graph import sccs
 from ..ir.ops import CATALOG, TensorType, flag, infer, norm_dim
-from ..ir.sdg import Edge, Op
+from ..ir.sdg import Edge, Op, index_functions
 from ..symbolic import TRUE, Bound, Const, Dim, Expr, Slice
 from .manager import Editor, register
 
@@ -245,12 +245,20 @@ def group(ed: Editor, d: Dim, size: int, budget: int | None) -> set[int] | None:
     out: set[int] = set()
     if not loop:  # no recurrence along d: it was kept a loop for a constant point's read
         return None
-    for i in sorted(over - loop):
+    for i in sorted(over - loop - _left_in_loop(ed, over)):
         ins = ed.in_edges(i)
         if _batchable(ed.ops[i], d, size, budget) and all(_own_point(ed, e, d) for e in ins) \
                 and not any(_shaped_by(ed.ops[k], d) for k in (i, *(e.src for e in ins))):
             out.add(i)
     return _demanded_everywhere(ed, out) if out else out
+
+
+def _left_in_loop(ed: Editor, over: set[int]) -> set[int]:
+    """Ops off the recurrence that no batch is made of: values of ``d``'s index alone (a RoPE
+    table, a step's key), cheap to make in the loop; batched, they would be held for every
+    point of ``d``, as remat.py recomputes them not to be (a windowed decode's memory grew
+    with its steps again: 12 MB at 10^6 steps against 33 KB)."""
+    return index_functions(ed) & over
 
 
 def _demanded_everywhere(ed: Editor, ops: set[int]) -> set[int]:
