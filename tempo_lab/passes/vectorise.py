@@ -22,9 +22,12 @@ rollout's recurrence stays a loop over ``t`` while the value network, GAE's inpu
 losses and their cotangents run as batched computations, as hand-written JAX would do them.
 Not along a dim the stream pass made running sums along (``CompileConfig(stream=True)``): a
 batch reads every step of the loop's values, so memory would grow with the steps again.
-Opt-in (``CompileConfig(vectorise_groups=True)``): on by default it changes four tutorials'
-programs (02, 04, 05, 06: their recorded outputs and explanations) and a layer loop of a Llama
-forward then no longer holds its stacked weights in place (tutorial 09).
+Values of ``d``'s index alone stay in the loop (``_left_in_loop``). Opt-in
+(``CompileConfig(vectorise_groups=True)``): the whole suite run with it on by default fails
+20 cells of five tutorials (02, 04, 05, 06: their recorded programs and explanations; 09: a
+layer loop of a Llama forward no longer holds its stacked weights in place) and one test (a
+ragged group's input, batched, is read a step at a time through a view copied point by point,
+where it started whole; leaving inputs out of groups slowed the BiRNN benchmark by 7 %).
 """
 from __future__ import annotations
 
