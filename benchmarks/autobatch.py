@@ -596,7 +596,8 @@ def main(argv=None) -> int:
     ap.add_argument("--leaves", type=int, default=32, help="treelstm: most leaves per tree")
     ap.add_argument("--hidden", type=int, default=128)
     ap.add_argument("--threshold", type=float, default=0.5)
-    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--runs", type=int, default=None,
+                    help="warm runs per system, the median reported (default 5; --quick: 3)")
     ap.add_argument("--bucketed", action="store_true",
                     help="also time birnn sorted into 4 length buckets in plain JAX "
                          "(jax_bucketed: what a compacting executor could gain) and treelstm "
@@ -604,8 +605,10 @@ def main(argv=None) -> int:
     ap.add_argument("--out")
     args = ap.parse_args(argv)
     if args.quick:
-        args.batch, args.seq_len, args.layers, args.hidden, args.runs = 16, 24, 6, 32, 3
+        args.batch, args.seq_len, args.layers, args.hidden = 16, 24, 6, 32
         args.leaves = 8
+    if args.runs is None:  # an explicit --runs holds with --quick too
+        args.runs = 3 if args.quick else 5
     import tempo_lab as tl
 
     tl.config.progress = False
