@@ -9,14 +9,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
-import subprocess
 import sys
 import time
 
 import numpy as np
 
 import tempo_lab as tl
+from tempo_lab.svg import dot_installed, svg_of
 
 
 def decoder(ctx: tl.Context, weights: dict, tokens: np.ndarray, heads: int,
@@ -112,15 +111,14 @@ def write_views(prog, out_dir: str) -> list[str]:
     put("trace.txt", prog.trace.pretty() + "\n")
     put("schedule.txt", prog.schedule.pretty() + "\n")
     put("memory.txt", prog.memory.pretty() + "\n")
-    svg = ""
-    if shutil.which("dot"):
-        svg = subprocess.run(["dot", "-Tsvg"], input=dot, capture_output=True, text=True,
-                             check=True).stdout
+    svg = svg_of(dot) or ""
+    if svg:
         put("sdg.svg", svg)
     else:
-        print("note: graphviz 'dot' not found; writing HTML without the graph picture")
+        print("note: graphviz 'dot' " + ("failed or took too long" if dot_installed() else
+                                         "not found") + "; writing HTML without the graph picture")
     put("sdg.html", f"<!doctype html><meta charset='utf-8'><title>tempo_lab demo SDG</title>"
-                    f"{svg[svg.find('<svg'):] if svg else ''}{prog.sdg._repr_html_()}")
+                    f"{svg}{prog.sdg._repr_html_()}")
     return written
 
 

@@ -3,6 +3,7 @@ SVG, plotly figures, HTML) and that selecting an op reaches every tab of the das
 import pytest
 
 import tempo_lab as tl
+import tempo_lab.svg
 
 W = pytest.importorskip("ipywidgets")
 go = pytest.importorskip("plotly.graph_objects")
@@ -57,7 +58,7 @@ def no_dot(monkeypatch):
     def missing(*a, **k):
         raise FileNotFoundError("dot")
 
-    monkeypatch.setattr(G, "_dot", missing)
+    monkeypatch.setattr(tempo_lab.svg, "_dot", missing)
     monkeypatch.setattr(G, "dot_installed", lambda: False)
 
 
@@ -209,7 +210,7 @@ def test_a_graph_dot_fails_on_is_drawn_with_plotly(prog, monkeypatch):
     def fails(*a, **k):
         raise subprocess.CalledProcessError(1, ["dot"], stderr="trouble in init_rank")
 
-    monkeypatch.setattr(G, "_dot", fails)
+    monkeypatch.setattr(tempo_lab.svg, "_dot", fails)
     panel = prog.sdg.explore().explorer.graph
     assert panel.svg is None and panel.figure is not None
     assert "failed on this graph" in panel.note.value

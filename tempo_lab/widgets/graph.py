@@ -6,10 +6,10 @@ the same whichever is used."""
 from __future__ import annotations
 
 import html
-import subprocess
 from dataclasses import dataclass, field
 
 from tempo_lab.ir.sdg import dot_quote
+from tempo_lab.svg import DOT_SECONDS, dot_installed, svg_of  # noqa: F401  (the views' names)
 from tempo_lab.symbolic import TRUE
 
 from .palette import (
@@ -424,49 +424,6 @@ def to_dot(spec: GraphSpec) -> str:
         lines.append(f'  {s} -> {d} [label="{dot_quote(label)}"{style}];')
     lines.append("}")
     return "\n".join(lines)
-
-
-DOT_SECONDS = 60  # the longest one layout may take (dot's global ranking took minutes on PPO)
-
-
-def svg_of(dot_source: str, timeout: float = DOT_SECONDS) -> str | None:
-    """Render DOT to an SVG string, or None when the ``dot`` program is not installed, fails
-    on this graph or takes longer than ``timeout`` seconds (the views then draw it with plotly
-    and say which). ``dot`` runs as a subprocess with a time limit, which the ``graphviz``
-    binding's ``pipe`` has no way to set: a graph on which dot never finished hung a test run."""
-    try:
-        svg = _dot(dot_source, timeout)
-    except FileNotFoundError:
-        return None
-    except subprocess.CalledProcessError:
-        # dot's default ranking fails on some nested groups (PPO's); its global ranking
-        # ("newrank") lays those out, but takes minutes on a few hundred ops, so only then
-        try:
-            svg = _dot(dot_source.replace("rankdir=TB;", "rankdir=TB; newrank=true;", 1),
-                       timeout)
-        except (subprocess.CalledProcessError, subprocess.TimeoutExpired):
-            return None
-    except subprocess.TimeoutExpired:
-        return None
-    return svg[svg.find("<svg"):]
-
-
-def _dot(dot_source: str, timeout: float) -> str:
-    """``dot -Tsvg`` on ``dot_source`` (FileNotFoundError without dot; CalledProcessError
-    when it fails; TimeoutExpired, and the process killed, past ``timeout`` seconds)."""
-    import shutil
-
-    exe = shutil.which("dot")
-    if exe is None:
-        raise FileNotFoundError("dot")
-    return subprocess.run([exe, "-Tsvg"], input=dot_source, capture_output=True, text=True,
-                          timeout=timeout, check=True).stdout
-
-
-def dot_installed() -> bool:
-    import shutil
-
-    return shutil.which("dot") is not None
 
 
 def svg_html(svg: str, max_height: int = 640) -> str:
