@@ -527,15 +527,18 @@ class XlaPlan(Stage):
                 for k, parts in plan.items()}
 
     @functools.cached_property
+    def _loop_nodes(self) -> list[For]:
+        return [f for f in self.schedule.ast.walk() if isinstance(f, For)]
+
+    @functools.cached_property
     def loops(self) -> dict[int, int]:
         """Each loop of the schedule (``id`` of its node) -> its number, in the order the
         source lists them: what names its ``while`` instruction (``loop_seconds``)."""
-        return {id(f): k for k, f in enumerate(
-            f for f in self.schedule.ast.walk() if isinstance(f, For))}
+        return {id(f): k for k, f in enumerate(self._loop_nodes)}
 
     def loop_label(self, k: int) -> str:
         """Loop ``k``'s variable and range, as the source shows them."""
-        f = next(f for f in self.schedule.ast.walk() if self.loops.get(id(f)) == k)
+        f = self._loop_nodes[k]
         return f"{ic.var(f.var)} in {f.lo}..{f.hi}"
 
     def copies_only(self, node: For) -> bool:
