@@ -514,8 +514,9 @@ def test_loop_seconds_measures_each_loop_and_its_control():
     outer = max(loops.values(), key=lambda x: x["seconds"])
     assert outer["seconds"] >= sum(x["seconds"] for x in loops.values() if x is not outer)
     assert outer["seconds"] <= prog.run().seconds * 3
-    with pytest.raises(tl.ArgumentError, match="positive number of runs"):
+    with pytest.raises(tl.ArgumentError, match="positive number of runs") as e:
         prog.executable.loop_seconds(runs=0)
+    assert e.value.loc.file == __file__
 
 
 def test_op_seconds_refuses_bad_runs_and_callbacks_at_the_users_line():
