@@ -1,7 +1,7 @@
 """Auto-batching of per-instance control flow (the ACRoBat capability) at CPU scale.
 
     python -m benchmarks.autobatch [--quick] [--models birnn berxit] [--batch 64]
-        [--seq-len 64] [--hidden 128] [--runs 5] [--out benchmarks/results/autobatch.json]
+        [--seq-len 64] [--hidden 128] [--runs 9] [--out benchmarks/results/autobatch.json]
 
 Models, each on ``--batch`` instances whose work differs per instance:
 
@@ -22,11 +22,13 @@ exit is a host decision -- the DyNet-like baseline, every instance shape compile
 timing). With ``--bucketed``, birnn is also timed sorted into 4 length buckets in plain JAX
 (``jax_bucketed``), to measure what compaction could gain, and treelstm on the same level
 layout as tempo_lab's in plain JAX (``jax_levels``). Every system's outputs are checked
-against a NumPy per-instance reference before anything is timed.
+against a NumPy per-instance reference before anything is timed; then all are timed in one
+process, taking turns (``TIMING``).
 
 Records: ``{"model", "system", "batch", "seq_len" | "layers", "hidden", "ms_per_batch"
-(median of --runs warm runs), "ms_min", "ms_max", "max_abs_err", "useful_fraction" (real work /
-padded work: sum of lengths / (batch x longest)), "compile_s", "loadavg", ...}``.
+(median of --runs rounds), "ms_min", "ms_max", "tempo_lab_ratio" (median over the rounds),
+"max_abs_err", "useful_fraction" (real work / padded work: sum of lengths / (batch x longest)),
+"compile_s", "loadavg", ...}``.
 """
 from __future__ import annotations
 
@@ -515,14 +517,20 @@ MODELS = {
 
 
 # -- measuring -----------------------------------------------------------------------------------
-def _timed(fn, runs: int) -> list[float]:
+def _taking_turns(fns: dict, runs: int) -> dict[str, list[float]]:
+    """Seconds per call of each system, ``runs`` rounds of one call each, in the order A B C
+    then C B A: on a shared machine a system's time drifts by half between runs seconds apart,
+    and a sub-millisecond call timed three times in a row says more about the machine's moment
+    than about the system; taking turns, a slow moment slows every system of the round."""
     import jax
 
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        jax.block_until_ready(fn())
-        times.append(time.perf_counter() - t0)
+    times: dict[str, list[float]] = {name: [] for name in fns}
+    names = list(fns)
+    for k in range(runs):
+        for name in (names if k % 2 == 0 else names[::-1]):
+            t0 = time.perf_counter()
+            jax.block_until_ready(fns[name]())
+            times[name].append(time.perf_counter() - t0)
     return times
 
 
@@ -539,11 +547,11 @@ def measure_model(model: str, args) -> list[dict]:
         want, exits = numpy_ref(p)
         useful = float(exits.sum() / (len(exits) * exits.max()))
         size = {"layers": args.layers, "exit_layers_mean": float(exits.mean())}
-    records = []
     layout = tree_levels(p) if model == "treelstm" else None   # recorded with its systems
     extra = {"birnn": "jax_bucketed", "treelstm": "jax_levels"}
     systems = list(args.systems) + ([extra[model]] if model in extra and args.bucketed else [])
-    for system in systems:
+    fns, records = {}, {}
+    for system in systems:  # every system built and checked, then all timed taking turns
         t0 = time.perf_counter()
         if system == "tempo_lab":
             prog = tempo(p)
@@ -561,33 +569,41 @@ def measure_model(model: str, args) -> list[dict]:
             raise SystemExit(f"{model}/{system}: outputs differ from the NumPy reference by "
                              f"{err:.3g}; reproduce with python -m benchmarks.autobatch "
                              f"--models {model} --systems {system} --quick")
-        times = _timed(fn, args.runs)
-        rec = {"model": model, "system": system, "batch": args.batch, "hidden": args.hidden,
-               **size, "ms_per_batch": 1e3 * statistics.median(times),
-               "ms_min": 1e3 * min(times), "ms_max": 1e3 * max(times), "max_abs_err": err,
-               "useful_fraction": useful, "compile_s": compile_s, "runs": args.runs,
-               "loadavg": loadavg()}
+        fns[system] = fn
+        records[system] = {"model": model, "system": system, "batch": args.batch,
+                           "hidden": args.hidden, **size, "max_abs_err": err,
+                           "useful_fraction": useful, "compile_s": compile_s,
+                           "runs": args.runs}
         if system == "tempo_lab":
-            rec["executor"] = prog.executor
-            rec["vectorise_groups"] = VECTORISE_GROUPS
+            records[system].update(executor=prog.executor, vectorise_groups=VECTORISE_GROUPS)
         if system in ("tempo_lab", "jax_levels") and layout is not None:
-            rec["levels"] = {"steps": layout.steps, "width": layout.width,
-                             "slots_used": layout.useful_fraction}
-        records.append(rec)
-        print(f"{model:7s} {system:17s} {rec['ms_per_batch']:9.2f} ms/batch  err "
-              f"{err:.1e}  useful {useful:.2f}", flush=True)
-    by = {r["system"]: r["ms_per_batch"] for r in records}
-    if "tempo_lab" in by:
-        for r in records:
-            r["tempo_lab_ratio"] = by["tempo_lab"] / r["ms_per_batch"]
-    return records
+            records[system]["levels"] = {"steps": layout.steps, "width": layout.width,
+                                         "slots_used": layout.useful_fraction}
+    times = _taking_turns(fns, args.runs)
+    for system, rec in records.items():
+        ts = times[system]
+        rec.update(ms_per_batch=1e3 * statistics.median(ts), ms_min=1e3 * min(ts),
+                   ms_max=1e3 * max(ts), loadavg=loadavg(), timing=TIMING)
+        if "tempo_lab" in times:  # the rounds' ratios: both systems timed in the same moment
+            rec["tempo_lab_ratio"] = statistics.median(
+                a / b for a, b in zip(times["tempo_lab"], ts))
+        print(f"{model:7s} {system:17s} {rec['ms_per_batch']:9.3f} ms/batch  err "
+              f"{rec['max_abs_err']:.1e}  useful {useful:.2f}"
+              + (f"  tempo_lab / this {rec['tempo_lab_ratio']:.2f}x"
+                 if "tempo_lab_ratio" in rec else ""), flush=True)
+    return list(records.values())
+
+
+TIMING = ("one process, every system warm; --runs rounds of one call each, in the order "
+          "A B C then C B A; ms_per_batch = median call; tempo_lab_ratio = median over rounds "
+          "of tempo_lab's call / this system's")
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.autobatch",
                                  description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true",
-                    help="small: batch 16, T = 24, 6 layers, hidden 32, 3 runs")
+                    help="small: batch 16, T = 24, 6 layers, hidden 32, 51 rounds")
     ap.add_argument("--models", nargs="+", default=list(MODELS), choices=list(MODELS))
     ap.add_argument("--systems", nargs="+", default=list(SYSTEMS), choices=list(SYSTEMS))
     ap.add_argument("--batch", type=int, default=64)
@@ -597,7 +613,8 @@ def main(argv=None) -> int:
     ap.add_argument("--hidden", type=int, default=128)
     ap.add_argument("--threshold", type=float, default=0.5)
     ap.add_argument("--runs", type=int, default=None,
-                    help="warm runs per system, the median reported (default 5; --quick: 3)")
+                    help="rounds, each one warm call of every system taking turns; the "
+                         "median reported (default 9; --quick: 51)")
     ap.add_argument("--bucketed", action="store_true",
                     help="also time birnn sorted into 4 length buckets in plain JAX "
                          "(jax_bucketed: what a compacting executor could gain) and treelstm "
@@ -608,7 +625,7 @@ def main(argv=None) -> int:
         args.batch, args.seq_len, args.layers, args.hidden = 16, 24, 6, 32
         args.leaves = 8
     if args.runs is None:  # an explicit --runs holds with --quick too
-        args.runs = 3 if args.quick else 5
+        args.runs = 51 if args.quick else 9
     import tempo_lab as tl
 
     tl.config.progress = False
