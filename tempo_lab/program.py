@@ -258,6 +258,23 @@ class Program(Stage):
         """Whether a run's values need more than the executable gives (checked per run)."""
         return bool(self.passes.orders or self.ragged)
 
+    @functools.cached_property
+    def _after_run(self) -> tuple[list, list[str]]:
+        """What a run's values need, worked out once: per output, each dim whose instances a
+        pass reordered with the order that puts them back, and the outputs over a ragged
+        dim and the dim it is ragged over (the others have no point past an instance's end,
+        so masking them would cost a run the time of a small program)."""
+        back = {dim: np.argsort(order) for dim, order in self.passes.orders.items()}
+        reorder, masked = [], []
+        ragged = {d.name: r.over for name, r in self.ragged.items()
+                  for d in self.sdg.dims if d.bound.name == name}
+        for k, rt in self._outputs.items():
+            dims = [d.name for d in rt.domain]
+            reorder += [(k, dims.index(dim), b) for dim, b in back.items() if dim in dims]
+            if any(d in dims and over in dims for d, over in ragged.items()):
+                masked.append(k)
+        return reorder, masked
+
     @user_api
     def run(self, record: bool = False) -> Run:
         """Run the program. ``record``: keep every statement instance as a kernel event in
@@ -268,20 +285,16 @@ class Program(Stage):
             run = self.executable.run(self.bounds, record)
             if not self._reordered_or_ragged:
                 return run
-            for dim, order in self.passes.orders.items():  # instances back in their order
-                back = np.argsort(order)
-                for k, v in run._values.items():
-                    dims = [d.name for d in self._outputs[k].domain] if k in self._outputs \
-                        else []
-                    if dim in dims:
-                        run._values[k] = np.take(v, back, axis=dims.index(dim))
+            reorder, masked = self._after_run
+            for k, axis, back in reorder:  # instances back in their order
+                run._values[k] = np.take(run._values[k], back, axis=axis)
             if self.ragged:  # the box's points past each instance's end hold no values
                 for name, r in self.ragged.items():
                     found = run._values.pop(lengths_output(name), None)
                     run.lengths[name] = (r.over, r.lengths if found is None else
                                          found.astype(np.int64))
-                for k, v in run._values.items():
-                    m = run.mask(k)
+                for k in masked:
+                    v, m = run._values[k], run.mask(k)
                     run._values[k] = np.where(m.reshape(m.shape + (1,) * (v.ndim - m.ndim)),
                                               v, np.zeros((), v.dtype))
             return run
