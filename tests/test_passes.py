@@ -350,6 +350,43 @@ def test_an_input_projection_read_only_by_later_steps_is_batched(executor):
     np.testing.assert_allclose(prog.run()["h"], want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.parametrize("executor", ["reference", "interpreter", "codegen", "xla"])
+def test_a_read_at_one_point_of_a_batched_op_takes_it_from_the_batch(executor):
+    """A bidirectional RNN's boundary steps read the batched input projection at t = 0 and
+    t = T - 1: each takes its point out of the batch where it is read. Through the per-point
+    view, the point was a statement of a loop over t of its own, with the view's index
+    stored at every step (three loops, not the two recurrences)."""
+    ctx = tl.Context(dims=("b", "t"))
+    b, t = ctx.dims
+    B, T = ctx.bounds
+    rs = np.random.RandomState(7)
+    x0 = rs.randn(3, 6, 4).astype(np.float32)
+    w0, u0, v0 = (rs.randn(4, 4).astype(np.float32) * 0.5 for _ in range(3))
+    with ctx:
+        x = tl.from_array(x0, domain=(b, t))
+        w, u, v = tl.constant(w0), tl.constant(u0), tl.constant(v0)
+        f = tl.placeholder((4,), "float32", (b, t), "f")
+        f[b, 0] = tl.tanh(x[b, 0] @ w)
+        f[b, t] = tl.tanh(x[b, t] @ w + f[b, t - 1] @ u)
+        g = tl.placeholder((4,), "float32", (b, t), "g")
+        g[b, T - 1] = tl.tanh(x[b, T - 1] @ v)
+        g[b, t] = tl.tanh(x[b, t] @ v + g[b, t + 1] @ u)
+        y = f[b, T - 1] + g[b, 0]
+    prog = ctx.compile(bounds={B: 3, T: 6}, outputs={"y": y},
+                       config=config(executor, vectorise_groups=True))
+    fs, gs = np.zeros_like(x0), np.zeros_like(x0)
+    fs[:, 0], gs[:, 5] = np.tanh(x0[:, 0] @ w0), np.tanh(x0[:, 5] @ v0)
+    for k in range(1, 6):
+        fs[:, k] = np.tanh(x0[:, k] @ w0 + fs[:, k - 1] @ u0)
+        gs[:, 5 - k] = np.tanh(x0[:, 5 - k] @ v0 + gs[:, 6 - k] @ u0)
+    np.testing.assert_allclose(prog.run()["y"], fs[:, 5] + gs[:, 0], rtol=1e-5, atol=1e-5)
+    if executor == "reference":
+        return
+    taken = [ev.note for p in prog.passes for ev in p.events if "taken from the batch" in ev.note]
+    assert any("t = 0" in n for n in taken) and any("t = T - 1" in n for n in taken), taken
+    assert len(prog.lowered.loops) == 2, prog.schedule.pretty()
+
+
 def jnp_tanh(v):
     import jax.numpy as jnp
 

@@ -17,7 +17,9 @@ The innermost dim some reads cross (a recurrence: ``x[t - 1]``) is vectorised pe
 (``vectorise_group``): the ops on no cycle that crosses ``d`` and that read ``d`` only at their
 own point become one batched computation over all of ``d``, outside the loop that the
 recurrence keeps. They read a looped producer's whole range (``attrs["stacked"]``), and a looped
-reader reads them through a per-point view (``take`` at the value of ``d``). This is how the
+reader reads them through a per-point view (``take`` at the value of ``d``); a read at one point
+that no dim moves (a boundary step's ``x[b, 0]``) takes that point from the batch where it is
+read (``_point_reads``). This is how the
 rollout's recurrence stays a loop over ``t`` while the value network, GAE's inputs, the per-step
 losses and their cotangents run as batched computations, as hand-written JAX would do them.
 Not along a dim the stream pass made running sums along (``CompileConfig(stream=True)``): a
@@ -27,7 +29,8 @@ Values of ``d``'s index alone stay in the loop (``_left_in_loop``). Opt-in
 20 cells of five tutorials (02, 04, 05, 06: their recorded programs and explanations; 09: a
 layer loop of a Llama forward no longer holds its stacked weights in place) and one test (a
 ragged group's input, batched, is read a step at a time through a view copied point by point,
-where it started whole; leaving inputs out of groups slowed the BiRNN benchmark by 7 %).
+where it started whole, because readers of the view read it over a range; leaving inputs out
+of groups slowed the BiRNN benchmark by 5-7 %, measured twice).
 """
 from __future__ import annotations
 
@@ -301,6 +304,7 @@ def vectorise_group(ed: Editor, d: Dim, size: int, ops: set[int]):
     ``take`` at ``d``'s value, which has the op's old domain and type."""
     at = None  # d's value, made once for every view
     for i in sorted(ops):
+        _point_reads(ed, i, d, ops)
         out = [e for e in ed.out_edges(i) if e.dst not in ops and not _direct(ed, e, d)]
         if not out:
             continue
@@ -336,6 +340,37 @@ def vectorise_group(ed: Editor, d: Dim, size: int, ops: set[int]):
     # the new ops' readers come first: number them in order again
     vectorise_dim(ed, d, size, only=ops)
     ed.renumber()
+
+
+def _point_reads(ed: Editor, i: int, d: Dim, ops: set[int]):
+    """Reads of op ``i`` of the group at one point of ``d`` that no dim moves (``x[b, 0]``,
+    ``x[b, T - 1]``) by ops outside it: each takes that point out of the batched value read
+    whole, where it is read. Through the per-point view, the point was a statement of the
+    loop over ``d``, and the view's index a value stored at every step of a loop of its own
+    (a BiRNN's first input step; a ragged group's input, batched, copied point by point)."""
+    op = ed.ops[i]
+    k = op.domain.index(d)
+    rest = op.domain[:k] + op.domain[k + 1:]
+    made: dict = {}
+    for e in list(ed.out_edges(i)):
+        x = e.index[k]
+        if e.dst in ops or isinstance(x, Slice) or x.dims() \
+                or any(isinstance(y, Slice) for y in e.index[k + 1:]):
+            continue
+        if x not in made:
+            at = ed.add(Op(-1, "dimval", (), infer("dimval", [], {"expr": x}), {"expr": x},
+                           op.loc), [], i, f"{d} = {x}")
+            whole = op.domain[:k] + (Slice(Const(0), d.bound),) + op.domain[k + 1:]
+            attrs = {"axis": 0, **({"vdims": op.attrs["vdims"]} if "vdims" in op.attrs else {})}
+            made[x] = ed.add(Op(-1, "take", rest, op.type, attrs, op.loc, op.name),
+                             [Edge(-1, i, 0, whole, TRUE, op.loc),
+                              Edge(-1, at, 1, (), TRUE, op.loc)], i,
+                             f"%{i} at {d} = {x}, taken from the batch")
+        c = ed.ops[e.dst]
+        index = e.index[:k] + e.index[k + 1:]
+        ed.rewrite(c.id, c, [Edge(c.id, made[x], e2.slot, index, e2.cond, e2.loc)
+                             if e2 == e else e2 for e2 in ed.in_edges(c.id)],
+                   f"reads %{i} at {d} = {x} taken from the batch %{made[x]}")
 
 
 def _direct(ed: Editor, e, d: Dim) -> bool:
