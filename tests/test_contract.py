@@ -46,7 +46,8 @@ def programs(draw):
     param = tuple(d for d in DIMS if draw(st.booleans()))   # the dims the parameter varies on
     return {"bounds": bounds, "param": param, "recurrent": draw(st.booleans()),
             "executor": draw(st.sampled_from(ALL)), "contract": draw(st.booleans()),
-            "outputs": draw(st.sampled_from([1, 2])), "seed": draw(st.integers(0, 2**16))}
+            "outputs": draw(st.sampled_from([1, 2])), "groups": draw(st.booleans()),
+            "seed": draw(st.integers(0, 2**16))}
 
 
 def _build(spec):
@@ -99,7 +100,7 @@ def _expected(spec, X, W):
 def test_gradients_equal_jax_grad(spec):
     ctx, bounds, g, want = _build(spec)
     config = tl.CompileConfig(executor=spec["executor"], contract=spec["contract"],
-                              check_invariants=True)
+                              vectorise_groups=spec.get("groups", False), check_invariants=True)
     prog = ctx.compile(bounds=bounds, outputs={"g": g}, config=config)
     np.testing.assert_allclose(prog.run()["g"], want, rtol=2e-4, atol=2e-4)
     summed = [d for d in DIMS if d not in spec["param"]]
