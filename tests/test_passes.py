@@ -387,6 +387,30 @@ def test_a_read_at_one_point_of_a_batched_op_takes_it_from_the_batch(executor):
     assert len(prog.lowered.loops) == 2, prog.schedule.pretty()
 
 
+@pytest.mark.parametrize("executor", ["interpreter", "xla"])
+def test_an_op_read_at_one_point_of_the_recurrence_stays_at_that_point(executor):
+    """``exp(x)`` off a recurrence whose only reader wants ``T - 1``: it is computed there,
+    as without groups, not batched over every step and held for all of them (memory growing
+    with ``T`` for one value). A projection read by all steps but the first is batched."""
+    def build(T_):
+        ctx = tl.Context(dims=("t",))
+        (t,), (T,) = ctx.dims, ctx.bounds
+        with ctx:
+            x = tl.placeholder((), domain=(t,), name="x")
+            x[0] = tl.zeros(())
+            x[t] = x[t - 1] * 0.5 + 1.0
+            y = tl.exp(x * 0.1)
+        return ctx.compile(bounds={T: T_}, outputs={"last": y[T - 1]},
+                           config=config(executor, vectorise_groups=True))
+    small, big = build(8), build(1000)
+    xs = [0.0]
+    for _ in range(7):
+        xs.append(xs[-1] * 0.5 + 1.0)
+    np.testing.assert_allclose(small.run()["last"], np.exp(xs[-1] * 0.1), rtol=1e-6)
+    assert not any("t" in op.attrs.get("vdims", ()) for op in small.sdg.ops.values())
+    assert small.memory.peak_bytes == big.memory.peak_bytes
+
+
 def jnp_tanh(v):
     import jax.numpy as jnp
 

@@ -24,13 +24,8 @@ rollout's recurrence stays a loop over ``t`` while the value network, GAE's inpu
 losses and their cotangents run as batched computations, as hand-written JAX would do them.
 Not along a dim the stream pass made running sums along (``CompileConfig(stream=True)``): a
 batch reads every step of the loop's values, so memory would grow with the steps again.
-Values of ``d``'s index alone stay in the loop (``_left_in_loop``). Opt-in
-(``CompileConfig(vectorise_groups=True)``): the whole suite run with it on by default fails
-20 cells of five tutorials (02, 04, 05, 06: their recorded programs and explanations; 09: a
-layer loop of a Llama forward no longer holds its stacked weights in place) and one test (a
-ragged group's input, batched, is read a step at a time through a view copied point by point,
-where it started whole, because readers of the view read it over a range; leaving inputs out
-of groups slowed the BiRNN benchmark by 5-7 %, measured twice).
+Values of ``d``'s index alone stay in the loop (``_left_in_loop``), and so do inputs the
+recurrence reads (``_looped_inputs``). Opt-in (``CompileConfig(vectorise_groups=True)``).
 """
 from __future__ import annotations
 
@@ -44,6 +39,7 @@ from ..ir.graph import sccs
 from ..ir.ops import CATALOG, TensorType, flag, infer, norm_dim
 from ..ir.sdg import Edge, Op, index_functions
 from ..symbolic import TRUE, Bound, Const, Dim, Expr, Slice
+from ..symbolic import isl as I
 from .manager import Editor, register
 
 
@@ -256,7 +252,7 @@ def group(ed: Editor, d: Dim, size: int, budget: int | None) -> set[int] | None:
         if _batchable(ed.ops[i], d, size, budget) and all(_own_point(ed, e, d) for e in ins) \
                 and not any(_shaped_by(ed.ops[k], d) for k in (i, *(e.src for e in ins))):
             out.add(i)
-    return _demanded_everywhere(ed, out) if out else out
+    return _demanded_everywhere(ed, out, d, size) if out else out
 
 
 def _looped_inputs(ed: Editor, d: Dim, over: set[int], loop: set[int]) -> set[int]:
@@ -284,13 +280,15 @@ def _left_in_loop(ed: Editor, over: set[int]) -> set[int]:
     return index_functions(ed) & over
 
 
-def _demanded_everywhere(ed: Editor, ops: set[int]) -> set[int]:
+def _demanded_everywhere(ed: Editor, ops: set[int], d: Dim, size: int) -> set[int]:
     """Those of ``ops`` that may be computed at every point of their domain (for every bound
     value). Batched, an op is computed at every point of ``d`` and reads its producers there,
     so a point nobody read before (a step a branch guards, where a ``max`` over a range would
     be empty) must not become one: an op qualifies when some reader needs it everywhere, or
-    when it is no ``max``/``min`` and its producers all exist everywhere (an RNN's input
-    projection, which only the steps after the first read)."""
+    when it is no ``max``/``min``, its producers all exist everywhere and it is needed at most
+    points of ``d`` (an RNN's input projection, which only the steps after the first read; not
+    ``exp(x)`` read at ``T - 1`` alone, which batched would be computed and held at every step
+    for one)."""
     import islpy as isl
 
     sdg = ed.result()
@@ -301,10 +299,23 @@ def _demanded_everywhere(ed: Editor, ops: set[int]) -> set[int]:
     out = ops & full
     while True:  # an op safe at every point whose inputs all exist there may join too
         more = {i for i in ops - out if not flag(ed.ops[i].kind, "nonempty")
-                and all(e.src in full or e.src in out for e in ed.in_edges(i))}
+                and all(e.src in full or e.src in out for e in ed.in_edges(i))
+                and 2 * _points_along(got[i], ed.ops[i].domain.index(d), ed.bounds) >= size}
         if not more:
             return out
         out |= more
+
+
+def _points_along(s, pos: int, bounds: dict[str, int]) -> float:
+    """How many values of dim ``pos`` the set ``s`` has at these bound values (infinite where
+    a bound has none: a data-dependent one)."""
+    import islpy as isl
+
+    if any(n not in bounds for n in s.get_space().get_var_names(isl.dim_type.param)):
+        return math.inf
+    nd = s.dim(isl.dim_type.set)
+    one = I.fix(s, bounds).project_out(isl.dim_type.set, pos + 1, nd - pos - 1)
+    return one.project_out(isl.dim_type.set, 0, pos).count_val().to_python()
 
 
 def _shaped_by(op: Op, d: Dim) -> bool:
