@@ -317,7 +317,9 @@ def passes_from_dict(data: dict):
     for p in data["passes"]:
         after = sdg_from_dict(p["after"])
         events = [Event(e["kind"], e["op"], e["source"], e["note"]) for e in p["events"]]
-        records.append(PassRecord(p["name"], before, after, events, p["seconds"]))
+        came_from = {int(k): v for k, v in p.get("came_from", {}).items()}
+        records.append(PassRecord(p["name"], before, after, events, p["seconds"],
+                                  came_from=came_from))
         before = after
     return PassTrace(initial, records)
 

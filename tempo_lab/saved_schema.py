@@ -60,7 +60,10 @@ PASSES = _object({"schema": _schema("passtrace"), "initial": SDG,
                   "passes": {"type": "array", "items": _object(
                       {"name": TEXT, "seconds": NUMBER, "events": {"type": "array",
                                                                     "items": EVENT},
-                       "after": SDG}, {"ops_before": COUNT, "ops_after": COUNT})}})
+                       "after": SDG}, {"ops_before": COUNT, "ops_after": COUNT,
+                                       "came_from": {"type": "object",
+                                                     "propertyNames": {"pattern": "^[0-9]+$"},
+                                                     "additionalProperties": COUNT}})}})
 SCHEDULE = _object({"schema": _schema("schedule")},
                    {"repr": TEXT, "code": TEXTS, "method": TEXT,
                     "domains": {"type": "object", "propertyNames": {"pattern": "^[0-9]+$"},

@@ -411,6 +411,29 @@ def test_an_op_read_at_one_point_of_the_recurrence_stays_at_that_point(executor)
     assert small.memory.peak_bytes == big.memory.peak_bytes
 
 
+def test_every_final_op_traces_back_to_the_line_that_wrote_it():
+    """``PassTrace.origin`` follows new ops to what they were made from and ids through the
+    renumbering passes do (group vectorisation renumbers): each final op comes from an op of
+    the initial SDG written on its own line, also after a save and load."""
+    ctx = tl.Context(dims=("t",))
+    (t,), (T,) = ctx.dims, ctx.bounds
+    with ctx:
+        x = tl.placeholder((3,), "float32", domain=(t,), name="x")
+        x[0] = tl.ones((3,))
+        x[t] = x[t - 1] * 0.5 + 1.0
+        a = x * (tl.constant(2.0) * tl.constant(3.0))
+        y = tl.exp(a) + 1.0
+        out = y.sum()
+    prog = ctx.compile(bounds={T: 6}, outputs={"out": out},
+                       config=tl.CompileConfig(vectorise_groups=True))
+    assert any(r.name == "vectorise" and r.count("rewritten") for r in prog.passes.records)
+    back = tl.load(json.loads(json.dumps(prog.to_dict()))).passes  # as tl.save writes it
+    for trace in (prog.passes, back):
+        for i, op in trace.final.ops.items():
+            o = trace.origin(i)
+            assert o is not None and trace.initial.ops[o].loc == op.loc, (i, op, o)
+
+
 def jnp_tanh(v):
     import jax.numpy as jnp
 

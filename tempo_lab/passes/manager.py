@@ -77,6 +77,9 @@ class Editor:
         self.ragged = dict(sdg.ragged)  # the ragged pass turns them into guarded boxes
         self.made = dict(sdg.made)
         self.events: list[Event] = []
+        # each op -> the op of the SDG before the pass it is (or was made from): ids change
+        # when a pass renumbers, so events alone do not say it (PassTrace.origin)
+        self.came_from: dict[int, int] = {i: i for i in self._ops}
         self.new_bounds: dict[str, int] = {}  # bounds of dims a pass added (with their values)
         # dim name -> the instances in the order the compiled program holds them (see ragged)
         self.orders: dict[str, np.ndarray] = {}
@@ -131,6 +134,8 @@ class Editor:
         for slot, e in enumerate(inputs):
             self._link(Edge(i, e.src, slot, e.index, e.cond, e.loc))
         self.events.append(Event("created", i, source, note))
+        if source in self.came_from:
+            self.came_from[i] = self.came_from[source]
         return i
 
     def erase(self, i: int, note: str = ""):
@@ -257,6 +262,7 @@ class Editor:
                                                                           "note")
                              else ev.source, ev.note) for ev in self.events]
         self._next = len(new)
+        self.came_from = {new[i]: v for i, v in self.came_from.items() if i in new}
 
     def result(self) -> SDG:
         return SDG(self._dims, self._ops.values(), self.edges, self.outputs, self.sinks,
@@ -341,6 +347,7 @@ class PassRecord:
     seconds: float = 0.0
     new_bounds: dict[str, int] = field(default_factory=dict)
     orders: dict = field(default_factory=dict)
+    came_from: dict[int, int] = field(default_factory=dict)  # after's op -> before's op
 
     def count(self, kind: str) -> int:
         return sum(1 for e in self.events if e.kind == kind)
@@ -366,6 +373,16 @@ class PassTrace(Stage):
     @property
     def final(self) -> SDG:
         return self.records[-1].after if self.records else self.initial
+
+    def origin(self, i: int) -> int | None:
+        """The op of the initial SDG that op ``i`` of the final one is, or was made from
+        (through every pass's new ops and renumbering); None for an op made from nothing."""
+        for r in reversed(self.records):
+            if r.came_from:  # (a trace saved before passes recorded it: ids as they are)
+                i = r.came_from.get(i)
+            if i is None:
+                return None
+        return i
 
     def __repr__(self) -> str:
         return (f"PassTrace(passes={len(self.records)}, ops={len(self.initial.ops)}->"
@@ -396,6 +413,7 @@ class PassTrace(Stage):
                             "ops_before": len(r.before.ops), "ops_after": len(r.after.ops),
                             "events": [{"kind": e.kind, "op": e.op, "source": e.source,
                                         "note": e.note} for e in r.events],
+                            "came_from": {str(k): v for k, v in r.came_from.items()},
                             "after": r.after.to_dict()} for r in self.records]}
 
 
@@ -425,7 +443,8 @@ def run_passes(sdg: SDG, config, check: bool = False, bounds=None,
         dt = time.perf_counter() - t0
         if check:
             check_invariants(after, name)
-        records.append(PassRecord(name, sdg, after, ed.events, dt, ed.new_bounds, ed.orders))
+        records.append(PassRecord(name, sdg, after, ed.events, dt, ed.new_bounds, ed.orders,
+                                  {i: v for i, v in ed.came_from.items() if i in after.ops}))
         bounds.update(ed.new_bounds)
         sdg = after
     return sdg, PassTrace(records[0].before if records else sdg, records)
