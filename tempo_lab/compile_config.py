@@ -72,8 +72,8 @@ class CompileConfig:
     contract: bool = True
     tile: bool = True
     vectorise: bool = True
-    vectorise_groups: bool = False  # of the innermost recurrent dim, batch the ops off the
-    # recurrence (opt-in for now: see passes/vectorise.py)
+    vectorise_groups: bool = True  # of the innermost recurrent dim, batch the ops off the
+    # recurrence over all of it while the recurrence loops (passes/vectorise.py)
     incrementalise: bool = True
     fuse: bool = True
     tile_block: int | None = None

@@ -25,7 +25,8 @@ losses and their cotangents run as batched computations, as hand-written JAX wou
 Not along a dim the stream pass made running sums along (``CompileConfig(stream=True)``): a
 batch reads every step of the loop's values, so memory would grow with the steps again.
 Values of ``d``'s index alone stay in the loop (``_left_in_loop``), and so do inputs the
-recurrence reads (``_looped_inputs``). Opt-in (``CompileConfig(vectorise_groups=True)``).
+recurrence reads (``_looped_inputs``). On by default; ``CompileConfig(vectorise_groups=False)``
+keeps the ops in the loop.
 """
 from __future__ import annotations
 
