@@ -105,16 +105,10 @@ def ppo_config(cfg: Config):
 
 
 # -- tempo_lab --------------------------------------------------------------------------------
-def _config():
-    import tempo_lab as tl
-
-    return tl.CompileConfig(vectorise_groups=True)  # the value network and GAE's inputs batched
-
-
 def compile_tempo_lab(cfg: Config, config=None):
-    """``tl.rl.ppo`` compiled for ``cfg`` (with group vectorisation unless ``config`` says
-    otherwise); outputs ``return`` and ``loss`` per iteration. Returned so a notebook can look
-    at its stages."""
+    """``tl.rl.ppo`` compiled for ``cfg`` (the default ``CompileConfig`` unless ``config`` is
+    given: the value network and GAE's inputs batched over the steps); outputs ``return`` and
+    ``loss`` per iteration. Returned so a notebook can look at its stages."""
     import tempo_lab as tl
 
     pc = ppo_config(cfg)
@@ -122,7 +116,7 @@ def compile_tempo_lab(cfg: Config, config=None):
     tr = tl.rl.ppo(ctx, make_env(cfg), pc)
     return ctx.compile(bounds=pc.bounds(ctx, cfg.iterations, cfg.num_envs, cfg.ep_len),
                        outputs={"return": tr.episode_return, "loss": tr.loss},
-                       config=config or _config())
+                       config=config or tl.CompileConfig())
 
 
 PHASES_METHOD = ("JAX profiler trace of warm calls: each XLA thunk's measured time, attributed "

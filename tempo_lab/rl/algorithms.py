@@ -332,11 +332,9 @@ def reinforce(ctx, env, cfg: ReinforceConfig = ReinforceConfig()) -> Training:
 def train(build, env, cfg, iterations: int, num_envs: int, steps: int, config=None) -> dict:
     """Compile and run ``build(ctx, env, cfg)`` (``ppo`` or ``reinforce``) in a fresh context
     with the dims ``cfg.DIMS`` and bounds ``cfg.bounds(...)``; returns the per-iteration
-    curves as NumPy arrays. ``config`` defaults to group vectorisation on (the networks on
-    the rollout's observations and GAE's inputs batched over the steps, as hand-written JAX
-    does them): PPO at 8 x 256 then compiles in 9 s instead of 24 (XLA's compile of the
-    program is most of it)."""
-    from ..compile_config import CompileConfig
+    curves as NumPy arrays. ``config``: a ``tl.CompileConfig`` (the default batches the
+    networks on the rollout's observations and GAE's inputs over the steps, as hand-written
+    JAX does them: PPO at 8 x 256 compiled in 9 s where it took 24 without)."""
     from ..frontend.context import Context
 
     ctx = Context(dims=cfg.DIMS)
@@ -344,7 +342,7 @@ def train(build, env, cfg, iterations: int, num_envs: int, steps: int, config=No
     outputs = {k: getattr(tr, k) for k in ("episode_return", "episode_length", "loss",
                                            "policy_loss", "value_loss", "entropy")}
     prog = ctx.compile(bounds=cfg.bounds(ctx, iterations, num_envs, steps), outputs=outputs,
-                       config=config or CompileConfig(vectorise_groups=True))
+                       config=config)
     run = prog.run()
     return {k: np.asarray(run[k]) for k in outputs}
 
