@@ -391,7 +391,8 @@ def test_a_read_at_one_point_of_a_batched_op_takes_it_from_the_batch(executor):
 def test_an_op_read_at_one_point_of_the_recurrence_stays_at_that_point(executor):
     """``exp(x)`` off a recurrence whose only reader wants ``T - 1``: it is computed there,
     as without groups, not batched over every step and held for all of them (memory growing
-    with ``T`` for one value). A projection read by all steps but the first is batched."""
+    with ``T`` for one value; a projection that every step but the first reads is batched:
+    ``test_an_input_projection_read_only_by_later_steps_is_batched``)."""
     def build(T_):
         ctx = tl.Context(dims=("t",))
         (t,), (T,) = ctx.dims, ctx.bounds

@@ -364,6 +364,34 @@ def test_instances_grouped_by_length_match_each_instance_alone(executor):
     check(one_box.run(), per_instance(data, lengths, SEPARABLE), lengths, SEPARABLE)
 
 
+@pytest.mark.executors(COMPILED, reason="grouping and group vectorisation are passes")
+def test_each_length_group_batches_its_input_projection(executor):
+    """A ragged RNN whose input projection ``x[b, t] @ w`` lies off the recurrence: each of the
+    four length groups batches it over its own steps (the BiRNN benchmark's shape)."""
+    lengths = np.random.RandomState(5).randint(1, 9, size=13)
+    data = np.random.RandomState(2).randn(13, lengths.max(), D).astype(np.float32)
+    w0 = np.random.RandomState(3).randn(D, D).astype(np.float32) * 0.5
+    ctx = tl.Context(dims=("b", "t"))
+    (b, t), (B, T) = ctx.dims, ctx.bounds
+    with ctx:
+        x = tl.from_array(data, domain=(b, t))
+        w = tl.constant(w0)
+        h = tl.placeholder((D,), "float32", domain=(b, t))
+        h[b, 0] = tl.tanh(x[b, 0] @ w)
+        h[b, t] = tl.tanh(x[b, t] @ w + h[b, t - 1] * 0.5)
+        y = h[b, T - 1]
+    prog = ctx.compile(bounds={B: 13, T: tl.lengths(lengths, over=b)}, outputs={"y": y},
+                       config=tl.CompileConfig(executor=executor))
+    assert len(batched_dims(prog)) == 4
+    want = []
+    for k, n in enumerate(lengths):
+        hk = np.tanh(data[k, 0] @ w0)
+        for s in range(1, n):
+            hk = np.tanh(data[k, s] @ w0 + hk * 0.5)
+        want.append(hk)
+    np.testing.assert_allclose(prog.run()["y"], np.stack(want), rtol=1e-5, atol=1e-5)
+
+
 def test_instances_stay_one_box_when_one_op_reads_across_them():
     lengths = np.arange(1, 11)
     data = np.random.RandomState(2).randn(10, 10, D).astype(np.float32)
