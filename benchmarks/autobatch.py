@@ -40,7 +40,7 @@ import time
 
 import numpy as np
 
-from benchmarks.decode import environment, loadavg, write_results
+from benchmarks.decode import environment, loadavg, taking_turns, write_results
 
 DEFAULT_OUT = os.path.join("benchmarks", "results", "autobatch.json")
 QUICK_OUT = os.path.join("benchmarks", "results", "autobatch_quick.json")
@@ -517,21 +517,15 @@ MODELS = {
 
 
 # -- measuring -----------------------------------------------------------------------------------
-def _taking_turns(fns: dict, runs: int) -> dict[str, list[float]]:
-    """Seconds per call of each system, ``runs`` rounds of one call each, in the order A B C
-    then C B A: on a shared machine a system's time drifts by half between runs seconds apart,
-    and a sub-millisecond call timed three times in a row says more about the machine's moment
-    than about the system; taking turns, a slow moment slows every system of the round."""
+def _wall(fn):
+    """``fn``'s call as a measure: the seconds it takes, waiting for its result."""
     import jax
 
-    times: dict[str, list[float]] = {name: [] for name in fns}
-    names = list(fns)
-    for k in range(runs):
-        for name in (names if k % 2 == 0 else names[::-1]):
-            t0 = time.perf_counter()
-            jax.block_until_ready(fns[name]())
-            times[name].append(time.perf_counter() - t0)
-    return times
+    def measure() -> float:
+        t0 = time.perf_counter()
+        jax.block_until_ready(fn())
+        return time.perf_counter() - t0
+    return measure
 
 
 def measure_model(model: str, args) -> list[dict]:
@@ -579,7 +573,7 @@ def measure_model(model: str, args) -> list[dict]:
         if system in ("tempo_lab", "jax_levels") and layout is not None:
             records[system]["levels"] = {"steps": layout.steps, "width": layout.width,
                                          "slots_used": layout.useful_fraction}
-    times = _taking_turns(fns, args.runs)
+    times = taking_turns({k: _wall(fn) for k, fn in fns.items()}, args.runs)
     for system, rec in records.items():
         ts = times[system]
         rec.update(ms_per_batch=1e3 * statistics.median(ts), ms_min=1e3 * min(ts),

@@ -587,6 +587,21 @@ def _time_fields(seconds: list[float], steps: int) -> dict:
             "ms_per_token_max": max(ms)}
 
 
+def taking_turns(measures: dict, rounds: int, on_round=None) -> dict[str, list]:
+    """Each of ``measures`` (name -> a function that runs its system once and returns what it
+    measured) called once per round for ``rounds`` rounds, in the order A B C, then C B A: on
+    a shared machine a system's time drifts by half between runs seconds apart; taking turns,
+    a slow moment slows every system of its round, so the rounds' ratios stay true."""
+    got: dict[str, list] = {name: [] for name in measures}
+    names = list(measures)
+    for k in range(rounds):
+        for name in (names if k % 2 == 0 else names[::-1]):
+            got[name].append(measures[name]())
+        if on_round is not None:
+            on_round()
+    return got
+
+
 def loadavg() -> list[float] | None:
     """The machine's 1-, 5- and 15-minute load averages: the machine is shared, so a record
     says how busy it was while the record was timed."""

@@ -48,6 +48,7 @@ from benchmarks.decode import (
     environment,
     loadavg,
     rss_peak_bytes,
+    taking_turns,
     vm_hwm_bytes,
     write_results,
 )
@@ -116,7 +117,7 @@ def compile_tempo_lab(cfg: Config, config=None):
     tr = tl.rl.ppo(ctx, make_env(cfg), pc)
     return ctx.compile(bounds=pc.bounds(ctx, cfg.iterations, cfg.num_envs, cfg.ep_len),
                        outputs={"return": tr.episode_return, "loss": tr.loss},
-                       config=config or tl.CompileConfig())
+                       config=config)
 
 
 PHASES_METHOD = ("JAX profiler trace of warm calls: each XLA thunk's measured time, attributed "
@@ -445,13 +446,10 @@ def bench_turns(cfg: Config, rounds: int, progress: bool) -> dict:
 
     def baseline() -> float:
         return sum(train()[0]) / cfg.iterations
-    a, b = [], []
     bar = _bar(rounds, f"both systems {cfg.label()}: rounds", progress)
-    for k in range(rounds):
-        for f in ((tempo, baseline) if k % 2 == 0 else (baseline, tempo)):
-            (a if f is tempo else b).append(f())
-        bar.update()
+    got = taking_turns({"tempo_lab": tempo, "cleanrl_jax": baseline}, rounds, bar.update)
     bar.close()
+    a, b = got["tempo_lab"], got["cleanrl_jax"]
     ratios = [x / y for x, y in zip(a, b)]
     return {"rounds": rounds, "tempo_lab_iter_s": a, "cleanrl_jax_iter_s": b,
             "ratios": ratios, "ratio": statistics.median(ratios),

@@ -298,10 +298,11 @@ def _demanded_everywhere(ed: Editor, ops: set[int], d: Dim, size: int) -> set[in
     got = demand(sdg, boxes, {e: sdg.isl_map(e) for e in sdg.edges})
     full = {i for i in sdg.ops if boxes[i].is_subset(got[i])}
     out = ops & full
+    safe = {i for i in ops - out if not flag(ed.ops[i].kind, "nonempty")
+            and 2 * _points_along(got[i], ed.ops[i].domain.index(d), ed.bounds) >= size}
     while True:  # an op safe at every point whose inputs all exist there may join too
-        more = {i for i in ops - out if not flag(ed.ops[i].kind, "nonempty")
-                and all(e.src in full or e.src in out for e in ed.in_edges(i))
-                and 2 * _points_along(got[i], ed.ops[i].domain.index(d), ed.bounds) >= size}
+        more = {i for i in safe - out
+                if all(e.src in full or e.src in out for e in ed.in_edges(i))}
         if not more:
             return out
         out |= more
