@@ -433,6 +433,10 @@ def test_every_final_op_traces_back_to_the_line_that_wrote_it():
         for i, op in trace.final.ops.items():
             o = trace.origin(i)
             assert o is not None and trace.initial.ops[o].loc == op.loc, (i, op, o)
+    for bad in (len(prog.sdg.ops) + 5, -1, "x", True):
+        with pytest.raises(tl.ArgumentError, match="an op of the final SDG") as e:
+            prog.passes.origin(bad)
+        assert e.value.loc.file == __file__
 
 
 def jnp_tanh(v):

@@ -15,7 +15,7 @@ from types import MappingProxyType
 
 import numpy as np
 
-from ..errors import InternalError, TempoLabError
+from ..errors import ArgumentError, InternalError, TempoLabError, user_api, user_location
 from ..ir.ops import TensorType, flag, infer, norm_dim
 from ..ir.sdg import SDG, Edge, Op, read_type
 from ..ir.vmap import base_op, in_axes, vdims
@@ -374,9 +374,14 @@ class PassTrace(Stage):
     def final(self) -> SDG:
         return self.records[-1].after if self.records else self.initial
 
+    @user_api
     def origin(self, i: int) -> int | None:
         """The op of the initial SDG that op ``i`` of the final one is, or was made from
         (through every pass's new ops and renumbering); None for an op made from nothing."""
+        if isinstance(i, bool) or not isinstance(i, (int, np.integer)) or i not in self.final.ops:
+            raise ArgumentError(f"origin({i!r}): give the id of an op of the final SDG "
+                                f"(prog.sdg.ops has {len(self.final.ops)}, e.g. "
+                                f"{min(self.final.ops)})", user_location())
         for r in reversed(self.records):
             if r.came_from:  # (a trace saved before passes recorded it: ids as they are)
                 i = r.came_from.get(i)
