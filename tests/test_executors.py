@@ -791,10 +791,11 @@ def test_xla_reads_past_what_its_loop_wrote_as_the_reference(steps, reduce, oute
 
 
 def test_xla_returns_counts_only_where_the_program_makes_them():
-    """A program without loops or branches: tracing knew every statement count, so the XLA
-    program returns its outputs alone (a counter output cost a buffer and a transfer: a third
-    of a one-op run); with a loop it returns the counts it made. Either way the profile counts
-    what the interpreter counts, and is made once, when first read."""
+    """A program without a ``tl.until`` loop: its bounds decide every statement count, so the
+    XLA program returns its outputs alone (a counter output cost a buffer and a transfer: a
+    third of a one-op run; a counter in every loop, an XLA kernel each) and the host counts
+    from the bounds; with a ``tl.until`` loop it returns the counts it made. Either way the
+    profile counts what the interpreter counts, and is made once, when first read."""
     data = np.arange(24, dtype=np.float32).reshape(6, 4)
     for looped in (False, True):
         ctx = tl.Context(dims=("t",))
@@ -812,7 +813,15 @@ def test_xla_returns_counts_only_where_the_program_makes_them():
         close(runs["xla"]["y"], runs["interpreter"]["y"])
         xp = runs["xla"].program.executable.prepared
         returned = jax.tree.leaves(xp._compiled()(*xp._args()))
-        assert len(returned) == (2 if looped else 1), returned
+        assert len(returned) == 1, returned
         assert runs["xla"].profile.calls == runs["interpreter"].profile.calls
         assert runs["xla"].profile is runs["xla"].profile
         assert isinstance(runs["xla"].profile, tl.runtime.Profile)
+    ctx, T, c, done, outs = counter(5.0)
+    runs = {e: ctx.compile(bounds={T: tl.until(done, max=20)}, outputs=outs,
+                           config=cfg(e)).run() for e in ("xla", "interpreter")}
+    xp = runs["xla"].program.executable.prepared
+    *_, ints = jax.tree.leaves(xp._compiled()(*xp._args()))
+    assert len(ints) == len(xp.plan.ops) + 1  # the counts, then the bound as reached
+    assert runs["xla"].profile.calls == runs["interpreter"].profile.calls
+    assert runs["xla"].bounds["T"] == runs["interpreter"].bounds["T"] == 6

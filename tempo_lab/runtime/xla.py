@@ -41,7 +41,7 @@ from jax.experimental import io_callback
 
 from ..cache import LRU
 from ..ir.ops import flag
-from ..schedule import Exec, For, Free, If, Seq, While
+from ..schedule import Exec, For, Free, If, Seq, While, statement_counts
 from ..symbolic import Dim, as_expr
 from ..symbolic.cond import decide
 from . import index_code as ic
@@ -120,6 +120,10 @@ class _Xla:
         self._host_args: tuple | None = None  # the host arrays of ``_cached``, as arguments
         self._outs = tuple(i for i in dict.fromkeys(self.sdg.outputs.values())
                            if i in plan.shapes)  # the output stores the program returns
+        # statement counters in the program: a kernel per loop (an eighth of PPO's kernels,
+        # each adding to XLA's compile time and peak memory) for what the bounds decide
+        # without a tl.until loop (statement_counts)
+        self._counts_on_device = any(isinstance(n, While) for n in self.schedule.ast.walk())
 
     @property
     def predicted_peak_bytes(self) -> int:
@@ -170,7 +174,9 @@ class _Xla:
 
     def _program(self, found: dict | None = None):
         """The program to trace. Tracing fills ``found``: "calls", the statement counts where
-        tracing knew them all (no loop or branch counted any: the program returns none), and
+        tracing knew them all (no loop or branch counted any: the program returns none),
+        "device" where the program counts them (a ``tl.until`` loop's trips are known only
+        there) or "host" where ``statement_counts`` finds them from the bounds, and
         "err", whether it can meet a max/min over an empty range. A program returns its
         outputs, then what it counted, its bounds as reached and that error in one array, or
         nothing more where there is none of these (an output costs a buffer and a transfer:
@@ -183,8 +189,9 @@ class _Xla:
             env = {ic.bound(p): bvec[k] for k, p in enumerate(names)}
             run_id = bvec[len(names)]
             hosts = dict(zip(self.lowered.hosts, hosts))
-            calls, err = (jnp.zeros(len(self.plan.ops), jnp.int32),
-                          jnp.zeros(2 + self.plan.ndom, jnp.int32))
+            calls = (jnp.zeros(len(self.plan.ops), jnp.int32) if self._counts_on_device
+                     else None)
+            err = jnp.zeros(2 + self.plan.ndom, jnp.int32)
             state = {"s": {i: self._prefill(i, hosts[i]) if i in self.plan.prefilled else
                            self._zeros(i, sh, dt) for i, (sh, dt) in self.plan.shapes.items()},
                      "calls": calls,
@@ -196,8 +203,9 @@ class _Xla:
                              {i: self._literal(i) for i in self.plan.baked})
             outs = tuple(_logical(state["s"][i], self.plan.perms.get(i)) for i in self._outs)
             known = state["calls"] is calls  # only counts made while tracing: known now
-            found["calls"] = np.bincount(state.get("pending", ()), minlength=len(
-                self.plan.ops)).tolist() if known else None
+            found["calls"] = ("host" if calls is None else np.bincount(
+                state.get("pending", ()), minlength=len(self.plan.ops)).tolist() if known
+                else "device")
             found["err"] = state["err"] is not err
             ints = ([] if known else [_calls(state)]) + [
                 jnp.asarray(state["b"][p], jnp.int32)[None] for p in self.sdg.untils] + (
@@ -338,7 +346,7 @@ class _Xla:
         outs, calls, reached = dict(zip(self._outs, got)), self._found["calls"], {}
         if len(got) > n:  # what the program counted, its bounds as reached, its error
             ints = got[n].tolist()
-            if calls is None:
+            if calls == "device":
                 n = len(self.plan.ops)
                 calls, ints = ints[:n], ints[n:]
             if self.sdg.untils:
@@ -349,9 +357,17 @@ class _Xla:
                 st = self.lowered.stmts[s]
                 n = len(st.reads[0].lens([None] * len(st.reads[0].padded())))
                 host.check(s, [0] * n, tuple(err[2:2 + len(st.op.domain)]))
-        ops = self.plan.ops
-        return outs, reached, host.profile("xla", lambda: dict(zip(ops, calls)), {},
+        return outs, reached, host.profile("xla", self._counts(calls, dict(bounds)), {},
                                            self._timeline, _MEASURED, synced=True)
+
+    def _counts(self, calls, bounds: dict[str, int]):
+        """The statement counts by op as ``host.profile`` takes them: made from the bounds
+        only if the profile is asked for."""
+        if calls == "host":
+            of_exec = self.lowered.of_exec  # a statement without a kernel is not counted
+            return lambda: statement_counts(self.schedule.ast, bounds,
+                                            lambda e: bool(of_exec[id(e)]))
+        return lambda: dict(zip(self.plan.ops, calls))
 
     def _bvec(self, bounds: Mapping[str, int], run_id: int = 0):
         """The bound values and the run's id as the program's argument: for run 0 (no host
@@ -491,6 +507,8 @@ class _Trace:
         if not stop and not dyn and node.step == 1:
             hi = ic.jax_int(node.hi, env)
             if xp.copies_only(node):  # nothing to run: count its statements only
+                if state["calls"] is None:
+                    return state
                 n = jnp.maximum(jnp.int32(hi) - jnp.int32(lo), 0)
                 calls = _calls(state)
                 for x in items(node.body):
@@ -733,7 +751,7 @@ def _carry(state, keys):
 def _calls(state):
     """The statement counters with the calls counted since the last carry added."""
     pending = state.get("pending", ())
-    if not pending:
+    if not pending or state["calls"] is None:  # None: counted on the host
         return state["calls"]
     n = state["calls"].shape[0]
     return state["calls"] + jnp.asarray(np.bincount(pending, minlength=n).astype(np.int32))

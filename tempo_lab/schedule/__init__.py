@@ -232,6 +232,57 @@ def walk(node: Node, env: dict[str, int],
         env.pop(node.var, None)
 
 
+def statement_counts(node: Node, env: Mapping[str, int],
+                     counted: Callable[[Exec], bool] = lambda e: True) -> dict[int, int]:
+    """How many times each op's statement runs: what ``walk`` yields, by op, for an AST without
+    a ``While`` loop, without visiting every point. A loop whose body reads no variable it sets
+    (in an inner loop's range or a condition) runs that body its trip count times alike, so
+    the body is counted once and multiplied; other loops are counted step by step.
+    ``counted(exec)`` says which ``Exec`` nodes count (an executor skips some)."""
+    if any(isinstance(n, While) for n in node.walk()):
+        raise ValueError("statement_counts: a While loop's trip count is known only by running")
+    out: dict[int, int] = {}
+    reads: dict[int, frozenset[str]] = {}
+
+    def names(n: Node) -> frozenset[str]:  # the variables n's control reads
+        if id(n) not in reads:
+            got: set[str] = set()
+            if isinstance(n, Seq):
+                for m in n.body:
+                    got |= names(m)
+            elif isinstance(n, If):
+                got |= {x.name for x in n.cond.symbols()} | names(n.then)
+                got |= names(n.orelse) if n.orelse is not None else set()
+            elif isinstance(n, For):
+                got |= {x.name for x in n.lo.symbols() | n.hi.symbols()} | names(n.body)
+            reads[id(n)] = frozenset(got)
+        return reads[id(n)]
+
+    def count(n: Node, env: dict[str, int], times: int) -> None:
+        if isinstance(n, Exec):
+            if counted(n):
+                out[n.op] = out.get(n.op, 0) + times
+        elif isinstance(n, Seq):
+            for m in n.body:
+                count(m, env, times)
+        elif isinstance(n, If):
+            branch = n.then if n.cond.evaluate(env) else n.orelse
+            if branch is not None:
+                count(branch, env, times)
+        elif isinstance(n, For):
+            steps = range(n.lo.evaluate(env), n.hi.evaluate(env), n.step)
+            if not steps:
+                return
+            alike = n.var not in names(n.body)
+            for v in steps[:1] if alike else steps:
+                env[n.var] = v
+                count(n.body, env, times * len(steps) if alike else times)
+            env.pop(n.var, None)
+
+    count(node, dict(env), 1)
+    return out
+
+
 def last_frees(node: Node, env: dict[str, int]) -> Iterator[Free]:
     """The ``Free`` nodes of ``node`` whose conditions hold in ``env`` (inner loops run over
     their ranges), without executing anything: what a ``While`` loop that ended early frees
@@ -254,6 +305,6 @@ def last_frees(node: Node, env: dict[str, int]) -> Iterator[Free]:
         env.pop(node.var, None)
 
 
-__all__ = ["Schedule", "schedule_sdg", "walk", "last_frees", "IncompleteSchedule", "OPTION_SETS",
+__all__ = ["Schedule", "schedule_sdg", "walk", "last_frees", "statement_counts", "IncompleteSchedule", "OPTION_SETS",
            "FALLBACK_OPTION_SETS", "Exec", "Fetch", "For", "Free", "If", "Offload", "Seq", "Node",
            "While"]
