@@ -790,6 +790,32 @@ def test_xla_reads_past_what_its_loop_wrote_as_the_reference(steps, reduce, oute
     close(prog.run()["y"], want, msg=f"{reduce}, outer={outer}, vectorise={vectorise}")
 
 
+def test_xla_passes_small_zero_stores_in_instead_of_making_them():
+    """A store that starts as zeros is an argument made once (XLA copies it into place),
+    not a broadcast kernel in the program (each kernel costs XLA's compile time and peak
+    memory); a store over the size limit is still made in the program. Runs agree with
+    the interpreter, a second run too (the copy leaves the argument zero)."""
+    from tempo_lab.runtime import xla as xla_mod
+
+    for rows, passed in ((8, True), (xla_mod._ZERO_ARG_BYTES // 16 + 1, False)):
+        data = np.random.default_rng(0).standard_normal((6, rows, 4)).astype(np.float32)
+        ctx = tl.Context(dims=("t",))
+        (t,), (T,) = ctx.dims, ctx.bounds
+        with ctx:
+            x = tl.from_array(data, domain=(t,), name="x")
+            y = tl.placeholder((rows, 4), "float32", domain=(t,), name="y")
+            y[0] = x[0]
+            y[t] = tl.tanh(y[t - 1] + x[t])
+        progs = {e: ctx.compile(bounds={T: 6}, outputs={"y": y}, config=cfg(e))
+                 for e in ("xla", "interpreter")}
+        want = progs["interpreter"].run()["y"]
+        for _ in range(2):
+            close(progs["xla"].run()["y"], want)
+        xp = progs["xla"].executable.prepared
+        assert (op_named(progs["xla"], "y") in xp._zero_args) is passed
+        assert ("broadcast" in xp.hlo()) is not passed
+
+
 def test_xla_returns_counts_only_where_the_program_makes_them():
     """A program without a ``tl.until`` loop: its bounds decide every statement count, so the
     XLA program returns its outputs alone (a counter output cost a buffer and a transfer: a

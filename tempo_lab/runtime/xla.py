@@ -118,6 +118,8 @@ class _Xla:
         self._params = self.sdg.params
         self._local_cpu = plan.lowered.layout is None and jax.default_backend() == "cpu"
         self._host_args: tuple | None = None  # the host arrays of ``_cached``, as arguments
+        self._zero_args = self._zero_stores()
+        self._zero_arrays: tuple | None = None
         self._outs = tuple(i for i in dict.fromkeys(self.sdg.outputs.values())
                            if i in plan.shapes)  # the output stores the program returns
         # statement counters in the program: a kernel per loop (an eighth of PPO's kernels,
@@ -188,12 +190,14 @@ class _Xla:
         def program(bvec, hosts):  # bvec: the bound values, then the run's id
             env = {ic.bound(p): bvec[k] for k, p in enumerate(names)}
             run_id = bvec[len(names)]
+            zeros = dict(zip(self._zero_args, hosts[len(self.lowered.hosts):]))
             hosts = dict(zip(self.lowered.hosts, hosts))
             calls = (jnp.zeros(len(self.plan.ops), jnp.int32) if self._counts_on_device
                      else None)
             err = jnp.zeros(2 + self.plan.ndom, jnp.int32)
             state = {"s": {i: self._prefill(i, hosts[i]) if i in self.plan.prefilled else
-                           self._zeros(i, sh, dt) for i, (sh, dt) in self.plan.shapes.items()},
+                           zeros[i] if i in zeros else self._zeros(i, sh, dt)
+                           for i, (sh, dt) in self.plan.shapes.items()},
                      "calls": calls,
                      "w": {i: jnp.int32(-1) for i in self.sdg.untils.values()},
                      "b": {p: env[ic.bound(p)] for p in self.sdg.untils},
@@ -240,14 +244,36 @@ class _Xla:
         return self._fn
 
     def _hosts(self, host: Host | None = None) -> tuple:
-        """The host arrays on the device: those of the last run (or new ones)."""
+        """The host arrays on the device (those of the last run, or new ones), then the
+        zero stores (``_zero_args``)."""
         host = host or Host(self.lowered, cached=self._cached)
         if host.cached is not self._cached or self._host_args is None:
             self._cached = host.cached
+            if self._zero_arrays is None:
+                self._zero_arrays = tuple(  # put, not jnp.zeros: that compiles a program
+                    jax.device_put(np.zeros(*self.plan.shapes[i])) for i in self._zero_args)
             self._host_args = tuple(
                 host.host_points(i) if i in self.plan.by_point else host.host_array(i)
-                for i in self.lowered.hosts)
+                for i in self.lowered.hosts) + self._zero_arrays
         return self._host_args
+
+    def _zero_stores(self) -> tuple[int, ...]:
+        """The stores that start as zeros passed in, made once: XLA copies each into place
+        (a memcpy), where zeros made in the program were a broadcast kernel each, and every
+        kernel costs XLA's compile about 12 ms and 1.2 MiB of peak memory (a quarter of a
+        PPO program's kernels were these). Small stores only, as the arrays stay held; not
+        on a mesh, where a store's zeros are made sharded."""
+        if self.lowered.layout is not None:
+            return ()
+        out, total = [], 0
+        for i, (shape, dtype) in sorted(self.plan.shapes.items()):
+            n = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+            if (i in self.plan.prefilled or i in self.plan.unstacked or n > _ZERO_ARG_BYTES
+                    or total + n > _ZERO_ARGS_BYTES):
+                continue
+            out.append(i)
+            total += n
+        return tuple(out)
 
     def _args(self) -> tuple:
         """The program's arguments for the compiled bounds: bound values (and run 0: no host
@@ -421,6 +447,10 @@ def _host_call(method: str, s: int, default=None):
     def call(run_id, *args):
         return _RUNS[int(run_id)].guarded(method, default)(s, *args)
     return call
+
+
+_ZERO_ARG_BYTES = 1 << 20   # a store passed in as zeros (XlaProgram._zero_stores): at most
+_ZERO_ARGS_BYTES = 16 << 20  # this big, and all of them together at most this
 
 
 class _Trace:
