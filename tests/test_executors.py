@@ -791,10 +791,11 @@ def test_xla_reads_past_what_its_loop_wrote_as_the_reference(steps, reduce, oute
 
 
 def test_xla_passes_small_zero_stores_in_instead_of_making_them():
-    """A store that starts as zeros is an argument made once (XLA copies it into place),
-    not a broadcast kernel in the program (each kernel costs XLA's compile time and peak
-    memory); a store over the size limit is still made in the program. Runs agree with
-    the interpreter, a second run too (the copy leaves the argument zero)."""
+    """In a program with a loop, a store that starts as zeros is an argument made once (XLA
+    copies it into place), not a broadcast kernel in the program (each kernel costs XLA's
+    compile time and peak memory); a store over the size limit, or in a program without a
+    loop, is still made in the program. Runs agree with the interpreter, a second run too
+    (the copy leaves the argument zero)."""
     from tempo_lab.runtime import xla as xla_mod
 
     for rows, passed in ((8, True), (xla_mod._ZERO_ARG_BYTES // 16 + 1, False)):
@@ -814,6 +815,13 @@ def test_xla_passes_small_zero_stores_in_instead_of_making_them():
         xp = progs["xla"].executable.prepared
         assert (op_named(progs["xla"], "y") in xp._zero_args) is passed
         assert ("broadcast" in xp.hlo()) is not passed
+    ctx = tl.Context(dims=("t",))  # no loop: its stores are made in it (no argument to pass)
+    (t,), (T,) = ctx.dims, ctx.bounds
+    with ctx:
+        y = tl.tanh(tl.from_array(np.ones((6, 4), np.float32), domain=(t,), name="x"))
+    prog = ctx.compile(bounds={T: 6}, outputs={"y": y}, config=cfg("xla"))
+    close(prog.run()["y"], np.tanh(np.ones((6, 4))))
+    assert prog.executable.prepared._zero_args == ()
 
 
 def test_xla_returns_counts_only_where_the_program_makes_them():
