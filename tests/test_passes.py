@@ -388,6 +388,36 @@ def test_a_read_at_one_point_of_a_batched_op_takes_it_from_the_batch(executor):
 
 
 @pytest.mark.parametrize("executor", ["interpreter", "xla"])
+def test_an_index_value_only_the_batch_reads_is_batched_with_it(executor):
+    """``0.1 * t + 1`` read only by the batched projection off the recurrence, at its own
+    point: it joins the batch (an array of the steps' values), where left in the loop it
+    was stored at every step by a loop of its own for the batch to read whole."""
+    from tempo_lab.schedule import For
+    ctx = tl.Context(dims=("b", "t"))
+    b, t = ctx.dims
+    B, T = ctx.bounds
+    rs = np.random.RandomState(4)
+    x0, w0, u0 = (rs.randn(3, 6, 4).astype(np.float32), rs.randn(4, 4).astype(np.float32),
+                  rs.randn(4, 4).astype(np.float32) * 0.5)
+    with ctx:
+        x = tl.from_array(x0, domain=(b, t))
+        w, u = tl.constant(w0), tl.constant(u0)
+        p = (x * (tl.constant(0.1) * t + 1.0)) @ w
+        h = tl.placeholder((4,), "float32", (b, t), "h")
+        h[b, 0] = tl.tanh(p[b, 0])
+        h[b, t] = tl.tanh(p[b, t] + h[b, t - 1] @ u)
+    prog = ctx.compile(bounds={B: 3, T: 6}, outputs={"h": h},
+                       config=config(executor, vectorise_groups=True))
+    pw = np.stack([(x0[:, k] * (0.1 * k + 1.0)) @ w0 for k in range(6)], 1)
+    want = np.zeros((3, 6, 4), np.float32)
+    want[:, 0] = np.tanh(pw[:, 0])
+    for k in range(1, 6):
+        want[:, k] = np.tanh(pw[:, k] + want[:, k - 1] @ u0)
+    np.testing.assert_allclose(prog.run()["h"], want, rtol=1e-5, atol=1e-6)
+    if executor != "reference":
+        assert sum(isinstance(n, For) for n in prog.schedule.ast.walk()) == 1
+
+
 def test_an_op_read_at_one_point_of_the_recurrence_stays_at_that_point(executor):
     """``exp(x)`` off a recurrence whose only reader wants ``T - 1``: it is computed there,
     as without groups, not batched over every step and held for all of them (memory growing

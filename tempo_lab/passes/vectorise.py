@@ -253,7 +253,25 @@ def group(ed: Editor, d: Dim, size: int, budget: int | None) -> set[int] | None:
         if _batchable(ed.ops[i], d, size, budget) and all(_own_point(ed, e, d) for e in ins) \
                 and not any(_shaped_by(ed.ops[k], d) for k in (i, *(e.src for e in ins))):
             out.add(i)
-    return _demanded_everywhere(ed, out, d, size) if out else out
+    out = _demanded_everywhere(ed, out, d, size) if out else out
+    return out | _read_by_batch_only(ed, d, size, budget, over, out) if out else out
+
+
+def _read_by_batch_only(ed: Editor, d: Dim, size: int, budget: int | None, over: set[int],
+                        batch: set[int]) -> set[int]:
+    """Values of the indices left in the loop (``_left_in_loop``) that only ``batch`` reads,
+    at its own point: they join it. Left in the loop, each was stored at every step for the
+    batch to read whole, a loop of copies of its own (PPO's rollout noise read ``i``, ``b``
+    and ``t`` so: three loops before the training loop); batched, they take what that store
+    took."""
+    fns, out = _left_in_loop(ed, over), set()
+    while True:
+        more = {i for i in fns - out if _batchable(ed.ops[i], d, size, budget)
+                and ed.out_edges(i) and all((e.dst in batch or e.dst in out)
+                                            and _own_point(ed, e, d) for e in ed.out_edges(i))}
+        if not more:
+            return out
+        out |= more
 
 
 def _looped_inputs(ed: Editor, d: Dim, over: set[int], loop: set[int]) -> set[int]:
