@@ -7,8 +7,9 @@ Programs (each tiny, so that what is timed is the fixed cost of a run, not its w
 
 - ``one_op``: ``y = tanh(x)`` over ``t`` (``x`` a 4 x 4 ``tl.from_array``; ``t`` vectorised,
   so the XLA program has no loop); JAX: ``jax.jit(jnp.tanh)``.
-- ``loop``: ``h[t] = tanh(h[t-1] + x[t])`` over 8 steps (a loop, whose statement counts the
-  XLA program returns); JAX: ``jax.jit`` of a ``lax.scan``.
+- ``loop``: ``h[t] = tanh(h[t-1] + x[t])`` over 8 steps (a loop; its statement counts come
+  from the bounds, not from the XLA program, as for every program without a ``tl.until``
+  loop); JAX: ``jax.jit`` of a ``lax.scan``.
 
 JAX is timed two ways: ``jax_jit``, its input already on the device (the best a JAX user
 repeating a call writes, and what a tempo_lab program does with a ``tl.from_array``), and

@@ -387,7 +387,6 @@ def test_a_read_at_one_point_of_a_batched_op_takes_it_from_the_batch(executor):
     assert len(prog.lowered.loops) == 2, prog.schedule.pretty()
 
 
-@pytest.mark.parametrize("executor", ["interpreter", "xla"])
 def test_an_index_value_only_the_batch_reads_is_batched_with_it(executor):
     """``0.1 * t + 1`` read only by the batched projection off the recurrence, at its own
     point: it joins the batch (an array of the steps' values), where left in the loop it
@@ -414,10 +413,11 @@ def test_an_index_value_only_the_batch_reads_is_batched_with_it(executor):
     for k in range(1, 6):
         want[:, k] = np.tanh(pw[:, k] + want[:, k - 1] @ u0)
     np.testing.assert_allclose(prog.run()["h"], want, rtol=1e-5, atol=1e-6)
-    if executor != "reference":
+    if executor != "reference":  # it runs the SDG: no schedule
         assert sum(isinstance(n, For) for n in prog.schedule.ast.walk()) == 1
 
 
+@pytest.mark.parametrize("executor", ["interpreter", "xla"])
 def test_an_op_read_at_one_point_of_the_recurrence_stays_at_that_point(executor):
     """``exp(x)`` off a recurrence whose only reader wants ``T - 1``: it is computed there,
     as without groups, not batched over every step and held for all of them (memory growing

@@ -83,7 +83,8 @@ def program_bytes(compiled) -> int:
 _PROGRAMS = LRU(MAX_PROGRAMS, PROGRAM_BYTES, lambda entry: program_bytes(entry[0]))  # each
 # entry: (the compiled program, what tracing found: see _Xla._program)
 _MEASURED = ("store bytes: the static stores the XLA program allocates for the whole run (one "
-             "timeline entry); calls: statement instances counted inside the XLA program")
+             "timeline entry); calls: statement instances, counted inside the XLA program "
+             "where a tl.until loop decides them, otherwise from the bounds")
 _RUNS: dict[int, Host] = {}  # the runs in progress by id: a callback gets its run's id as
 _RUN_IDS = itertools.count(1)  # an argument of the program, so concurrent runs never mix
 
