@@ -320,20 +320,26 @@ def test_a_per_point_view_runs_in_the_backward_loop_that_reads_it(executor):
     assert len(prog.lowered.loops) == 1, prog.schedule.pretty()
 
 
+def _rnn_over_b_t():
+    """An RNN's context over ``(b, t)`` (3 x 6 points), its input ``x`` (4 features), input
+    and recurrent weights ``w`` and ``u``: their arrays and tensors."""
+    ctx = tl.Context(dims=("b", "t"))
+    rs = np.random.RandomState(4)
+    arrays = (rs.randn(3, 6, 4).astype(np.float32), rs.randn(4, 4).astype(np.float32),
+              rs.randn(4, 4).astype(np.float32) * 0.5)
+    with ctx:
+        tensors = (tl.from_array(arrays[0], domain=ctx.dims), tl.constant(arrays[1]),
+                   tl.constant(arrays[2]))
+    return ctx, ctx.dims, ctx.bounds, arrays, tensors
+
+
 @pytest.mark.parametrize("executor", ["interpreter", "xla"])
 def test_an_input_projection_read_only_by_later_steps_is_batched(executor):
     """An RNN's ``x[t] @ w`` feeds only the steps t >= 1 (step 0 is its own branch). It has
     no looped input, so computing it at t = 0 too is safe: it leaves the loop as one matmul.
     A ``max`` read only by later steps stays in the loop (at t = 0 its range is empty)."""
-    ctx = tl.Context(dims=("b", "t"))
-    b, t = ctx.dims
-    B, T = ctx.bounds
-    rs = np.random.RandomState(4)
-    x0, w0, u0 = (rs.randn(3, 6, 4).astype(np.float32), rs.randn(4, 4).astype(np.float32),
-                  rs.randn(4, 4).astype(np.float32) * 0.5)
+    ctx, (b, t), (B, T), (x0, w0, u0), (x, w, u) = _rnn_over_b_t()
     with ctx:
-        x = tl.from_array(x0, domain=(b, t))
-        w, u = tl.constant(w0), tl.constant(u0)
         h = tl.placeholder((4,), "float32", (b, t), "h")
         h[b, 0] = tl.tanh(x[b, 0] @ w)
         h[b, t] = tl.tanh(x[b, t] @ w + h[b, t - 1] @ u + x[b, 0:t].max(axis=0))
@@ -392,15 +398,8 @@ def test_an_index_value_only_the_batch_reads_is_batched_with_it(executor):
     point: it joins the batch (an array of the steps' values), where left in the loop it
     was stored at every step by a loop of its own for the batch to read whole."""
     from tempo_lab.schedule import For
-    ctx = tl.Context(dims=("b", "t"))
-    b, t = ctx.dims
-    B, T = ctx.bounds
-    rs = np.random.RandomState(4)
-    x0, w0, u0 = (rs.randn(3, 6, 4).astype(np.float32), rs.randn(4, 4).astype(np.float32),
-                  rs.randn(4, 4).astype(np.float32) * 0.5)
+    ctx, (b, t), (B, T), (x0, w0, u0), (x, w, u) = _rnn_over_b_t()
     with ctx:
-        x = tl.from_array(x0, domain=(b, t))
-        w, u = tl.constant(w0), tl.constant(u0)
         p = (x * (tl.constant(0.1) * t + 1.0)) @ w
         h = tl.placeholder((4,), "float32", (b, t), "h")
         h[b, 0] = tl.tanh(p[b, 0])
