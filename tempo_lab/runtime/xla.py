@@ -452,7 +452,7 @@ def _host_call(method: str, s: int, default=None):
     return call
 
 
-_ZERO_ARG_BYTES = 1 << 20   # a store passed in as zeros (XlaProgram._zero_stores): at most
+_ZERO_ARG_BYTES = 1 << 20   # a store passed in as zeros (_Xla._zero_stores): at most
 _ZERO_ARGS_BYTES = 16 << 20  # this big, and all of them together at most this
 
 
