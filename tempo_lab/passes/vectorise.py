@@ -248,23 +248,26 @@ def group(ed: Editor, d: Dim, size: int, budget: int | None) -> set[int] | None:
     out: set[int] = set()
     if not loop:  # no recurrence along d: it was kept a loop for a constant point's read
         return None
-    for i in sorted(over - loop - _left_in_loop(ed, over) - _looped_inputs(ed, d, over, loop)):
+    left = _left_in_loop(ed, over)
+    for i in sorted(over - loop - left - _looped_inputs(ed, d, over, loop)):
         ins = ed.in_edges(i)
         if _batchable(ed.ops[i], d, size, budget) and all(_own_point(ed, e, d) for e in ins) \
                 and not any(_shaped_by(ed.ops[k], d) for k in (i, *(e.src for e in ins))):
             out.add(i)
-    out = _demanded_everywhere(ed, out, d, size) if out else out
-    return out | _read_by_batch_only(ed, d, size, budget, over, out) if out else out
+    if not out:
+        return out
+    out = _demanded_everywhere(ed, out, d, size)
+    return out | _read_by_batch_only(ed, d, size, budget, left, out)
 
 
-def _read_by_batch_only(ed: Editor, d: Dim, size: int, budget: int | None, over: set[int],
+def _read_by_batch_only(ed: Editor, d: Dim, size: int, budget: int | None, fns: set[int],
                         batch: set[int]) -> set[int]:
-    """Values of the indices left in the loop (``_left_in_loop``) that only ``batch`` reads,
-    at its own point: they join it. Left in the loop, each was stored at every step for the
-    batch to read whole, a loop of copies of its own (PPO's rollout noise read ``i``, ``b``
-    and ``t`` so: three loops before the training loop); batched, they take what that store
-    took."""
-    fns, out = _left_in_loop(ed, over), set()
+    """Those of ``fns``, values of the indices left in the loop (``_left_in_loop``), that
+    only ``batch`` reads, at its own point: they join it. Left in the loop, each was stored at
+    every step for the batch to read whole, a loop of copies of its own (PPO's rollout noise
+    read ``i``, ``b`` and ``t`` so: three loops before the training loop); batched, they take
+    what that store took."""
+    out: set[int] = set()
     while True:
         more = {i for i in fns - out if _batchable(ed.ops[i], d, size, budget)
                 and ed.out_edges(i) and all((e.dst in batch or e.dst in out)

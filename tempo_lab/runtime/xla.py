@@ -176,10 +176,9 @@ class _Xla:
         return tuple(lax.index_in_dim(x, j, a, keepdims=False) for j in range(x.shape[a]))
 
     def _program(self, found: dict | None = None):
-        """The program to trace. Tracing fills ``found``: "calls", the statement counts where
-        tracing knew them all (no loop or branch counted any: the program returns none),
-        "device" where the program counts them (a ``tl.until`` loop's trips are known only
-        there) or "host" where ``statement_counts`` finds them from the bounds, and
+        """The program to trace. Tracing fills ``found``: "calls", "device" where the program
+        counts the statements (a ``tl.until`` loop's trips are known only there) or "host"
+        where ``statement_counts`` finds them from the bounds, and
         "err", whether it can meet a max/min over an empty range. A program returns its
         outputs, then what it counted, its bounds as reached and that error in one array, or
         nothing more where there is none of these (an output costs a buffer and a transfer:
@@ -207,12 +206,9 @@ class _Xla:
             state = ctx.node(self.schedule.ast, env, state,
                              {i: self._literal(i) for i in self.plan.baked})
             outs = tuple(_logical(state["s"][i], self.plan.perms.get(i)) for i in self._outs)
-            known = state["calls"] is calls  # only counts made while tracing: known now
-            found["calls"] = ("host" if calls is None else np.bincount(
-                state.get("pending", ()), minlength=len(self.plan.ops)).tolist() if known
-                else "device")
+            found["calls"] = "device" if self._counts_on_device else "host"
             found["err"] = state["err"] is not err
-            ints = ([] if known else [_calls(state)]) + [
+            ints = ([_calls(state)] if self._counts_on_device else []) + [
                 jnp.asarray(state["b"][p], jnp.int32)[None] for p in self.sdg.untils] + (
                 [state["err"]] if found["err"] else [])
             return (*outs, jnp.concatenate(ints)) if ints else outs
