@@ -528,32 +528,31 @@ def test_until_loop_body_splits_where_its_bound_is_set():
 
 def test_statement_counts_are_what_walk_runs_without_visiting_every_point():
     """``statement_counts`` (how the XLA executor counts a program without a ``tl.until``
-    loop) gives what walking the AST runs, per op: a loop whose body reads its variable
-    (a triangle, a first step) step by step, one that does not multiplied, so a nest of
-    10^6 x 10^6 points counts at once; a While loop it leaves to the program."""
+    bound) gives what walking the loop AST runs, per op, counted by isl over each op's
+    domain: the same at 50 steps (a first step, a branch per iteration), and at 10^6 steps at
+    once; a ``tl.until`` bound, which only a run decides, is refused at the user's line."""
     import time
     from collections import Counter
 
-    from tempo_lab.schedule import Exec, For, If, Seq, While, statement_counts, walk
-    from tempo_lab.symbolic import Bound, Dim, as_expr, eq
-    t, s, T, S = Dim("t"), Dim("s"), Bound("T"), Bound("S")
-    zero = as_expr(0)
-    ast = Seq((For("t", zero, T, Seq((If(eq(t, 0), Exec(0, (t,)), Exec(1, (t,))),
-                                  For("s", zero, t + 1, Exec(2, (t, s))),
-                                  For("s", zero, S, Exec(3, (t, s)))))),
-               Exec(4, ())))
-    for bounds in ({"T": 1, "S": 3}, {"T": 7, "S": 0}, {"T": 9, "S": 5}, {"T": 0, "S": 5}):
-        walked = Counter(n.op for n, _ in walk(ast, dict(bounds)) if isinstance(n, Exec))
-        assert statement_counts(ast, bounds) == dict(walked), bounds
-    assert statement_counts(ast, {"T": 5, "S": 2}, lambda e: e.op != 3) == {
-        0: 1, 1: 4, 2: 15, 4: 1}
-    big = For("t", zero, T, For("s", zero, S, Exec(3, (t, s))))
+    from tempo_lab.schedule import Exec, statement_counts, walk
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from test_remat import _table_program
+    ctx, outs, _ = _table_program()
+    N, T = ctx.bounds
+    prog = ctx.compile(bounds={N: 2, T: 50}, outputs=outs)
+    walked = Counter(n.op for n, _ in walk(prog.schedule.ast, {"I": 2, "T": 50})
+                     if isinstance(n, Exec))
+    assert statement_counts(prog.schedule, {"I": 2, "T": 50}) == dict(walked)
+    big = ctx.compile(bounds={N: 2, T: 10**6}, outputs=outs)
     t0 = time.perf_counter()
-    assert statement_counts(big, {"T": 10**6, "S": 10**6}) == {3: 10**12}
+    got = statement_counts(big.schedule, {"I": 2, "T": 10**6})
     assert time.perf_counter() - t0 < 1.0
-    with pytest.raises(ValueError, match="While"):
-        statement_counts(While("t", zero, T, Exec(0, (t,)), "t", 1, "T", 0, t), {"T": 3})
-
+    assert max(got.values()) == 2 * 10**6 and sum(got.values()) > 4 * 10**6
+    ctx, T, c, done, outs = counter(5.0)
+    until = ctx.compile(bounds={T: tl.until(done, max=20)}, outputs=outs)
+    line = _here() + 2
+    with pytest.raises(tl.TempoLabError, match=rf"test_execution.py:{line}.*tl.until"):
+        statement_counts(until.schedule, {"T": 20})
 
 
 def test_until_errors():

@@ -389,9 +389,9 @@ class _Xla:
         """The statement counts by op as ``host.profile`` takes them: made from the bounds
         only if the profile is asked for."""
         if calls == "host":
-            of_exec = self.lowered.of_exec  # a statement without a kernel is not counted
-            return lambda: statement_counts(self.schedule.ast, bounds,
-                                            lambda e: bool(of_exec[id(e)]))
+            ops = set(self.plan.ops)  # those with a statement
+            return lambda: {i: n for i, n in statement_counts(self.schedule, bounds).items()
+                            if i in ops}
         return lambda: dict(zip(self.plan.ops, calls))
 
     def _bvec(self, bounds: Mapping[str, int], run_id: int = 0):
