@@ -793,13 +793,15 @@ def test_xla_reads_past_what_its_loop_wrote_as_the_reference(steps, reduce, oute
 def test_xla_passes_small_zero_stores_in_instead_of_making_them():
     """In a program with a loop, a store that starts as zeros is an argument made once (XLA
     copies it into place), not a broadcast kernel in the program (each kernel costs XLA's
-    compile time and peak memory); a store over the size limit, or in a program without a
-    loop, is still made in the program. Runs agree with the interpreter, a second run too
-    (the copy leaves the argument zero)."""
+    compile time and peak memory); a store over the size limit, in a program whose run the
+    copies would slow (a few steps: a few statements a call), or in a program without a loop,
+    is still made in the program. Runs agree with the interpreter, a second run too (the copy
+    leaves the argument zero)."""
     from tempo_lab.runtime import xla as xla_mod
 
-    for rows, passed in ((8, True), (xla_mod._ZERO_ARG_BYTES // 16 + 1, False)):
-        data = np.random.default_rng(0).standard_normal((6, rows, 4)).astype(np.float32)
+    for rows, steps, passed in ((8, 64, True), (xla_mod._ZERO_ARG_BYTES // (64 * 16) + 1, 64,
+                                                False), (8, 6, False)):
+        data = np.random.default_rng(0).standard_normal((steps, rows, 4)).astype(np.float32)
         ctx = tl.Context(dims=("t",))
         (t,), (T,) = ctx.dims, ctx.bounds
         with ctx:
@@ -807,14 +809,18 @@ def test_xla_passes_small_zero_stores_in_instead_of_making_them():
             y = tl.placeholder((rows, 4), "float32", domain=(t,), name="y")
             y[0] = x[0]
             y[t] = tl.tanh(y[t - 1] + x[t])
-        progs = {e: ctx.compile(bounds={T: 6}, outputs={"y": y}, config=cfg(e))
+        progs = {e: ctx.compile(bounds={T: steps}, outputs={"y": y}, config=cfg(e))
                  for e in ("xla", "interpreter")}
         want = progs["interpreter"].run()["y"]
         for _ in range(2):
             close(progs["xla"].run()["y"], want)
         xp = progs["xla"].executable.prepared
-        assert (op_named(progs["xla"], "y") in xp._zero_args) is passed
-        assert ("broadcast" in xp.hlo()) is not passed
+        assert (op_named(progs["xla"], "y") in xp._zero_args) is passed, (rows, steps)
+        assert ("broadcast" in xp.hlo()) is not passed, (rows, steps)
+    ctx, T, c, done, outs = counter(1e9)  # a tl.until loop: its statements are not known
+    prog = ctx.compile(bounds={T: tl.until(done, max=4000)}, outputs=outs, config=cfg("xla"))
+    np.testing.assert_array_equal(prog.run()["c"], np.arange(4000, dtype=np.float32))
+    assert prog.executable.prepared._zero_args == ()
     ctx = tl.Context(dims=("t",))  # no loop: its stores are made in it (no argument to pass)
     (t,), (T,) = ctx.dims, ctx.bounds
     with ctx:
