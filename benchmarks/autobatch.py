@@ -79,8 +79,9 @@ def birnn_numpy(p: dict) -> np.ndarray:
     return np.stack(out)
 
 
-def birnn_tempo(p: dict, groups: int = 4):
-    """``groups``: ``CompileConfig.ragged_buckets``, the groups of instances by length."""
+def birnn_tempo(p: dict, groups: int | None = None):
+    """``groups``: ``CompileConfig.ragged_buckets``, the groups of instances by length (None:
+    the compiler's choice)."""
     import tempo_lab as tl
 
     w, (batch, _, hidden) = p["w"], p["x"].shape
@@ -341,7 +342,7 @@ def treelstm_tempo(p: dict, executor: str = "auto"):
                        outputs={"y": root}, config=tl.CompileConfig(executor=executor))
 
 
-def treelstm_postorder_tempo(p: dict, groups: int = 4, executor: str = "auto"):
+def treelstm_postorder_tempo(p: dict, groups: int | None = None, executor: str = "auto"):
     """The TreeLSTM node by node in post-order, trees grouped by size (``treelstm_program``)."""
     import tempo_lab as tl
 

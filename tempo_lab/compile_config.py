@@ -77,8 +77,10 @@ class CompileConfig:
     incrementalise: bool = True
     fuse: bool = True
     tile_block: int | None = None
-    ragged_buckets: int = 4  # a tl.lengths bound's instances, sorted by length, run in this
-    # many groups, each up to its own longest (where no op reads across instances; 1: one box)
+    ragged_buckets: int | None = None  # a tl.lengths bound's instances, sorted by length, run
+    # in this many groups, each up to its own longest (where no op reads across instances; 1:
+    # one box; None: 4 where an estimate says the groups' loops cost less than the padding
+    # they save, else one box: passes/ragged.py's _grouping_pays)
     vectorise_budget_bytes: int = 256 * 2**20  # largest value a vectorised op may make (else
     # incrementalisation vectorises the dim in blocks that fit)
     check_invariants: bool = False  # check the SDG after every pass (tests turn this on)
@@ -101,9 +103,9 @@ class CompileConfig:
     def __post_init__(self):
         if self.executor not in EXECUTORS:
             raise ArgumentError(f"unknown executor {self.executor!r}; choose one of {EXECUTORS}")
-        if not positive_int(self.ragged_buckets):
+        if self.ragged_buckets is not None and not positive_int(self.ragged_buckets):
             raise ArgumentError(f"ragged_buckets={self.ragged_buckets!r}: give a positive number "
-                                "of groups (1: one box up to the longest instance)")
+                                "of groups (1: one box up to the longest instance; None: chosen by an estimate)")
         if self.tile_block is not None and not positive_int(self.tile_block):
             raise ArgumentError(f"tile_block={self.tile_block!r}: give a positive number of "
                                 "points per block, or None for the automatic size (tile=False "

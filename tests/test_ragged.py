@@ -338,7 +338,8 @@ def test_instances_grouped_by_length_match_each_instance_alone(executor):
     lengths = np.random.RandomState(5).randint(1, 9, size=13)
     data = np.random.RandomState(2).randn(13, lengths.max(), D).astype(np.float32)
     ctx, bounds, outs = program(data, SEPARABLE, lengths)
-    prog = ctx.compile(bounds=bounds, outputs=outs, config=tl.CompileConfig(executor=executor))
+    prog = ctx.compile(bounds=bounds, outputs=outs, config=tl.CompileConfig(
+        executor=executor, ragged_buckets=4))
     order = prog.passes.orders["b"]
     assert sorted(order) == list(range(13)) and (np.diff(lengths[order]) <= 0).all()
     groups = [r for r in prog.passes[0].events if r.kind == "dim" and "by length" in r.note]
@@ -347,11 +348,11 @@ def test_instances_grouped_by_length_match_each_instance_alone(executor):
     check(run, per_instance(data, lengths, SEPARABLE), lengths, SEPARABLE)
     if executor == "xla":  # each group's input starts whole: its copy loop is counted, not run
         assert "no loop" in prog.executable.source
-        interp = ctx.compile(bounds=bounds, outputs=outs,
-                             config=tl.CompileConfig(executor="interpreter")).run()
+        interp = ctx.compile(bounds=bounds, outputs=outs, config=tl.CompileConfig(
+            executor="interpreter", ragged_buckets=4)).run()
         assert run.profile.calls == interp.profile.calls
     batched = ctx.compile(bounds=bounds, outputs=outs, config=tl.CompileConfig(
-        executor=executor, vectorise_groups=True))
+        executor=executor, vectorise_groups=True, ragged_buckets=4))
     # the input is read by each group's recurrence: it stays out of the group's batch (which
     # the loop would read through a view copied point by point), and nothing else is worth one
     assert not batched_dims(batched)
@@ -381,7 +382,7 @@ def test_each_length_group_batches_its_input_projection(executor):
         h[b, t] = tl.tanh(x[b, t] @ w + h[b, t - 1] * 0.5)
         y = h[b, T - 1]
     prog = ctx.compile(bounds={B: 13, T: tl.lengths(lengths, over=b)}, outputs={"y": y},
-                       config=tl.CompileConfig(executor=executor))
+                       config=tl.CompileConfig(executor=executor, ragged_buckets=4))
     assert len(batched_dims(prog)) == 4
     want = []
     for k, n in enumerate(lengths):
@@ -390,6 +391,22 @@ def test_each_length_group_batches_its_input_projection(executor):
             hk = np.tanh(data[k, s] @ w0 + hk * 0.5)
         want.append(hk)
     np.testing.assert_allclose(prog.run()["y"], np.stack(want), rtol=1e-5, atol=1e-5)
+
+
+def test_groups_by_length_are_made_where_the_estimate_says_they_pay():
+    """By default (``ragged_buckets=None``) a BiRNN is grouped by length only where its steps'
+    arithmetic outweighs the loop steps the groups add: at batch 16, hidden 32 one box (four
+    groups ran 1.33x its time), at batch 64, hidden 128 four groups (0.66x). Asked for, four
+    groups are made either way; both agree with NumPy."""
+    from benchmarks.autobatch import birnn_numpy, birnn_problem, birnn_tempo
+
+    for batch, steps, hidden, grouped in ((16, 24, 32, False), (64, 64, 128, True)):
+        p = birnn_problem(batch, steps, hidden)
+        auto = birnn_tempo(p)
+        assert bool(auto.passes.orders) is grouped, (batch, hidden)
+        np.testing.assert_allclose(auto.run()["y"], birnn_numpy(p), rtol=1e-4, atol=1e-4)
+    small = birnn_tempo(birnn_problem(16, 24, 32), groups=4)
+    assert small.passes.orders
 
 
 def test_instances_stay_one_box_when_one_op_reads_across_them():
@@ -433,7 +450,7 @@ def test_trees_grouped_by_size_match_numpy(executor):
     from benchmarks.autobatch import treelstm_numpy, treelstm_postorder_tempo, treelstm_problem
 
     p = treelstm_problem(10, 6, 8, seed=1)
-    prog = treelstm_postorder_tempo(p, executor=executor)
+    prog = treelstm_postorder_tempo(p, groups=4, executor=executor)
     assert prog.passes.orders  # ten trees of different sizes: grouped
     np.testing.assert_allclose(prog.run()["y"], treelstm_numpy(p), rtol=1e-4, atol=1e-5)
     if executor == "xla":  # the gates, used only inside the step's branch
@@ -567,7 +584,7 @@ def test_a_program_of_hundreds_of_ops_matches_the_reference_and_each_instance_al
                        config=tl.CompileConfig(executor="reference")).run()["pooled"]
     for executor in ("xla", "interpreter"):
         prog = ctx.compile(bounds=bounds, outputs=outs,
-                           config=tl.CompileConfig(executor=executor))
+                           config=tl.CompileConfig(executor=executor, ragged_buckets=4))
         assert len(prog.passes.initial.ops) > 200 and len(prog.sdg.ops) > 400  # 4 groups
         assert prog.passes.orders
         np.testing.assert_allclose(prog.run()["pooled"], want, rtol=1e-4, atol=1e-5)
