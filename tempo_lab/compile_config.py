@@ -105,7 +105,8 @@ class CompileConfig:
             raise ArgumentError(f"unknown executor {self.executor!r}; choose one of {EXECUTORS}")
         if self.ragged_buckets is not None and not positive_int(self.ragged_buckets):
             raise ArgumentError(f"ragged_buckets={self.ragged_buckets!r}: give a positive number "
-                                "of groups (1: one box up to the longest instance; None: chosen by an estimate)")
+                                "of groups (1: one box up to the longest instance) or None (as "
+                                "many as an estimate says pay)")
         if self.tile_block is not None and not positive_int(self.tile_block):
             raise ArgumentError(f"tile_block={self.tile_block!r}: give a positive number of "
                                 "points per block, or None for the automatic size (tile=False "

@@ -541,10 +541,10 @@ def bucket(ed: Editor, name: str, r: Ragged) -> bool:
 
 
 def groupable(ed: Editor, name: str, r: Ragged) -> int:
-    """The number of groups to make (0: none): given lengths, groups asked for and enough
-    instances, one ragged bound, no other data-dependent one, every instance computed on its
-    own (``_separable``), and no output over ``(b, t)`` or as long as ``T`` (those keep the
-    program one box)."""
+    """The number of groups to make (0: none): given lengths, groups asked for (by default,
+    ``AUTO_GROUPS`` where ``_grouping_pays``) and enough instances, one ragged bound, no
+    other data-dependent one, every instance computed on its own (``_separable``), and no
+    output over ``(b, t)`` or as long as ``T`` (those keep the program one box)."""
     groups = getattr(ed.config, "ragged_buckets", 1) if ed.config else 1
     t, b = _dims(ed, name, r)
     if groups is None and r.lengths is not None:  # automatic: group where it pays
