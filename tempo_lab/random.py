@@ -118,7 +118,7 @@ def _entry(index, n, keys):
     def feistel(x):
         left, right = x >> half, x & mask
         for r in range(ROUNDS):
-            f = _mix(jnp, right ^ _mix(jnp, words[r] + jnp.uint32(0x9E3779B9 * (r + 1) & 0xFFFFFFFF)))
+            f = _mix(right ^ _mix(words[r] + jnp.uint32(0x9E3779B9 * (r + 1) & 0xFFFFFFFF)))
             left, right = right, left ^ (f & mask)
         return (left << half) | right
 

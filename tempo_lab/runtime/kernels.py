@@ -17,7 +17,7 @@ from ..errors import ShapeError
 from ..ir.ops import flag
 from ..ir.sdg import SDG, Op
 from ..ir.vmap import base_op, mapped_axes
-from . import jax_ops
+from . import counter_rng, jax_ops
 
 MAX_KERNELS = 4096  # jitted per-statement kernels kept process-wide (least recently used go)
 KERNELS = LRU(MAX_KERNELS)
@@ -66,9 +66,28 @@ def _vmapped(op: Op, xs, lens, in_types, out_shape, levels):
             if x.shape[a] != n:
                 x = lax.slice_in_dim(x, 0, n, axis=a)
         xs[i] = x
+    if base.kind == "random":  # its hash broadcasts over the points: no vmap to trace it again
+        return _random_at_points(base, xs, levels, out_shape)
     for k in reversed(range(len(levels))):
         f = jax.vmap(f, in_axes=tuple(levels[k]), axis_size=out_shape[k])
     return f(*xs)
+
+
+def _random_at_points(op: Op, coords, levels, out_shape):
+    """A ``random`` op at every point of its vectorised axes at once: each coordinate (a
+    scalar per point) with one axis per level, of the level's size where it varies and 1 where
+    not, so the integer hash broadcasts. Under ``vmap`` each of its ``jnp`` operators was a
+    jitted function traced again (with ``_mix``'s NumPy constants, PPO's three random ops
+    traced in half the time). The values are the same integers, so the same numbers."""
+    batched = []
+    for i, x in enumerate(coords):
+        axes = mapped_axes(levels, i)
+        x = jnp.moveaxis(x, axes, list(range(len(axes))))
+        for k, level in enumerate(levels):
+            if level[i] is None:
+                x = jnp.expand_dims(x, k)
+        batched.append(x)
+    return jnp.broadcast_to(counter_rng.sample(jnp, op.attrs, batched), tuple(out_shape))
 
 
 def check_nonempty(op: Op, lens: list, point: tuple):

@@ -708,7 +708,7 @@ class _Trace:
         slots = [ic.jax_int(x, env) for x in st0.slots]
         buf = views = state["s"][op.id]
         upd = y.reshape((1,) * len(slots) + y.shape).astype(y.dtype)
-        at = tuple(jnp.int32(s) for s in slots) + (0,) * y.ndim
+        at = tuple(_int32(s) for s in slots) + (0,) * y.ndim
         if op.id in xp.perms:
             upd, at = jnp.transpose(upd, xp.perms[op.id]), tuple(at[k] for k in xp.perms[op.id])
         if op.id in xp.unstacked:  # the buffer of the point written, a constant here
@@ -751,8 +751,8 @@ class _Trace:
                 bufs.append(state["s"][r.src])
             at += len(r.ints())
         # a tuple of scalars: stacked into one array, every use would be a slice of it
-        ints = tuple(jnp.asarray(x, jnp.int32) for x in ints)
-        point = [jnp.int32(ic.jax_int(x, env)) for x in st.point]
+        ints = tuple(_int32(x) for x in ints)
+        point = [_int32(ic.jax_int(x, env)) for x in st.point]
         host = None
         if flag(op.kind, "array"):
             host = self.hosts[op.id]
@@ -782,6 +782,12 @@ class _Trace:
                             + [jnp.int32(0)] * (err.shape[0] - 2 - len(point)))
             state = {**state, "err": jnp.where((err[0] == 0) & empty, row, err)}
         return y, state
+
+
+def _int32(x):
+    """An index as an int32 scalar: a NumPy one where it is known while tracing (a constant of
+    the program; ``jnp.int32`` made a device array each time, 800 of them in PPO's trace)."""
+    return np.int32(x) if isinstance(x, (int, np.integer)) else jnp.asarray(x, jnp.int32)
 
 
 def _clamped(j, n: int) -> int:
