@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 
 @dataclass(frozen=True)
@@ -60,11 +61,15 @@ class ActorCritic:
                 parts.append(rng.normal(size=shape) * scale / np.sqrt(shape[0]))
         return np.concatenate([p.reshape(-1) for p in parts]).astype(np.float32)
 
-    def unflatten(self, theta) -> dict:
+    def unflatten(self, theta, prefix: str = "") -> dict:
+        """The parameters named ``prefix...`` as slices of the flat ``theta``: only those a
+        caller uses, each one ``lax.slice`` (indexing, ``theta[k:k + n]``, ran NumPy's
+        indexing rules in Python at every trace, for all twelve of them)."""
         out, k = {}, 0
         for name, shape in self.shapes:
             n = int(np.prod(shape))
-            out[name] = theta[k:k + n].reshape(shape)
+            if name.startswith(prefix):
+                out[name] = lax.slice(theta, (k,), (k + n,)).reshape(shape)
             k += n
         return out
 
@@ -77,13 +82,13 @@ class ActorCritic:
 
     def policy(self, theta, obs):
         """Logits, or the means of the action's normals."""
-        return self._mlp(self.unflatten(theta), "pi", obs)
+        return self._mlp(self.unflatten(theta, "pi."), "pi", obs)
 
     def log_std(self, theta):
-        return self.unflatten(theta)["log_std"]
+        return self.unflatten(theta, "log_std")["log_std"]
 
     def value(self, theta, obs):
-        return self._mlp(self.unflatten(theta), "v", obs)[..., 0]
+        return self._mlp(self.unflatten(theta, "v."), "v", obs)[..., 0]
 
 
 __all__ = ["ActorCritic"]
