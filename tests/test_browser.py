@@ -480,7 +480,11 @@ def test_graph_reads_at_every_zoom_and_keeps_its_view(page):
     assert "tl-active" in hits.first.get_attribute("class")
     search.press("Enter")
     _wait(canvas.locator("svg g.node.tl-selected"))
-    facts = dash.locator(".tempo-lab-inspector").inner_text()
+    inspector = dash.locator(".tempo-lab-inspector")
+    # the inspector follows the selection through the kernel: read it once it has (a read
+    # right after the selection once found the op selected before it)
+    _wait(inspector.filter(has_text="softmax"))
+    facts = inspector.inner_text()
     assert "softmax" in facts and "layer11" in facts
     height = page.evaluate("(el) => el.querySelector('svg g.node.tl-selected text')"
                            ".getBoundingClientRect().height", el)
