@@ -219,6 +219,15 @@ def _wait(loc, timeout=30_000):
     return loc
 
 
+def _inspector_shows(dash, text: str) -> str:
+    """The inspector's text once it shows ``text``: it follows a selection through the kernel,
+    so a read right after the selection may find the op selected before it (the full suite
+    once did)."""
+    inspector = dash.locator(".tempo-lab-inspector")
+    _wait(inspector.filter(has_text=text))
+    return inspector.inner_text()
+
+
 # Whether each chart on show under a locator drew its traces: a blank chart (empty axes, the
 # failure FigureWidget had) holds no data and draws no trace group. Counts what is drawn, not
 # containers.
@@ -297,7 +306,7 @@ def test_selection_is_linked_across_tabs(page):
     _tab(page, "SDG")
     marked = _wait(dash.locator(".tempo-lab-sdg svg g.node.tl-selected"))
     assert marked.count() == 1 and "h_in" in marked.text_content()
-    assert "h_in" in dash.locator(".tempo-lab-inspector").inner_text()
+    assert "h_in" in _inspector_shows(dash, "h_in")
     _shot(page, "7_selected_sdg")
     _tab(page, "Schedule")
     dash.locator(".tempo-lab-schedule .lm-TabBar-tab").filter(has_text="loop code").first.click()
@@ -336,7 +345,7 @@ def test_graph_canvas_at_scale(page):
     node.click()
     _wait(canvas.locator("svg g.node.tl-selected"))
     op = canvas.first.get_attribute("data-selected")
-    assert op != "-1" and "source" in dash.locator(".tempo-lab-inspector").inner_text()
+    assert op != "-1" and "source" in _inspector_shows(dash, "source")
     picked = dash.locator(".tempo-lab-op-picker select").input_value()   # the linked picker
     assert picked.split(" · ")[0] in node.locator("text").first.text_content()
 
@@ -346,7 +355,7 @@ def test_graph_canvas_at_scale(page):
     canvas.locator(".tl-graph-search").first.press("Enter")
     page.wait_for_function("([el, op]) => el.dataset.selected !== op", arg=[el, op])
     _wait(canvas.locator("svg g.node.tl-selected"))
-    assert "layer11" in dash.locator(".tempo-lab-inspector").inner_text()
+    assert "layer11" in _inspector_shows(dash, "layer11")
     _shot(page, "10_big_sdg_found", 1)
 
 
@@ -480,11 +489,7 @@ def test_graph_reads_at_every_zoom_and_keeps_its_view(page):
     assert "tl-active" in hits.first.get_attribute("class")
     search.press("Enter")
     _wait(canvas.locator("svg g.node.tl-selected"))
-    inspector = dash.locator(".tempo-lab-inspector")
-    # the inspector follows the selection through the kernel: read it once it has (a read
-    # right after the selection once found the op selected before it)
-    _wait(inspector.filter(has_text="softmax"))
-    facts = inspector.inner_text()
+    facts = _inspector_shows(dash, "softmax")
     assert "softmax" in facts and "layer11" in facts
     height = page.evaluate("(el) => el.querySelector('svg g.node.tl-selected text')"
                            ".getBoundingClientRect().height", el)
