@@ -549,7 +549,7 @@ def groupable(ed: Editor, name: str, r: Ragged) -> int:
     t, b = _dims(ed, name, r)
     if groups is None and r.lengths is not None:  # automatic: group where it pays
         groups = AUTO_GROUPS if _grouping_pays(ed, b, t, r.lengths, AUTO_GROUPS) else 1
-    if (r.lengths is None or not groups or groups < 2 or len(r.lengths) < 2 * groups
+    if (r.lengths is None or groups < 2 or len(r.lengths) < 2 * groups
             or len(set(r.lengths.tolist())) < 2 or ed.untils or len(ed.ragged) > 1
             or not _separable(ed, b)):
         return 0

@@ -286,10 +286,9 @@ class _Xla:
         statements are known only by running: it makes its zeros."""
         if not stores or self.sdg.untils:
             return False
-        ops = set(self.plan.ops)  # counted at the stores' extents: the same in a size class
-        extents = {k: store_extent(v) for k, v in self.bounds.items()}
-        executed = sum(n for i, n in statement_counts(self.schedule, extents).items()
-                       if i in ops)
+        # counted at the stores' extents: the same in a size class
+        executed = sum(self._host_counts({k: store_extent(v)
+                                          for k, v in self.bounds.items()}).values())
         copies = stores * _ZERO_COPY_SECONDS + nbytes / _COPY_BYTES_PER_SECOND
         return copies <= _ZERO_COPY_SHARE * executed * _STATEMENT_SECONDS
 
@@ -408,10 +407,14 @@ class _Xla:
         """The statement counts by op as ``host.profile`` takes them: made from the bounds
         only if the profile is asked for."""
         if calls == "host":
-            ops = set(self.plan.ops)  # those with a statement
-            return lambda: {i: n for i, n in statement_counts(self.schedule, bounds).items()
-                            if i in ops}
+            return lambda: self._host_counts(bounds)
         return lambda: dict(zip(self.plan.ops, calls))
+
+    def _host_counts(self, bounds: Mapping[str, int]) -> dict[int, int]:
+        """The statement counts at ``bounds`` of the ops that have a statement, from the
+        bounds (a program without a ``tl.until`` loop)."""
+        ops = set(self.plan.ops)
+        return {i: n for i, n in statement_counts(self.schedule, bounds).items() if i in ops}
 
     def _bvec(self, bounds: Mapping[str, int], run_id: int = 0):
         """The bound values and the run's id as the program's argument: for run 0 (no host
