@@ -129,16 +129,18 @@ linear_conds = st.recursive(  # a loop's guards: a * t + k * T + c compared with
 
 @settings(max_examples=300, deadline=None, derandomize=True)
 @given(st.one_of(conds, linear_conds), st.sampled_from([0, 1, 2, -3, T - 2, 1 - T, T + b]),
-       st.booleans())
-def test_a_loops_range_decides_a_condition_only_where_it_holds_throughout(c, first, exact):
-    """``decide(c, {t: (first, exact)})``: True or False only if ``c`` is that at every point
-    with ``t >= first`` (``t == first`` if exact), checked by brute force."""
+       st.booleans(), st.sampled_from([None, 1, 3]))
+def test_a_loops_range_decides_a_condition_only_where_it_holds_throughout(c, first, exact,
+                                                                            floor):
+    """``decide(c, {t: (first, exact), T: (floor, False)})``: True or False only if ``c`` is
+    that at every point with ``t >= first`` (``t == first`` if exact) and ``T >= floor``,
+    checked by brute force."""
     from tempo_lab.symbolic.cond import decide
 
-    got = decide(c, {t: (first, exact)})
+    got = decide(c, {t: (first, exact), **({} if floor is None else {T: (floor, False)})})
     if got is None:
         return
-    for bv, tv_bound in itertools.product(range(3), range(1, 7)):
+    for bv, tv_bound in itertools.product(range(3), range(floor or 1, 7)):
         env = {"b": bv, "B": 3, "T": tv_bound}
         start = tl.symbolic.as_expr(first).evaluate(env)
         for tv in [start] if exact else range(start, start + 12):
@@ -156,6 +158,11 @@ def test_a_recurrences_guards_are_settled_after_its_first_step():
     assert decide(c0 + T - 2 >= 0, {c0: (1 - T, True)}) is False
     assert decide(c0 + T - 2 >= 0, {c0: (2 - T, False)}) is True
     assert decide(t <= T - 1, {t: (0, False)}) is None  # the end is not known: not decided
+    # with T at least 8 (XlaPlan.floors): the loop's range over c0 is named by T, which cancels
+    assert decide(T - 2 >= 0, {T: (8, False)}) is True and decide(T - 9 >= 0, {T: (8, False)}) is None
+    assert decide(c0 + T - 2 >= 0, {c0: (2 - T, False), T: (8, False)}) is True
+    assert decide(c0 + 2 * T - 18 >= 0, {c0: (1 - T, True), T: (8, False)}) is None
+    assert decide(c0 + 2 * T - 9 >= 0, {c0: (1 - T, True), T: (8, False)}) is True
 
 def test_edge_map_reverse_and_reads():
     m = I.edge_map(("C", [b, t]), ("P", [b, t]), [b, Slice(max_(0, t - 2), t + 1)],

@@ -9,6 +9,7 @@ kept (``error``) and raised when the program returns.
 """
 from __future__ import annotations
 
+import functools
 import time
 
 import jax
@@ -243,10 +244,15 @@ class Host:
         read (most runs are never asked; making it cost a tenth of a one-op program's run).
         ``calls``: statement counts by op, or a function that gives them then."""
         wall = self.wall_s = time.perf_counter() - self.t0
-        sdg, events, offloaded = self.sdg, self.events, self.offloaded_bytes
-        synced = self.sync if synced is None else synced
-        return lambda: Profile(sdg, calls={i: int(n) for i, n in (
-                                   calls() if callable(calls) else calls).items() if n},
-                               seconds=dict(seconds), timeline=list(timeline), wall_s=wall,
-                               synced=synced, measured=measured, executor=executor,
-                               events=events, offloaded_bytes=offloaded)
+        return functools.partial(_profile, self.sdg, executor, calls, seconds, timeline, measured,
+                                 self.sync if synced is None else synced, wall, self.events,
+                                 self.offloaded_bytes)
+
+
+def _profile(sdg, executor, calls, seconds, timeline, measured, synced, wall, events, offloaded):
+    """A run's ``Profile``, made when it is first read (``Host.profile``)."""
+    return Profile(sdg, calls={i: int(n) for i, n in (
+                       calls() if callable(calls) else calls).items() if n},
+                   seconds=dict(seconds), timeline=list(timeline), wall_s=wall, synced=synced,
+                   measured=measured, executor=executor, events=events,
+                   offloaded_bytes=offloaded)

@@ -27,6 +27,7 @@ state, and the run raises the same error as the other executors when the program
 """
 from __future__ import annotations
 
+import functools
 import itertools
 import re
 import time
@@ -42,8 +43,8 @@ from jax.experimental import io_callback
 from ..cache import LRU
 from ..ir.ops import flag
 from ..schedule import Exec, For, Free, If, Seq, While, statement_counts
-from ..symbolic import Dim, as_expr
-from ..symbolic.cond import decide
+from ..symbolic import as_expr
+from ..symbolic.cond import decide, lt
 from ..symbolic.sizes import store_extent
 from . import index_code as ic
 from .host import Host
@@ -115,6 +116,7 @@ class _Xla:
         self._cached = None  # the device arrays of the last run, reused by op_seconds
         # a run registers its host only for a program that calls back into it
         self._calls_host = bool(plan.lowered.sources or plan.lowered.sinks)
+        self.host_per_run = self._calls_host  # only a program that calls back keeps anything
         self._timeline = (plan.static_bytes,)  # every store is held for the whole run
         self._bvec_last: tuple = (None, None)  # the last bounds and their argument
         self._params = self.sdg.params
@@ -132,11 +134,6 @@ class _Xla:
     @property
     def predicted_peak_bytes(self) -> int:
         return self.plan.predicted_peak_bytes
-
-    @property
-    def host_per_run(self) -> bool:
-        """Only a program that calls back keeps anything of a run on its host."""
-        return self._calls_host
 
     def sections(self):
         return self.plan.sections()
@@ -400,14 +397,14 @@ class _Xla:
                 st = self.lowered.stmts[s]
                 n = len(st.reads[0].lens([None] * len(st.reads[0].padded())))
                 host.check(s, [0] * n, tuple(err[2:2 + len(st.op.domain)]))
-        return outs, reached, host.profile("xla", self._counts(calls, dict(bounds)), {},
+        return outs, reached, host.profile("xla", self._counts(calls, bounds), {},
                                            self._timeline, _MEASURED, synced=True)
 
     def _counts(self, calls, bounds: dict[str, int]):
         """The statement counts by op as ``host.profile`` takes them: made from the bounds
         only if the profile is asked for."""
         if calls == "host":
-            return lambda: self._host_counts(bounds)
+            return functools.partial(self._host_counts, dict(bounds))
         return lambda: dict(zip(self.plan.ops, calls))
 
     def _host_counts(self, bounds: Mapping[str, int]) -> dict[int, int]:
@@ -445,6 +442,7 @@ class _Xla:
                 tuple((i, np.asarray(self.sdg.ops[i].attrs["value"]).tobytes())
                       for i in sorted(self.plan.baked)),
                 tuple(self.plan.pads), tuple(sorted(self.plan.checked)),
+                tuple(sorted((str(b), str(f)) for b, (f, _) in self.plan.floors.items())),
                 tuple((tuple(self.plan.segments(n)), self.plan.unrolled.get(id(n)))
                       for n in self.schedule.ast.walk() if isinstance(n, For)),
                 None if self.lowered.layout is None else self.lowered.layout.key())
@@ -490,7 +488,7 @@ class _Trace:
         self.switch: tuple | None = None
         # the loops being traced: loop variable -> (its first value, whether it is exactly
         # that), so that branches the loop's range settles are traced without a lax.cond
-        self.lower: dict[Dim, tuple] = {}
+        self.lower: dict = dict(xp.floors)  # and what the bounds are at least
 
     def node(self, node, env, state, vals):
         xp = self.xp
@@ -596,7 +594,8 @@ class _Trace:
         init = (jnp.int32(lo), jnp.bool_(False), _carry(state, keys))
         if xp.peeled(node, self.lower):  # the first step alone, if the loop runs one
             with self._from(node, node.lo, True):  # (new functions: JAX caches traces by one)
-                init = lax.cond(cond(init), lambda c: wbody(c), lambda c: c, init)
+                init = (wbody(init) if decide(lt(node.lo, node.hi), self.lower) else
+                        lax.cond(cond(init), lambda c: wbody(c), lambda c: c, init))
             with self._from(node, as_expr(node.lo) + 1, False):
                 _, _, carry = lax.while_loop(lambda c: cond(c), lambda c: wbody(c), init)
             return _merge(state, keys, carry)
@@ -651,8 +650,9 @@ class _Trace:
         lo, hi = jnp.int32(lo), jnp.int32(hi)
         if self.xp.peeled(node, self.lower):
             with self._from(node, node.lo, True):  # the first step, alone
-                carry = lax.fori_loop(lo, jnp.minimum(lo + 1, hi),
-                                      lambda v, c: fbody(v, c), carry)
+                carry = (fbody(lo, carry) if decide(lt(node.lo, node.hi), self.lower) else
+                         lax.fori_loop(lo, jnp.minimum(lo + 1, hi),
+                                       lambda v, c: fbody(v, c), carry))
             with self._from(node, as_expr(node.lo) + 1, False):
                 carry = lax.fori_loop(lo + 1, hi, lambda v, c: fbody(v, c), carry)
         elif not segments:

@@ -24,11 +24,11 @@ from ..ir.vmap import base_op
 from ..memory.plan import MemoryPlan
 from ..schedule import Exec, For, If, Seq, While
 from ..stage import Stage
-from ..symbolic import Const, Dim, as_expr
+from ..symbolic import Bound, Const, Dim, as_expr
 from ..symbolic import isl as I
 from ..symbolic.cond import decide
 from ..symbolic.expr import Lin
-from ..symbolic.sizes import size_class
+from ..symbolic.sizes import MIN_PAD, size_class
 from . import index_code as ic
 from .lowered import Lowered, Padded, Stmt
 
@@ -68,6 +68,7 @@ class XlaPlan(Stage):
 
     def _build(self, split: int):
         lowered = self.lowered
+        self.floors = self._floors()
         self.local, apart = _local_values(self.sdg, self.memory, self.schedule.ast,
                                           set(self.sdg.untils.values()))
         self.baked = self._baked()
@@ -98,7 +99,17 @@ class XlaPlan(Stage):
         self.checked = {k for k, st in enumerate(lowered.stmts)
                         if flag(st.op.kind, "nonempty") and _may_be_empty(lowered, st)}
         self.ndom = max((len(st.op.domain) for st in lowered.stmts), default=0)
-        self.source = "\n".join(self._describe(self.schedule.ast, 0, {}))
+        self.source = "\n".join(self._describe(self.schedule.ast, 0, self.floors))
+
+    def _floors(self) -> dict:
+        """What tracing may assume of the bounds, in every run of this program and of any
+        program that shares its compilation (``_Xla._key`` holds it): each bound but a
+        ``tl.until`` one is at least its value up to ``MIN_PAD``, so that bounds of 20 and of
+        1 000 still share one. Branches such as ``T - 2 >= 0`` are then traced without a
+        ``lax.cond``, and a peeled first step as straight code, not a loop of at most one step
+        (the BiRNN's two loops: each cost a ``while`` and a ``conditional`` more than a scan)."""
+        return {Bound(p): (Const(min(int(self.bounds[p]), MIN_PAD)), False)
+                for p in self.sdg.params if p in self.bounds and p not in self.sdg.untils}
 
     def __repr__(self) -> str:
         return (f"XlaPlan({len(self.shapes)} stores, {self.static_bytes} B static, "
@@ -114,6 +125,8 @@ class XlaPlan(Stage):
                   f"{self.sdg.ops[self.lowered.stmts[k].reads[r].src].label} in place"
                   for k, r in sorted(self.zeroed)]
         return [*self.sections(),
+                ("what the trace assumes of the bounds (shared by programs that assume it)",
+                 [f"{b} >= {f}" for b, (f, _) in sorted(self.floors.items(), key=str)]),
                 ("constants baked into the program", consts),
                 ("loops unrolled, split into spans or peeled", loops),
                 ("reads whose padding holds zeros (not masked)", zeroed)]
@@ -560,7 +573,8 @@ class XlaPlan(Stage):
                 "static_stores": {str(i): list(sh) for i, (sh, _) in sorted(self.shapes.items())},
                 "store_axis_order": {str(i): list(p) for i, p in sorted(self.perms.items())},
                 "unstacked": {str(i): a for i, a in sorted(self.unstacked.items())},
-                "local": sorted(self.local), "source": self.source.splitlines()}
+                "local": sorted(self.local), "source": self.source.splitlines(),
+                "bounds_at_least": {str(b): f.value for b, (f, _) in self.floors.items()}}
 
     def _settled_locals(self, ops: set[int]) -> set[int]:
         """Those of ``ops`` (written inside an If, read after it in the same step) that are
@@ -609,7 +623,7 @@ class XlaPlan(Stage):
                 if node.op in ops:
                     seen.add(node.op)
 
-        walk(self.schedule.ast, {}, set(), True)
+        walk(self.schedule.ast, self.floors, set(), True)
         return ops - bad
 
     def _describe(self, node, d, lower) -> list[str]:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ExprError
-from .expr import Const, Dim, Expr, Lin, Sym, as_expr, fast_evaluate
+from .expr import Bound, Const, Dim, Expr, Lin, Sym, as_expr, fast_evaluate
 
 
 def not_a_bool(value, what: str):
@@ -249,13 +249,17 @@ def not_(c) -> Cond:
     return Not(c)
 
 
-def decide(c: Cond, lower: dict[Dim, tuple[Expr, bool]]) -> bool | None:
-    """Whether ``c`` holds wherever each dim of ``lower`` is at least its expression (or equal
-    to it, where flagged exact): True or False when that settles it, else None. A loop's body
-    then drops the branches its range settles (``t >= 1`` after the first step)."""
+def decide(c: Cond, lower: dict[Sym, tuple[Expr, bool]]) -> bool | None:
+    """Whether ``c`` holds wherever each dim or bound of ``lower`` is at least its expression
+    (or equal to it, where flagged exact): True or False when that settles it, else None. A
+    loop's body then drops the branches its range settles (``t >= 1`` after the first step)."""
     above = {v: Sym(f"{v.name}+") for v in lower}  # v = lo + (v+), with v+ >= 0
     mapping = {v: as_expr(lo) if exact else as_expr(lo) + above[v]
                for v, (lo, exact) in lower.items()}
+    # the loops' variables first, then the bounds their ranges name (c0 from -T + 1 with
+    # T from 8: c0 + T - 2 >= 0 holds after the first step, once T has cancelled)
+    steps = [m for m in ({v: e for v, e in mapping.items() if not isinstance(v, Bound)},
+                         {v: e for v, e in mapping.items() if isinstance(v, Bound)}) if m]
     fresh = set(above.values())
 
     def go(c: Cond) -> bool | None:
@@ -270,7 +274,9 @@ def decide(c: Cond, lower: dict[Dim, tuple[Expr, bool]]) -> bool | None:
             return settle if settle in rs else other if all(r is other for r in rs) else None
         if not isinstance(c, Cmp):
             return None
-        e = c.expr.substitute(mapping)
+        e = c.expr
+        for step in steps:
+            e = e.substitute(step)
         terms, b = ((e.terms, e.const) if isinstance(e, Lin) else
                     ((), e.value) if isinstance(e, Const) else (((e, 1),), 0))
         if any(a not in fresh for a, _ in terms):
