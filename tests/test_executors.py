@@ -652,6 +652,7 @@ def test_xla_writes_small_constants_into_the_program_and_keys_it_by_their_values
         prog = ctx.compile(bounds={T: 6}, outputs={"h": h}, config=cfg("xla"))
         assert op_named(prog, "k") in prog.executable.prepared.plan.baked
         assert op_named(prog, "k") not in prog.executable.prepared.plan.shapes
+        assert op_named(prog, "k") not in prog.executable.prepared._host_ops  # not an argument
         assert "k = const()  [constant in the program]" in prog.executable.source
         return prog.run()["h"]
 
