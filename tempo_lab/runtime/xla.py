@@ -597,8 +597,7 @@ class _Trace:
         init = (jnp.int32(lo), jnp.bool_(False), _carry(state, keys))
         if xp.peeled(node, self.lower):  # the first step alone, if the loop runs one
             with self._from(node, node.lo, True):  # (new functions: JAX caches traces by one)
-                init = (wbody(init) if decide(lt(node.lo, node.hi), self.lower) else
-                        lax.cond(cond(init), lambda c: wbody(c), lambda c: c, init))
+                init = lax.cond(cond(init), lambda c: wbody(c), lambda c: c, init)
             with self._from(node, as_expr(node.lo) + 1, False):
                 _, _, carry = lax.while_loop(lambda c: cond(c), lambda c: wbody(c), init)
             return _merge(state, keys, carry)
