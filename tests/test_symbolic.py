@@ -2,11 +2,14 @@
 import itertools
 
 import islpy as isl
+import jax.numpy as jnp
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import tempo_lab as tl
+from tempo_lab.runtime import index_code as ic
 from tempo_lab.symbolic import TRUE, Dim, Slice, and_, eq, max_, min_, ne, not_, or_
 from tempo_lab.symbolic import isl as I
 
@@ -99,6 +102,19 @@ def test_isl_pw_aff_agrees_with_evaluate(e):
         pt = universe.fix_val(isl.dim_type.set, 0, p["b"]).fix_val(isl.dim_type.set, 1, p["t"])
         holds = pa.eq_set(affs[0] + e.evaluate(p))
         assert not (pt & holds).is_empty()
+
+
+@settings(max_examples=100, deadline=None, derandomize=True)
+@given(exprs, st.integers(2, 5))
+def test_traced_index_code_agrees_with_evaluate(e, k):
+    """The XLA trace's integer code (lax floor division and modulo, minima) on every point at
+    once, negative values included, against the expressions' own evaluation."""
+    pts = list(points())
+    env = {ic.var(d): jnp.asarray([p[d] for p in pts], jnp.int32) for d in ("b", "t")}
+    env.update({ic.bound(n): jnp.int32(v) for n, v in BOUNDS.items()})
+    for x in (e, (e - 3) // k, (e - 3) % k):
+        got = np.broadcast_to(np.asarray(ic.jax_int(x, env)), (len(pts),))
+        assert got.tolist() == [x.evaluate(p) for p in pts], x
 
 
 @settings(max_examples=150, deadline=None, derandomize=True)

@@ -7,6 +7,7 @@ with the generated code's own names.
 from __future__ import annotations
 
 import jax.numpy as jnp
+from jax import lax
 
 from ..symbolic import Bound, Const, Dim, Expr
 from ..symbolic.cond import BoolConst, Cmp, Cond, Junction, Not
@@ -90,8 +91,22 @@ def jax_int(e, env: dict):
         return out
     if isinstance(e, DivMod):
         v = jax_int(e.arg, env)
-        return v // e.divisor if e.op == "//" else v % e.divisor
+        if isinstance(v, int):
+            return v // e.divisor if e.op == "//" else v % e.divisor
+        return _floor_divmod(v, e.divisor, e.op)
     raise TypeError(f"cannot evaluate index expression {e!r}")
+
+
+def _floor_divmod(v, k: int, op: str):
+    """``v // k`` or ``v % k`` for a traced ``v`` and a positive ``k``, in a few lax ops:
+    ``jnp``'s operators also handle a negative divisor, and each call is a nested jit to trace,
+    which an index inside every statement of a large program pays hundreds of times."""
+    r = lax.rem(v, k)
+    neg = r < 0
+    if op == "%":
+        return lax.select(neg, r + k, r)
+    q = lax.div(v, k)
+    return lax.select(neg, q - 1, q)
 
 
 def jax_bool(c: Cond, env: dict):

@@ -137,8 +137,10 @@ def kernel_body(op: Op, in_types: tuple, patterns: tuple, out_shape: tuple, has_
             x, ln = buf, []
             for j, p in enumerate(pattern):
                 ax = held.index(j)
-                if p[0] == "p":
-                    x = lax.dynamic_index_in_dim(x, d[j], axis=ax, keepdims=False)
+                if p[0] == "p":  # a point: in the store or, if its statement's guard fails,
+                    # a value not used, so no wrapping of negative indices (3 ops each) to trace
+                    x = lax.dynamic_slice_in_dim(x, d[j], 1, ax, allow_negative_indices=False)
+                    x = lax.squeeze(x, (ax,))
                     held.pop(ax)
                     continue
                 if p[2] is None and p[3]:  # 0:n on a growing axis: a plain slice, no gather
@@ -176,7 +178,8 @@ def kernel_body(op: Op, in_types: tuple, patterns: tuple, out_shape: tuple, has_
         if not has_store:
             return y
         upd = y.reshape((1,) * ndom + y.shape)
-        return lax.dynamic_update_slice(out_buf, upd, tuple(slot) + (0,) * y.ndim)
+        return lax.dynamic_update_slice(out_buf, upd, tuple(slot) + (0,) * y.ndim,
+                                        allow_negative_indices=False)
 
     return kernel
 

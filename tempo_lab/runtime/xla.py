@@ -720,7 +720,8 @@ class _Trace:
             a = xp.held_axis(op.id)
             j = _clamped(slots[xp.unstacked[op.id]], len(views))
             upd, at, buf = jnp.squeeze(upd, a), at[:a] + at[a + 1:], views[j]
-        buf = lax.dynamic_update_slice(buf, upd.astype(buf.dtype), at)
+        buf = lax.dynamic_update_slice(buf, upd.astype(buf.dtype), at,
+                                       allow_negative_indices=False)  # slots: never negative
         if op.id in xp.unstacked:
             buf = views[:j] + (buf,) + views[j + 1:]
         state = {**state, "s": {**state["s"], op.id: buf}}
