@@ -7,6 +7,7 @@ with the generated code's own names.
 from __future__ import annotations
 
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from ..symbolic import Bound, Const, Dim, Expr
@@ -91,7 +92,7 @@ def jax_int(e, env: dict):
         return out
     if isinstance(e, DivMod):
         v = jax_int(e.arg, env)
-        if isinstance(v, int):
+        if isinstance(v, (int, np.integer)):  # known here: stays a constant of the trace
             return v // e.divisor if e.op == "//" else v % e.divisor
         return _floor_divmod(v, e.divisor, e.op)
     raise TypeError(f"cannot evaluate index expression {e!r}")
