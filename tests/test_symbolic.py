@@ -175,10 +175,12 @@ def test_a_recurrences_guards_are_settled_after_its_first_step():
     assert decide(c0 + T - 2 >= 0, {c0: (2 - T, False)}) is True
     assert decide(t <= T - 1, {t: (0, False)}) is None  # the end is not known: not decided
     # with T at least 8 (XlaPlan.floors): the loop's range over c0 is named by T, which cancels
-    assert decide(T - 2 >= 0, {T: (8, False)}) is True and decide(T - 9 >= 0, {T: (8, False)}) is None
+    assert decide(T - 2 >= 0, {T: (8, False)}) is True
+    assert decide(T - 9 >= 0, {T: (8, False)}) is None
     assert decide(c0 + T - 2 >= 0, {c0: (2 - T, False), T: (8, False)}) is True
     assert decide(c0 + 2 * T - 18 >= 0, {c0: (1 - T, True), T: (8, False)}) is None
     assert decide(c0 + 2 * T - 9 >= 0, {c0: (1 - T, True), T: (8, False)}) is True
+
 
 def test_edge_map_reverse_and_reads():
     m = I.edge_map(("C", [b, t]), ("P", [b, t]), [b, Slice(max_(0, t - 2), t + 1)],

@@ -139,6 +139,7 @@ def kernel_body(op: Op, in_types: tuple, patterns: tuple, out_shape: tuple, has_
                 ax = held.index(j)
                 if p[0] == "p":  # a point: in the store or, if its statement's guard fails,
                     # a value not used, so no wrapping of negative indices (3 ops each) to trace
+                    # (nor dynamic_index_in_dim's nested jit)
                     x = lax.dynamic_slice_in_dim(x, d[j], 1, ax, allow_negative_indices=False)
                     x = lax.squeeze(x, (ax,))
                     held.pop(ax)
