@@ -33,6 +33,7 @@ Records: ``{"model", "system", "batch", "seq_len" | "layers", "hidden", "ms_per_
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import statistics
 import sys
@@ -129,7 +130,7 @@ def birnn_padded(p: dict):
         hf, _ = jax.lax.scan(fwd, h0, (xs, steps))
         hb, _ = jax.lax.scan(bwd, h0, (xs, steps), reverse=True)
         return jnp.concatenate([hf, hb], axis=1) @ w["out"]
-    return lambda: run(x, n)
+    return functools.partial(run, x, n)  # a partial: --phases lowers run on its args
 
 
 def birnn_bucketed(p: dict, buckets: int = 4):
@@ -243,7 +244,7 @@ def berxit_padded(p: dict):
         (_, out, _), _ = jax.lax.scan(layer, init, (w["w1"], w["w2"]))
         return out
     x = jnp.asarray(p["x"])
-    return lambda: run(x)
+    return functools.partial(run, x)
 
 
 def berxit_per_instance(p: dict):
@@ -464,8 +465,7 @@ def treelstm_padded(p: dict):
     import jax.numpy as jnp
 
     args = [jnp.asarray(p[k]) for k in ("x", "kids", "leaf", "w", "lengths")]
-    run = jax.jit(_treelstm_scan)
-    return lambda: run(*args)
+    return functools.partial(jax.jit(_treelstm_scan), *args)
 
 
 def treelstm_levels_jax(p: dict):
@@ -586,12 +586,66 @@ def measure_model(model: str, args) -> list[dict]:
               f"{rec['max_abs_err']:.1e}  useful {useful:.2f}"
               + (f"  tempo_lab / this {rec['tempo_lab_ratio']:.2f}x"
                  if "tempo_lab_ratio" in rec else ""), flush=True)
+    if args.phases:
+        for system in ("tempo_lab", "jax_padded"):
+            if system in fns:
+                records[system].update(phases_us=phases(
+                    fns[system], prog if system == "tempo_lab" else None, args.runs),
+                    phases_method=PHASES_METHOD)
+        print_phases(model, records)
     return list(records.values())
 
 
 TIMING = ("one process, every system warm; --runs rounds of one call each, in the order "
           "A B C then C B A; ms_per_batch = median call; tempo_lab_ratio = median over rounds "
           "of tempo_lab's call / this system's")
+PHASES_METHOD = (
+    "us per call: call = the median call taking turns (ms_per_batch); alone = the median of "
+    "--runs calls of this system in a row; program = the compiled XLA program alone in a row "
+    "(tempo_lab: executable.program_seconds; padded JAX: its jitted call, which is all of it), "
+    "so host = alone - program is the Python around the program and fetching its results; "
+    "kernels / control = the program's split under JAX's profiler (xla_profile: the time "
+    "XLA's thunks cover / the rest, loop control and dispatch), scaled to program; loops = "
+    "each while loop's profiled time and control, tempo_lab's as its program's source numbers "
+    "them, padded JAX's by the while's op_name")
+
+
+def phases(fn, prog, runs: int) -> dict:
+    """Where one batched system's call goes (``--phases``, ``PHASES_METHOD``): ``prog`` is
+    tempo_lab's program, or None for plain JAX, whose ``fn`` is a ``functools.partial`` of a
+    jitted function and its arguments."""
+    import jax
+
+    from tempo_lab.runtime.xla_profile import loop_seconds, seconds_by
+
+    alone = statistics.median(_wall(fn)() for _ in range(runs))
+    if prog is not None:
+        ex = prog.executable
+        program, profiled = ex.program_seconds(runs), ex.op_seconds(runs)
+        loops = {f"{k} {v['loop']}": v for k, v in ex.loop_seconds(runs).items()}
+    else:
+        hlo = fn.func.lower(*fn.args).compile().as_text()
+        call = lambda: jax.block_until_ready(fn())  # noqa: E731
+        program, profiled = alone, seconds_by(call, hlo, lambda path: "kernels", runs)
+        loops = loop_seconds(call, hlo, lambda path: path, runs)
+    control = profiled["unattributed"] / sum(profiled.values())
+    return {"alone": 1e6 * alone, "program": 1e6 * program, "host": 1e6 * (alone - program),
+            "kernels": 1e6 * program * (1 - control), "control": 1e6 * program * control,
+            "loops": {k: {"seconds": 1e6 * v["seconds"], "control": 1e6 * v["control"]}
+                      for k, v in loops.items()}}
+
+
+def print_phases(model: str, records: dict) -> None:
+    print(f"{model}: where a call goes, us (--phases; loops as profiled)")
+    print("  " + " ".join(f"{k:>9s}" for k in ("system", "call", "alone", "program", "host",
+                                                "kernels", "control")))
+    for system, rec in records.items():
+        if "phases_us" in rec:
+            ph = rec["phases_us"]
+            print(f"  {system[:9]:>9s} {1e3 * rec['ms_per_batch']:9.1f} " + " ".join(
+                f"{ph[k]:9.1f}" for k in ("alone", "program", "host", "kernels", "control")))
+            for name, lp in ph["loops"].items():
+                print(f"    loop {name}: {lp['seconds']:.1f} us, control {lp['control']:.1f}")
 
 
 def main(argv=None) -> int:
@@ -614,6 +668,9 @@ def main(argv=None) -> int:
                     help="also time birnn sorted into 4 length buckets in plain JAX "
                          "(jax_bucketed: what a compacting executor could gain) and treelstm "
                          "on tempo_lab's level layout in plain JAX (jax_levels)")
+    ap.add_argument("--phases", action="store_true",
+                    help="also profile where tempo_lab's and padded JAX's calls go: the XLA "
+                         "program's kernels and control, each loop, the host's Python")
     ap.add_argument("--out")
     args = ap.parse_args(argv)
     if args.quick:

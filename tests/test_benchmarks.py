@@ -81,12 +81,18 @@ def test_compile_scale_window_records_the_same_peak_at_any_bound():
 def test_autobatch_benchmark_tiny(tmp_path):
     out = tmp_path / "autobatch.json"
     _run("benchmarks.autobatch", "--batch", "8", "--seq-len", "8", "--layers", "3", "--leaves",
-         "4", "--hidden", "8", "--runs", "1", "--bucketed", "--out", str(out))
+         "4", "--hidden", "8", "--runs", "1", "--bucketed", "--phases", "--out", str(out))
     records = json.loads(out.read_text())
     assert {r["model"] for r in records} == {"birnn", "berxit", "treelstm"}
     for r in records:
         assert r["ms_per_batch"] > 0 and r["max_abs_err"] < 1e-3
         assert 0 < r["useful_fraction"] <= 1 and r["tempo_lab_ratio"] > 0
+        if r["system"] in ("tempo_lab", "jax_padded"):  # --phases: both systems' profiles
+            ph = r["phases_us"]
+            assert ph["program"] > 0 and ph["loops"], ph
+            assert ph["kernels"] + ph["control"] == pytest.approx(ph["program"])
+        else:
+            assert "phases_us" not in r
     assert {r["system"] for r in records if r["model"] == "birnn"} == {
         "tempo_lab", "jax_padded", "jax_per_instance", "jax_bucketed"}
     tree = {r["system"]: r for r in records if r["model"] == "treelstm"}

@@ -519,6 +519,27 @@ def test_loop_seconds_measures_each_loop_and_its_control():
     assert e.value.loc.file == __file__
 
 
+def test_program_seconds_times_the_compiled_program_without_the_run():
+    """The compiled program alone (no profiler, no run's Python): a loop 100 times as long
+    takes longer, and bad runs are refused at the user's line."""
+    def program(steps):
+        ctx = tl.Context(dims=("t",))
+        (t,), (T,) = ctx.dims, ctx.bounds
+        with ctx:
+            x = tl.from_array(np.random.RandomState(0).rand(steps, 256).astype(np.float32),
+                              domain=(t,))
+            h = tl.placeholder((256,), "float32", domain=(t,))
+            h[0] = x[0]
+            h[t] = tl.tanh(h[t - 1] * 0.5 + x[t])
+        return ctx.compile(bounds={T: steps}, outputs={"h": h},
+                           config=tl.CompileConfig(executor="xla"))
+    short, long = program(20), program(2000)
+    assert 0 < short.executable.program_seconds(runs=5) < long.executable.program_seconds(5)
+    with pytest.raises(tl.ArgumentError, match="positive number of runs") as e:
+        short.executable.program_seconds(runs=0)
+    assert e.value.loc.file == __file__
+
+
 def test_op_seconds_refuses_bad_runs_and_callbacks_at_the_users_line():
     ctx = tl.Context(dims=("t",))
     (t,), (T,) = ctx.dims, ctx.bounds

@@ -333,6 +333,19 @@ class _Xla:
         found = loop_seconds(call, self.hlo(), _loop_of, runs)
         return {k: {"loop": self.plan.loop_label(k), **found[k]} for k in sorted(found)}
 
+    def program_seconds(self, runs: int = 3) -> float:
+        """Measured seconds of the compiled program alone, warm: the median of ``runs`` calls
+        of it on the last run's arguments, without the profiler (which slows every thunk) and
+        without a run's Python or fetching its results. A run's time less this is its host's
+        share; ``op_seconds`` splits this into ops."""
+        call = self._profiled(runs, "program_seconds")
+        times = []
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            call()
+            times.append(time.perf_counter() - t0)
+        return float(np.median(times))
+
     def _profiled(self, runs, what: str):
         """The warm call that ``op_seconds`` and ``loop_seconds`` profile."""
         from ..errors import ArgumentError, user_location
@@ -345,7 +358,7 @@ class _Xla:
                                 "host: it would call the program's tl.sink/tl.source "
                                 "callbacks again; profile a copy of the program without them",
                                 user_location())
-        fn, args = self._compiled(), self._args()
+        fn, args = self._compiled(), (self._bvec(self.bounds), self._hosts())  # as a run's
         jax.block_until_ready(fn(*args))  # compiled and warm before anything is measured
         return lambda: jax.block_until_ready(fn(*args))
 
