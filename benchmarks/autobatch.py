@@ -637,12 +637,12 @@ def phases(fn, prog, runs: int) -> dict:
 
 def print_phases(model: str, records: dict) -> None:
     print(f"{model}: where a call goes, us (--phases; loops as profiled)")
-    print("  " + " ".join(f"{k:>9s}" for k in ("system", "call", "alone", "program", "host",
-                                                "kernels", "control")))
+    print(f"  {'system':10s}" + "".join(f"{k:>9s}" for k in ("call", "alone", "program", "host",
+                                                            "kernels", "control")))
     for system, rec in records.items():
         if "phases_us" in rec:
             ph = rec["phases_us"]
-            print(f"  {system[:9]:>9s} {1e3 * rec['ms_per_batch']:9.1f} " + " ".join(
+            print(f"  {system:10s}{1e3 * rec['ms_per_batch']:9.1f}" + "".join(
                 f"{ph[k]:9.1f}" for k in ("alone", "program", "host", "kernels", "control")))
             for name, lp in ph["loops"].items():
                 print(f"    loop {name}: {lp['seconds']:.1f} us, control {lp['control']:.1f}")

@@ -347,7 +347,8 @@ class _Xla:
         return float(np.median(times))
 
     def _profiled(self, runs, what: str):
-        """The warm call that ``op_seconds`` and ``loop_seconds`` profile."""
+        """The warm call that ``op_seconds`` and ``loop_seconds`` profile and
+        ``program_seconds`` times."""
         from ..errors import ArgumentError, user_location
 
         if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
