@@ -586,7 +586,7 @@ def measure_model(model: str, args) -> list[dict]:
               f"{rec['max_abs_err']:.1e}  useful {useful:.2f}"
               + (f"  tempo_lab / this {rec['tempo_lab_ratio']:.2f}x"
                  if "tempo_lab_ratio" in rec else ""), flush=True)
-    if args.phases:
+    if getattr(args, "phases", False):  # a notebook's own Namespace may not name it
         for system in ("tempo_lab", "jax_padded"):
             if system in fns:
                 records[system].update(phases_us=phases(
