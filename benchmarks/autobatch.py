@@ -600,10 +600,11 @@ TIMING = ("one process, every system warm; --runs rounds of one call each, in th
           "A B C then C B A; ms_per_batch = median call; tempo_lab_ratio = median over rounds "
           "of tempo_lab's call / this system's")
 PHASES_METHOD = (
-    "us per call: call = the median call taking turns (ms_per_batch); alone = the median of "
-    "--runs calls of this system in a row; program = the compiled XLA program alone in a row "
-    "(tempo_lab: executable.program_seconds; padded JAX: its jitted call, which is all of it), "
-    "so host = alone - program is the Python around the program and fetching its results; "
+    "us per call: call = the median call taking turns with the other systems (ms_per_batch); "
+    "alone = the median of --runs calls with no other system's between; program = the "
+    "compiled XLA program alone (tempo_lab: executable.program_seconds, in rounds with its "
+    "alone calls; padded JAX: its jitted call, which is all of it); host = the median over "
+    "those rounds of alone - program, the Python around the program and fetching its results; "
     "kernels / control = the program's split under JAX's profiler (xla_profile: the time "
     "XLA's thunks cover / the rest, loop control and dispatch), scaled to program; loops = "
     "each while loop's profiled time and control, tempo_lab's as its program's source numbers "
@@ -618,18 +619,22 @@ def phases(fn, prog, runs: int) -> dict:
 
     from tempo_lab.runtime.xla_profile import loop_seconds, seconds_by
 
-    alone = statistics.median(_wall(fn)() for _ in range(runs))
     if prog is not None:
         ex = prog.executable
-        program, profiled = ex.program_seconds(runs), ex.op_seconds(runs)
+        # the call and its program alone taking turns: their difference is of one moment
+        rounds = [(_wall(fn)(), ex.program_seconds(1)) for _ in range(runs)]
+        alone, program = (statistics.median(x) for x in zip(*rounds))
+        host = statistics.median(a - b for a, b in rounds)
+        profiled = ex.op_seconds(runs)
         loops = {f"{k} {v['loop']}": v for k, v in ex.loop_seconds(runs).items()}
     else:
         hlo = fn.func.lower(*fn.args).compile().as_text()
         call = lambda: jax.block_until_ready(fn())  # noqa: E731
-        program, profiled = alone, seconds_by(call, hlo, lambda path: "kernels", runs)
+        alone = program = statistics.median(_wall(fn)() for _ in range(runs))
+        host, profiled = 0.0, seconds_by(call, hlo, lambda path: "kernels", runs)
         loops = loop_seconds(call, hlo, lambda path: path, runs)
     control = profiled["unattributed"] / sum(profiled.values())
-    return {"alone": 1e6 * alone, "program": 1e6 * program, "host": 1e6 * (alone - program),
+    return {"alone": 1e6 * alone, "program": 1e6 * program, "host": 1e6 * host,
             "kernels": 1e6 * program * (1 - control), "control": 1e6 * program * control,
             "loops": {k: {"seconds": 1e6 * v["seconds"], "control": 1e6 * v["control"]}
                       for k, v in loops.items()}}
