@@ -1,7 +1,8 @@
 """Auto-batching of per-instance control flow (the ACRoBat capability) at CPU scale.
 
     python -m benchmarks.autobatch [--quick] [--models birnn berxit] [--batch 64]
-        [--seq-len 64] [--hidden 128] [--runs 9] [--out benchmarks/results/autobatch.json]
+        [--seq-len 64] [--hidden 128] [--runs 9] [--phases]
+        [--out benchmarks/results/autobatch.json]
 
 Models, each on ``--batch`` instances whose work differs per instance:
 
@@ -28,7 +29,8 @@ process, taking turns (``TIMING``).
 Records: ``{"model", "system", "batch", "seq_len" | "layers", "hidden", "ms_per_batch"
 (median of --runs rounds), "ms_min", "ms_max", "tempo_lab_ratio" (median over the rounds),
 "max_abs_err", "useful_fraction" (real work / padded work: sum of lengths / (batch x longest)),
-"compile_s", "loadavg", ...}``.
+"compile_s", "loadavg", ...}``; with ``--phases``, tempo_lab's and jax_padded's also hold
+``phases_us``, where their calls go (``PHASES_METHOD``).
 """
 from __future__ import annotations
 
