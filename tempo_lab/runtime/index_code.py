@@ -14,6 +14,8 @@ from ..symbolic import Bound, Const, Dim, Expr
 from ..symbolic.cond import BoolConst, Cmp, Cond, Junction, Not
 from ..symbolic.expr import DivMod, Lin, MinMax
 
+KNOWN_INT = (int, np.integer)  # an index known while tracing: a constant of the program
+
 
 def var(name: str) -> str:
     return f"i_{name}"
@@ -92,7 +94,7 @@ def jax_int(e, env: dict):
         return out
     if isinstance(e, DivMod):
         v = jax_int(e.arg, env)
-        if isinstance(v, (int, np.integer)):  # known here: stays a constant of the trace
+        if isinstance(v, KNOWN_INT):  # stays a constant of the trace
             return v // e.divisor if e.op == "//" else v % e.divisor
         return _floor_divmod(v, e.divisor, e.op)
     raise TypeError(f"cannot evaluate index expression {e!r}")

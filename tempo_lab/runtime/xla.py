@@ -807,7 +807,7 @@ class _Trace:
 def _int32(x):
     """An index as an int32 scalar: a NumPy one where it is known while tracing (a constant of
     the program; ``jnp.int32`` made a device array each time, 800 of them in PPO's trace)."""
-    return np.int32(x) if isinstance(x, (int, np.integer)) else jnp.asarray(x, jnp.int32)
+    return np.int32(x) if isinstance(x, ic.KNOWN_INT) else jnp.asarray(x, jnp.int32)
 
 
 def _clamped(j, n: int) -> int:
