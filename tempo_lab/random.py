@@ -122,12 +122,13 @@ def _entry(index, n, keys):
             left, right = right, left ^ (f & mask)
         return (left << half) | right
 
-    start = x
-    # cycle walking ends within the domain's 4^half entries from a valid index; an index
-    # outside [0, n), or n < 1 from data, has no entry: the walk stops there too (never a
-    # hang) and the entry is -1
-    limit = jnp.uint32(1) << (2 * half)
-    x, _ = lax.while_loop(lambda c: jnp.any((c[0] >= n) & (c[1] < limit)),
-                          lambda c: (jnp.where(c[0] >= n, feistel(c[0]), c[0]), c[1] + 1),
-                          (feistel(x), jnp.uint32(0)))
-    return jnp.where((start < n) & (x < n), x.astype(jnp.int32), -1)
+    # cycle walking: a valid index's cycle holds the index itself, so its walk ends within
+    # that cycle, at most back where it started (about 4^half / n steps on average, at most
+    # 4 there). An index outside [0, n), or any index when n < 1 from data, has no entry: it
+    # does not walk (its cycle may hold no valid entry) and is -1. No step count bounds the
+    # walk: 4^half is 2**32 for n above 2**30, which a uint32 cannot hold (it wrapped to 0
+    # and stopped every walk after one round).
+    inside = x < n
+    x = lax.while_loop(lambda x: jnp.any(inside & (x >= n)),
+                       lambda x: jnp.where(inside & (x >= n), feistel(x), x), feistel(x))
+    return jnp.where(inside, x.astype(jnp.int32), -1)

@@ -218,3 +218,26 @@ def test_a_product_of_bounds_is_a_size_and_not_an_index():
     assert sorted(np.asarray(got["p"]).tolist()) == list(range(15))
     assert sorted(np.asarray(got["q"]).tolist()) == list(range(15))
     np.testing.assert_array_equal(np.asarray(got["scaled"])[:, 0], np.arange(5) * 5 + 30)
+
+
+LARGE_N = (2**31 - 1, 2**31 - 2, 2**30 + 1, 2**30, 2**30 - 1, 2**16 + 1)
+SMALL_N = (1, 2, 3, 4, 5, 15, 16, 17, 63, 64)
+
+
+def test_permutations_near_the_largest_int32_and_of_small_sizes(executor):
+    """64 entries of permutations of ``n`` up to ``2**31 - 1`` are distinct and inside
+    ``[0, n)`` (above ``2**30`` the Feistel domain is ``2**32``, whose step bound wrapped to 0
+    in uint32: 28 of 64 entries were -1), and permutations of small ``n`` (powers of two and
+    their neighbours) visit ``[0, n)`` once, -1 past it, on every executor."""
+    ctx = tl.Context(dims=("j",))
+    (j,), (J,) = ctx.dims, ctx.bounds
+    with ctx:
+        outs = {f"p{n}": tl.random.permutation(j, n, seed=5) for n in LARGE_N + SMALL_N}
+    got = ctx.compile(bounds={J: 64}, outputs=outs,
+                      config=tl.CompileConfig(executor=executor)).run()
+    for n in LARGE_N:
+        p = np.asarray(got[f"p{n}"]).astype(np.int64)
+        assert ((p >= 0) & (p < n)).all() and len(set(p.tolist())) == 64, (n, p)
+    for n in SMALL_N:
+        p = np.asarray(got[f"p{n}"])
+        assert sorted(p[:n].tolist()) == list(range(n)) and (p[n:] == -1).all(), (n, p)
