@@ -39,11 +39,13 @@ from .layers import (
 from .llama import Llama
 from .params import as_tensors
 from .sampling import sample
+from .tokenizer import Tokenizer
 from .trees import TreeLevels, tree_levels
 
 __all__ = [
     "ACTIVATIONS", "MLP", "Embedding", "LayerNorm", "Linear", "Llama", "MultiHeadAttention",
-    "ParamError", "RMSNorm", "RopeScaling", "SwiGLU", "TransformerBlock", "TreeLevels",
+    "ParamError", "RMSNorm", "RopeScaling", "SwiGLU", "Tokenizer", "TransformerBlock",
+    "TreeLevels",
     "as_tensors", "attention", "gelu", "load_llama", "rope", "rope_frequencies", "sample",
     "silu", "tree_levels",
 ]

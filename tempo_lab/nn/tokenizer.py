@@ -1,0 +1,246 @@
+"""Text in and out: a checkpoint's tokenizer.
+
+``Tokenizer.from_pretrained(path)`` reads the ``tokenizer.json`` that ``transformers`` saves
+beside a checkpoint with the ``tokenizers`` package, the library behind transformers' own fast
+tokenizers, so that text becomes exactly the ids the checkpoint was trained on: the same
+normaliser, pre-tokeniser, merges and post-processor (a Llama 3 tokenizer prepends
+``<|begin_of_text|>`` through its post-processor, as ``AutoTokenizer`` does). From
+``tokenizer_config.json`` it takes the special tokens, ``clean_up_tokenization_spaces`` and the
+chat template (also read from ``chat_template.jinja``, where newer transformers save it), which
+``apply_chat_template`` renders with jinja2 in a sandbox with the globals transformers gives a
+template (``raise_exception``, ``strftime_now``, the ``tojson`` filter).
+
+Both packages are imported when a tokenizer is made, never when ``tempo_lab`` is imported.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..errors import ArgumentError, CheckpointError
+
+FILE = "tokenizer.json"
+CONFIG = "tokenizer_config.json"
+TEMPLATE = "chat_template.jinja"
+SPECIAL = ("bos_token", "eos_token", "unk_token", "pad_token")
+
+# transformers' ``clean_up_tokenization``: spaces a word-level tokenizer put before punctuation
+# and English contractions, taken out when decoding if the checkpoint asks for it.
+_CLEANUP = ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"),
+            (" 'm", "'m"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re"))
+
+
+@dataclass(frozen=True, eq=False)
+class Tokenizer:
+    """A checkpoint's tokenizer: ``encode(text) -> list[int]``, ``decode(ids) -> str``, the
+    special tokens by name (``bos_token``, ``eos_token``, ... and their ids) and
+    ``apply_chat_template(messages)``. Made by ``Tokenizer.from_pretrained(path)``."""
+
+    backend: object                       # a tokenizers.Tokenizer
+    specials: dict = field(default_factory=dict)    # "bos_token" -> "<s>" (those set)
+    chat_template: str | None = None
+    clean_up_spaces: bool = False
+    source: str = ""
+
+    @classmethod
+    def from_pretrained(cls, path) -> Tokenizer:
+        """The tokenizer of a checkpoint directory (or of its ``tokenizer.json`` given itself):
+        see the module."""
+        from .hub import resolve
+
+        path = resolve(path, "tl.nn.Tokenizer.from_pretrained")
+        folder = path if path.is_dir() else path.parent
+        file = folder / FILE if path.is_dir() else path
+        if not file.is_file():
+            raise CheckpointError(f"{file}: no {FILE}; a checkpoint saved by transformers holds "
+                                  f"it beside config.json (tokenizer.save_pretrained(dir) "
+                                  "writes it)")
+        try:
+            from tokenizers import Tokenizer as Backend
+        except ImportError:
+            raise ArgumentError("tl.nn.Tokenizer needs the tokenizers package: pip install "
+                                "tokenizers") from None
+        try:
+            backend = Backend.from_str(file.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, Exception) as e:  # tokenizers raises plain Exception
+            raise CheckpointError(f"{file}: not a tokenizer the tokenizers package can read "
+                                  f"({type(e).__name__}: {e})") from None
+        cfg = _read_object(folder / CONFIG)
+        specials = {k: v for k in SPECIAL if (v := _token_text(cfg.get(k), k, folder))}
+        for name, text in specials.items():
+            if backend.token_to_id(text) is None:
+                raise CheckpointError(f"{folder / CONFIG}: {name} {text!r} is not a token of "
+                                      f"{file.name}")
+        template = _template(cfg, folder)
+        clean = cfg.get("clean_up_tokenization_spaces", False)
+        if not isinstance(clean, bool):
+            raise CheckpointError(f"{folder / CONFIG}: clean_up_tokenization_spaces is "
+                                  f"{clean!r}; give true or false")
+        return cls(backend, specials, template, clean, str(file))
+
+    # -- ids --------------------------------------------------------------------------------------
+    @property
+    def vocab_size(self) -> int:
+        """Ids run over ``range(vocab_size)`` (added tokens included)."""
+        return self.backend.get_vocab_size(with_added_tokens=True)
+
+    def token_id(self, token: str) -> int | None:
+        """The id of ``token`` (a token's text, ``"</s>"``), or None when it has none."""
+        return self.backend.token_to_id(token)
+
+    def special_id(self, name: str) -> int | None:
+        """The id of a special token by its role (``"eos_token"``), None when the checkpoint
+        sets none."""
+        text = self.specials.get(name)
+        return None if text is None else self.backend.token_to_id(text)
+
+    @property
+    def bos_token_id(self) -> int | None:
+        return self.special_id("bos_token")
+
+    @property
+    def eos_token_id(self) -> int | None:
+        return self.special_id("eos_token")
+
+    @property
+    def pad_token_id(self) -> int | None:
+        return self.special_id("pad_token")
+
+    def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
+        """The ids of ``text``, with the special tokens the tokenizer's post-processor adds
+        (a BOS token for Llama) unless ``add_special_tokens=False``."""
+        return self.encode_batch([text], add_special_tokens)[0]
+
+    def encode_batch(self, texts, add_special_tokens: bool = True) -> list[list[int]]:
+        """``encode`` of each string of ``texts`` (encoded in parallel by the library)."""
+        if isinstance(texts, str) or not all(isinstance(s, str) for s in texts):
+            raise ArgumentError(f"Tokenizer.encode_batch takes a list of strings, got "
+                                f"{_kind(texts)}")
+        return [e.ids for e in self.backend.encode_batch(
+            list(texts), add_special_tokens=add_special_tokens)]
+
+    def decode(self, ids, skip_special_tokens: bool = False) -> str:
+        """The text of ``ids`` (a list of ints or an int array), special tokens kept unless
+        ``skip_special_tokens``, as ``transformers``' ``decode`` gives it."""
+        ids = _ids(ids, self.vocab_size)
+        text = self.backend.decode(ids, skip_special_tokens=skip_special_tokens)
+        if self.clean_up_spaces:
+            for a, b in _CLEANUP:
+                text = text.replace(a, b)
+        return text
+
+    # -- chat -------------------------------------------------------------------------------------
+    def apply_chat_template(self, messages, add_generation_prompt: bool = True,
+                            tokenize: bool = True, **variables):
+        """``messages`` (a list of ``{"role": ..., "content": ...}``) rendered by the
+        checkpoint's chat template: the prompt text, or its ids when ``tokenize`` (special
+        tokens come from the template, so none are added again). ``variables`` reach the
+        template as they do in transformers (``tools=``, ``documents=``, ...)."""
+        if self.chat_template is None:
+            raise ArgumentError(f"the tokenizer of {self.source} has no chat template "
+                                f"({CONFIG} sets none and there is no {TEMPLATE}); "
+                                "encode the prompt text with tok.encode(text)")
+        if not isinstance(messages, (list, tuple)) or not all(
+                isinstance(m, dict) and "role" in m for m in messages):
+            raise ArgumentError(f"apply_chat_template takes a list of messages, each a dict "
+                                f"with 'role' and 'content', got {_kind(messages)}")
+        text = _render(self.chat_template, self.source,
+                       dict(variables, messages=list(messages),
+                            add_generation_prompt=add_generation_prompt, **self.specials))
+        return self.encode(text, add_special_tokens=False) if tokenize else text
+
+    def __repr__(self) -> str:
+        tokens = ", ".join(f"{k.removesuffix('_token')}={v!r}" for k, v in self.specials.items())
+        return (f"Tokenizer(vocab={self.vocab_size}{', ' + tokens if tokens else ''}, "
+                f"chat_template={'yes' if self.chat_template else 'no'})")
+
+
+# -- reading ----------------------------------------------------------------------------------------
+def _read_object(file: Path) -> dict:
+    """A JSON object file, {} when the file is not there."""
+    if not file.is_file():
+        return {}
+    try:
+        out = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
+        raise CheckpointError(f"{file}: not a readable JSON file ({type(e).__name__})") from None
+    if not isinstance(out, dict):
+        raise CheckpointError(f"{file}: must hold a JSON object, got {type(out).__name__}")
+    return out
+
+
+def _token_text(value, name: str, folder: Path) -> str | None:
+    """A special token as ``tokenizer_config.json`` writes it: a string, or transformers'
+    ``AddedToken`` as an object with its ``content``."""
+    if isinstance(value, dict):
+        value = value.get("content")
+    if value is None or isinstance(value, str):
+        return value or None
+    raise CheckpointError(f"{folder / CONFIG}: {name} is {value!r}; give the token's text")
+
+
+def _template(cfg: dict, folder: Path) -> str | None:
+    """The default chat template: ``chat_template.jinja``, else the config's ``chat_template``
+    (a string, or a list of named templates of which "default" is taken)."""
+    if (folder / TEMPLATE).is_file():
+        return (folder / TEMPLATE).read_text(encoding="utf-8")
+    tpl = cfg.get("chat_template")
+    if isinstance(tpl, list):
+        named = {t.get("name"): t.get("template") for t in tpl if isinstance(t, dict)}
+        tpl = named.get("default")
+    if tpl is None or isinstance(tpl, str):
+        return tpl
+    raise CheckpointError(f"{folder / CONFIG}: chat_template must be a string or a list of "
+                          f"{{name, template}} objects, got {_kind(tpl)}")
+
+
+def _render(template: str, source: str, variables: dict) -> str:
+    """``template`` rendered as transformers renders a chat template (a jinja2 sandbox: a
+    template cannot reach Python attributes or the file system)."""
+    import datetime
+
+    import jinja2
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    class TemplateRaised(Exception):
+        pass
+
+    def raise_exception(message):
+        raise TemplateRaised(message)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=["jinja2.ext.loopcontrols"])
+    env.filters["tojson"] = lambda x, indent=None, ensure_ascii=False, sort_keys=False: \
+        json.dumps(x, indent=indent, ensure_ascii=ensure_ascii, sort_keys=sort_keys)
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = lambda fmt: datetime.datetime.now().strftime(fmt)
+    try:
+        compiled = env.from_string(template)
+    except jinja2.TemplateError as e:
+        raise CheckpointError(f"{source}: the chat template is not valid jinja2 ({e})") from None
+    try:
+        return compiled.render(**variables)
+    except TemplateRaised as e:
+        raise ArgumentError(f"the chat template of {source} refused the messages: {e}") from None
+    except jinja2.TemplateError as e:
+        raise ArgumentError(f"the chat template of {source} failed on the messages "
+                            f"({type(e).__name__}: {e})") from None
+
+
+def _ids(ids, vocab: int) -> list[int]:
+    """``ids`` as a list of Python ints in ``[0, vocab)``."""
+    import numpy as np
+
+    arr = np.asarray(ids)
+    if arr.ndim != 1 or (arr.size and arr.dtype.kind not in "iu"):
+        raise ArgumentError(f"Tokenizer.decode takes a sequence of int ids, got {_kind(ids)}")
+    bad = arr[(arr < 0) | (arr >= vocab)] if arr.size else arr
+    if bad.size:
+        raise ArgumentError(f"Tokenizer.decode: id {int(bad[0])} is outside the vocabulary "
+                            f"[0, {vocab})")
+    return [int(i) for i in arr]
+
+
+def _kind(x) -> str:
+    return f"{type(x).__name__} {x!r}"[:80]
