@@ -47,6 +47,7 @@ from ..symbolic import as_expr
 from ..symbolic.cond import decide, lt
 from ..symbolic.sizes import store_extent
 from . import index_code as ic
+from .compile_cache import use_persistent_cache
 from .host import Host
 from .kernels import attrs_key, kernel_body
 from .lowered import Lowered
@@ -137,6 +138,12 @@ class _Xla:
     @property
     def predicted_peak_bytes(self) -> int:
         return self.plan.predicted_peak_bytes
+
+    def store_bytes(self, bounds: Mapping[str, int]) -> dict[int, int]:
+        """Each store's bytes as the program allocates it: at the compiled bounds' shapes,
+        whatever ``bounds`` a run has."""
+        return {i: int(np.prod(shape, dtype=np.int64)) * np.dtype(dt).itemsize
+                for i, (shape, dt) in self.plan.shapes.items()}
 
     def sections(self):
         return self.plan.sections()
@@ -235,6 +242,7 @@ class _Xla:
             precision = jax.config.jax_default_matmul_precision  # part of what compiles
 
             def make():
+                use_persistent_cache()
                 found: dict = {}
                 return jax.jit(self._program(found)).lower(*args).compile(), found
 
@@ -391,12 +399,12 @@ class _Xla:
             run_id = next(_RUN_IDS) % 2**31
             _RUNS[run_id] = host
             try:  # waits for the program; one transfer of everything it returns
-                got = to_host(fn(self._bvec(bounds, run_id), hosts))
+                got = to_host(_ready(fn(self._bvec(bounds, run_id), hosts)))
             finally:
                 del _RUNS[run_id]
             host.raise_error()
         else:
-            got = fn(self._bvec(bounds), hosts)
+            got = _ready(fn(self._bvec(bounds), hosts))
             # on one CPU each array is whole here, and a copy costs less than a start
             got = tuple(map(np.asarray, got)) if self._local_cpu else to_host(got)
         n = len(self._outs)
@@ -463,6 +471,15 @@ class _Xla:
                 tuple((tuple(self.plan.segments(n)), self.plan.unrolled.get(id(n)))
                       for n in self.schedule.ast.walk() if isinstance(n, For)),
                 None if self.lowered.layout is None else self.lowered.layout.key())
+
+
+def _ready(got: tuple) -> tuple:
+    """``got`` once the program has ended: an error it met (XLA's ``RESOURCE_EXHAUSTED``)
+    raised here, where reading a result that holds one aborts the process. One output
+    suffices: a program's outputs are ready, or failed, together."""
+    if got:
+        got[0].block_until_ready()
+    return got
 
 
 def _pinned(xp: XlaPlan, v, state: dict) -> dict:
