@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import inspect
 import sys
+from pathlib import Path
 
+import ml_dtypes
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from rt_helpers import ALL
 
 import tempo_lab as tl
@@ -581,6 +585,63 @@ def test_source_returning_wrong_dtype_at_run_time(executor):
     raises(tl.DTypeError, lambda: compile_and_run(ctx, {T: 2}, executor, s=s), line)
 
 
+@st.composite
+def _edge_values(draw):
+    """A dtype and 1-3 values for it: just inside and just outside its range (ints around
+    the least and greatest, floats around the greatest finite one, either sign), anywhere in
+    it, and inf and NaN given as such (a float dtype keeps them)."""
+    dt = np.dtype(draw(st.sampled_from(("int8", "int16", "int32", "uint8", "uint16", "uint32",
+                                        "float16", "bfloat16", "float32"))))
+    if dt.kind in "iu":
+        lo, hi = int(np.iinfo(dt).min), int(np.iinfo(dt).max)
+        value = st.one_of(st.integers(lo - 2, lo + 2), st.integers(hi - 2, hi + 2),
+                          st.integers(lo, hi))
+    else:
+        top = float(ml_dtypes.finfo(dt).max)
+        value = st.one_of(
+            st.builds(lambda f, sign: sign * top * f, st.floats(0.995, 1.005),
+                      st.sampled_from((1.0, -1.0))),
+            st.floats(-1e300, 1e300), st.sampled_from((np.inf, -np.inf, np.nan)))
+    return dt, draw(st.lists(value, min_size=1, max_size=3))
+
+
+def _first_misfit(values: list, dt: np.dtype):
+    """The first of ``values`` that ``dt`` cannot hold, as NumPy converts: an int outside its
+    range, a finite float that becomes inf; None if all fit."""
+    if dt.kind in "iu":
+        info = np.iinfo(dt)
+        return next((v for v in values if not info.min <= v <= info.max), None)
+    with np.errstate(over="ignore"):
+        held = np.array(values, np.float64).astype(dt)
+    return next((v for v, h in zip(values, held) if np.isfinite(v) and not np.isfinite(h)),
+                None)
+
+
+@pytest.mark.parametrize("executor", ALL)
+@settings(max_examples=10, deadline=None, derandomize=True, database=None)
+@given(_edge_values())
+def test_source_values_that_do_not_fit_the_dtype(executor, drawn):
+    """A ``tl.source`` value outside its dtype's range (``2**40 + t`` for int32, ``1e300``
+    for float32: they wrapped and became inf, silently) is a DTypeError at the tl.source line
+    naming the source, the point, the first such value and the dtype, on every executor; a
+    value inside it, inf and NaN included, comes back as given."""
+    dt, values = drawn
+    ctx, t, T = ctx1()
+    with ctx:
+        line = here()
+        s = tl.source(lambda p: np.array(values), (len(values),), dt, domain=(t,))
+    bad = _first_misfit(values, dt)
+    if bad is None:
+        got = compile_and_run(ctx, {T: 2}, executor, s=s)["s"]
+        with np.errstate(over="ignore"):
+            want = np.array(values).astype(dt)
+        np.testing.assert_array_equal(np.asarray(got, np.float64),
+                                      np.broadcast_to(want.astype(np.float64), (2, len(values))))
+        return
+    err = raises(tl.DTypeError, lambda: compile_and_run(ctx, {T: 2}, executor, s=s), line)
+    assert f"tl.source s at {{'t': 0}}: {bad!r} does not fit in {dt.name}" in str(err), err
+
+
 # ------------------------------------------------------------------------------------------------
 # DTypeError
 # ------------------------------------------------------------------------------------------------
@@ -935,6 +996,34 @@ def test_a_cast_to_a_type_that_is_not_numeric():
         raises(tl.DTypeError, lambda: y.astype("str"), line)
 
 
+_UNSUPPORTED_DTYPE_USES = {
+    "placeholder": lambda dt, t: tl.placeholder((2,), dt, domain=(t,)),
+    "zeros": lambda dt, t: tl.zeros((2,), dt),
+    "full": lambda dt, t: tl.full((2,), 1.0, dt),
+    "constant": lambda dt, t: tl.constant([1.0, 2.0], dt),
+    "astype": lambda dt, t: tl.zeros((2,)).astype(dt),
+    "source": lambda dt, t: tl.source(lambda p: 0.0, (), dt, domain=(t,)),
+    "from_array": lambda dt, t: tl.from_array(np.zeros((3,), dt), domain=(t,)),
+    "random": lambda dt, t: tl.random.uniform((2,), domain=(t,), dtype=dt),
+    "from_pretrained": lambda dt, t: tl.nn.Llama.from_pretrained(
+        Path(__file__).parent / "fixtures" / "hf" / "llama3_tied", dtype=dt),
+}
+
+
+@pytest.mark.parametrize("use", _UNSUPPORTED_DTYPE_USES)
+@pytest.mark.parametrize("dtype", ["float8_e4m3fn", "float8_e5m2", "int4"])
+def test_a_dtype_the_package_does_not_support(use, dtype):
+    """An 8-bit float (or a 4-bit int) was accepted and then failed while being traced, with
+    a JAX TypePromotionError and no location: it is refused where the user names it, by the
+    one function every user dtype goes through, with the dtypes there are."""
+    dt, make = np.dtype(getattr(ml_dtypes, dtype)), _UNSUPPORTED_DTYPE_USES[use]
+    ctx, t, T = ctx1()
+    with ctx:
+        err = raises(tl.DTypeError, lambda: make(dt, t), make.__code__.co_firstlineno)
+    assert f"dtype {dtype} is not supported; use one of bool, " in str(err)
+    assert "bfloat16, float32" in str(err)
+
+
 @pytest.mark.parametrize("dims, cls", [("t", tl.ArgumentError), ("bt", tl.ArgumentError),
                                        ((), tl.ArgumentError), (("T",), tl.ExprError),
                                        (("and",), tl.ExprError), (("t", "t"), tl.ExprError),
@@ -946,8 +1035,8 @@ def test_bad_dim_names(dims, cls):
 
 @pytest.mark.parametrize("array, words", [(np.array(["a", "b"]), "not numbers"),
                                           ([[1, 2], [3]], "rectangular"),
-                                          (np.array([2**40, 1]), "do not fit in int32"),
-                                          (np.array([1e300, 1.0]), "overflows float32")])
+                                          (np.array([2**40, 1]), "does not fit in int32"),
+                                          (np.array([1e300, 1.0]), "does not fit in float32")])
 def test_arrays_that_are_not_32_bit_numbers(array, words):
     """A value JAX would wrap or turn into inf is an error, not a silently wrong input."""
     ctx, t, T = ctx1()

@@ -10,13 +10,13 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from ..errors import DefinitionError, ExprError, ShapeError, assigned_name, user_location
-from ..ir.ops import TensorType, canonical_dtype, int_arg
+from ..ir.ops import TensorType, canonical_dtype, cast_array, int_arg
 from ..symbolic import eq as _eq
 from ..symbolic import max_, min_
 from ..symbolic import ne as _ne
 from ..symbolic.cond import not_a_bool
 from .context import current_context
-from .tensor import RecurrentTensor, apply, as_tensor, cast_array, constant, numeric_array
+from .tensor import RecurrentTensor, apply, as_tensor, constant, numeric_array
 
 RT = RecurrentTensor
 

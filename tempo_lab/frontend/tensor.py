@@ -20,6 +20,7 @@ from ..ir.ops import (
     TensorType,
     broadcast_shapes,
     canonical_dtype,
+    cast_array,
     infer,
     int_tuple,
     is_floating,
@@ -369,35 +370,12 @@ def numeric_array(value, what: str, loc=None) -> np.ndarray:
     except Exception as e:  # ragged nested lists
         raise DTypeError(f"{what}: cannot turn {type(value).__name__} into an array ({e}); "
                          "give a rectangular array of numbers", loc) from None
+    if arr.dtype.kind == "V" and arr.dtype.fields is None:  # ml_dtypes' int4 and others
+        canonical_dtype(arr.dtype)  # numbers in a dtype not supported: it says which are
     if not (arr.dtype.kind in "biu" or is_floating(arr.dtype)):
         raise DTypeError(f"{what}: the values are {arr.dtype} ({type(value).__name__}), not "
                          "numbers; give an array of bools, ints or floats", loc)
     return arr
-
-
-def cast_array(arr: np.ndarray, dtype, what: str, loc=None) -> np.ndarray:
-    """``arr`` in ``dtype``: the array itself where its dtype is already that (a lifted
-    weight is used in place, never copied or scanned), else a converted copy, or a
-    DTypeError where a value does not fit (JAX computes in 32 bits: an int64 2**40 would wrap
-    and a float64 1e300 become inf, silently)."""
-    dt = np.dtype(dtype)
-    if arr.dtype == dt:
-        return arr
-    if arr.size and dt.kind in "iu" and arr.dtype.kind in "iuf":
-        info = np.iinfo(dt)
-        finite = arr[np.isfinite(arr)] if arr.dtype.kind == "f" else arr
-        if finite.size and (finite.min() < info.min or finite.max() > info.max):
-            raise DTypeError(f"{what}: values from {finite.min()} to {finite.max()} do not fit "
-                             f"in {dt} (tempo_lab computes in 32 bits, as JAX does by default);"
-                             " scale them or give floats", loc)
-    with np.errstate(over="ignore", invalid="ignore"):
-        out = arr.astype(dt)
-    if is_floating(dt) and (arr.dtype.kind in "iu" or is_floating(arr.dtype)) and arr.size:
-        lost = np.isfinite(arr) & ~np.isfinite(out)
-        if lost.any():
-            raise DTypeError(f"{what}: {arr[lost].flat[0]} overflows {dt} (tempo_lab computes in "
-                             "32 bits, as JAX does by default); scale the values", loc)
-    return out
 
 
 def constant(value, ctx: Context, dtype=None, name: str | None = None) -> RecurrentTensor:

@@ -6,23 +6,28 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import DTypeError, ShapeError, run_callback
+from .ops import cast_array
 from .sdg import Op
 
 
 def source_value(op: Op, point: dict[str, int]) -> np.ndarray:
-    """``tl.source``'s function at one point, checked against the op's shape and dtype."""
+    """``tl.source``'s function at one point, checked against the op's shape and dtype: a
+    value that does not fit the dtype (``2**40`` for int32, ``1e300`` for float32) is a
+    DTypeError, not a wrapped or infinite number. A private copy (an executor may hold it in
+    place): the function may change the array it returned once called again."""
     got = run_callback(op.attrs["fn"], (dict(point),), "tl.source", op.loc, point)
     try:
-        v = np.asarray(got)
+        v = np.array(got)
     except ValueError:  # a ragged nested list
         v = np.asarray(None)
     if v.shape != tuple(op.type.shape):
-        raise ShapeError(f"tl.source: fn returned shape {v.shape} at {point}, expected "
-                         f"{tuple(op.type.shape)}", op.loc)
-    if not np.can_cast(v.dtype, op.type.dtype, casting="same_kind"):
-        raise DTypeError(f"tl.source: fn returned {v.dtype} at {point}, expected "
+        raise ShapeError(f"tl.source {op.label}: fn returned shape {v.shape} at {point}, "
+                         f"expected {tuple(op.type.shape)}", op.loc)
+    if not (np.can_cast(v.dtype, op.type.dtype, casting="same_kind")
+            or v.dtype.kind in "iu" and op.type.dtype.kind in "iu"):  # ints checked by value
+        raise DTypeError(f"tl.source {op.label}: fn returned {v.dtype} at {point}, expected "
                          f"{op.type.dtype}", op.loc)
-    return v.astype(op.type.dtype)
+    return cast_array(v, op.type.dtype, f"tl.source {op.label} at {point}", op.loc)
 
 
 def deliver(op: Op, point: dict[str, int], value) -> None:

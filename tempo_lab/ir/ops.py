@@ -120,17 +120,61 @@ def is_numeric(dtype) -> bool:
     return dt.kind in "biufc" or is_floating(dt)
 
 
+# what a program may hold: the 64-bit types are held in 32 bits unless JAX's x64 is on. The
+# 8-bit floats (and 4-bit ints) are not: jax.numpy refuses to promote them with anything, so a
+# program using one failed while being traced, far from the line that chose it.
+SUPPORTED_DTYPES = tuple(np.dtype(d) for d in (
+    "bool", "int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64",
+    "float16", jnp.bfloat16, "float32", "float64", "complex64", "complex128"))
+
+
 def canonical_dtype(dtype) -> np.dtype:
     """A dtype as JAX will hold it (float64 -> float32 unless x64 is on; bfloat16 and
-    float16 stay as they are)."""
+    float16 stay as they are): the one place a user's dtype is read (placeholders, constants,
+    ``astype``, sources, arrays, ``tl.random``, ``tl.nn``), so the one place where a dtype
+    the package does not support is refused, at the user's line."""
     try:
         dt = np.dtype(dtype)
     except (TypeError, ValueError):
         dt = None
-    if dt is None or not is_numeric(dt):
-        raise DTypeError(f"{dtype!r} is not a numeric dtype; use e.g. 'float32', 'bfloat16', "
-                         "'int32', 'bool'")
+    if dt is None or not is_numeric(dt) or dt not in SUPPORTED_DTYPES:
+        shown = dt.name if dt is not None else repr(dtype)
+        raise DTypeError(f"dtype {shown} is not supported; use one of "
+                         f"{', '.join(d.name for d in SUPPORTED_DTYPES)} (64-bit types are "
+                         "held in 32 bits unless JAX's x64 mode is on)")
     return np.dtype(jax.dtypes.canonicalize_dtype(dt))
+
+
+def cast_array(arr: np.ndarray, dtype, what: str, loc=None) -> np.ndarray:
+    """``arr`` in ``dtype``: the array itself where its dtype is already that (a lifted
+    weight is used in place, never copied or scanned), else a converted copy, or a
+    DTypeError naming the first value that does not fit (JAX computes in 32 bits: an int64
+    2**40 would wrap and a float64 1e300 become inf, silently). One vectorised check: a
+    ``tl.source`` value goes through it at every point. An inf or NaN given as such is kept
+    in a float dtype; in an integer one it does not fit."""
+    dt = np.dtype(dtype)
+    if arr.dtype == dt:
+        return arr
+    bad = None
+    if arr.size and dt.kind in "iu" and (arr.dtype.kind in "iu" or is_floating(arr.dtype)):
+        info = np.iinfo(dt)
+        bad = ~((arr >= info.min) & (arr <= info.max))
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = arr.astype(dt)
+    if arr.size and is_floating(dt) and (arr.dtype.kind in "iu" or is_floating(arr.dtype)):
+        bad = np.isfinite(arr) & ~np.isfinite(out)
+    if bad is not None and bad.any():
+        count = int(bad.sum())
+        info = jnp.iinfo(dt) if dt.kind in "iu" else jnp.finfo(dt)
+        lo, hi = (info.min, info.max) if dt.kind in "iu" else (f"{float(info.min):.6g}",
+                                                               f"{float(info.max):.6g}")
+        more = f" (and {count - 1} more values)" if count > 1 else ""
+        wide = (" (a 64-bit type is held in 32 bits, as in JAX's default)"
+                if arr.dtype.itemsize == 8 and dt.itemsize == 4 else "")
+        raise DTypeError(f"{what}: {arr[bad].flat[0].item()!r} does not fit in {dt}{wide}, "
+                         f"which holds {lo} to {hi}{more}; scale the values or "
+                         "use a wider dtype", loc)
+    return out
 
 
 def _weak_proxy(t: TensorType):
