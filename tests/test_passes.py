@@ -441,6 +441,37 @@ def test_an_op_read_at_one_point_of_the_recurrence_stays_at_that_point(executor)
     assert small.memory.peak_bytes == big.memory.peak_bytes
 
 
+def _windowed_noise(T_, executor="auto"):
+    """Noise over ``t`` that a recurrence reads through a window of 4 steps (and its first
+    step at ``t = 0``): made from the step's index alone, nothing else held for every step."""
+    ctx = tl.Context(dims=("t",))
+    (t,), (T,) = ctx.dims, ctx.bounds
+    with ctx:
+        z = tl.random.normal((), domain=(t,))
+        y = z[tl.max(0, t - 3):t + 1].sum(axis=0)
+        x = tl.placeholder((), domain=(t,), name="x")
+        x[0] = y
+        x[t] = x[t - 1] * 0.5 + y
+    return ctx.compile(bounds={T: T_}, outputs={"last": x[T - 1]},
+                       config=config(executor, vectorise_groups=True))
+
+
+def test_noise_read_through_a_window_stays_in_the_loop_and_its_plan_is_flat():
+    """Batched over all of ``t``, the noise and its steps' indices were held for every step,
+    8 B a step (8 MB at 10^6 steps, against 40 B at 10^8, where the batch no longer fit the
+    value budget): memory that only the batch made grow with ``T``. In the loop, a ring of 4
+    holds it at every bound."""
+    small, big = _windowed_noise(10**3), _windowed_noise(10**6)
+    assert small.memory.peak_bytes == big.memory.peak_bytes < 100
+    assert not any("t" in op.attrs.get("vdims", ()) for op in big.sdg.ops.values())
+
+
+@pytest.mark.parametrize("executor", ["interpreter", "xla"])
+def test_noise_kept_in_the_loop_gives_the_reference_results(executor):
+    want = _windowed_noise(40, "reference").run()["last"]
+    np.testing.assert_allclose(_windowed_noise(40, executor).run()["last"], want, rtol=1e-5)
+
+
 def test_every_final_op_traces_back_to_the_line_that_wrote_it():
     """``PassTrace.origin`` follows new ops to what they were made from and ids through the
     renumbering passes do (group vectorisation renumbers): each final op comes from an op of

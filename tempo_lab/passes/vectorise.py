@@ -41,6 +41,8 @@ from ..ir.ops import CATALOG, TensorType, flag, infer, norm_dim
 from ..ir.sdg import Edge, Op, index_functions
 from ..symbolic import TRUE, Bound, Const, Dim, Expr, Slice
 from ..symbolic import isl as I
+from ..symbolic.expr import MinMax
+from ..symbolic.sizes import const_cap
 from .manager import Editor, register
 
 
@@ -257,7 +259,71 @@ def group(ed: Editor, d: Dim, size: int, budget: int | None) -> set[int] | None:
     if not out:
         return out
     out = _demanded_everywhere(ed, out, d, size)
+    out -= _made_per_step(ed, d, out, left)
     return out | _read_by_batch_only(ed, d, size, budget, left, out)
+
+
+def _made_per_step(ed: Editor, d: Dim, batch: set[int], left: set[int]) -> set[int]:
+    """Those of ``batch`` made from ``d``'s index alone (random numbers keyed by the step,
+    values of the indices left in the loop, constants, values without ``d``; not an input,
+    which holds every step already) that no other op of the batch reads and that the loop
+    reads within a constant distance of its own step. In the loop, a ring of a few steps
+    holds such a value; batched, it is held for every step. Where nothing else is
+    (``_holds_every_step``), the batch alone would make memory grow with ``d``'s bound (a
+    window's noise, 8 B a step: 800 KB at 10^5 steps against 40 B): it stays in the loop,
+    made step by step, a batch's speed given up for a flat peak. Where memory grows with the
+    bound anyway (PPO's rollout, kept for training), the batch adds to it in proportion."""
+    if _holds_every_step(ed, d):
+        return set()
+    made: set[int] = set()
+    while True:  # the ops the batch makes from nothing held over all of d
+        more = {i for i in batch - made if ed.in_edges(i) and all(
+            ed.ops[e.src].kind == "const" or d not in ed.ops[e.src].domain
+            or e.src in left or e.src in made for e in ed.in_edges(i))}
+        if not more:
+            break
+        made |= more
+    out: set[int] = set()
+    kept = ed.roots()
+    while True:  # readers first: a value only a value that leaves reads leaves with it
+        more = {i for i in made - out if i not in kept and all(
+            (e.dst not in batch or e.dst in out) and _near(ed, e, d) for e in ed.out_edges(i))}
+        if not more:
+            return out
+        out |= more
+
+
+def _holds_every_step(ed: Editor, d: Dim) -> bool:
+    """Whether some value over ``d`` is held for every step whatever is batched: an input
+    over ``d``, a result returned over it, or a value read further than a constant distance
+    from the reader's step (``x[0:t + 1]``, ``x[T - 1 - t]``)."""
+    roots = ed.roots()
+    return any(d in op.domain and (op.kind == "from_array" or i in roots)
+               for i, op in ed.ops.items()) or any(
+        d in ed.ops[e.src].domain and not _near(ed, e, d) for e in ed.edges)
+
+
+def _near(ed: Editor, e, d: Dim) -> bool:
+    """Whether read ``e`` wants its producer's values along ``d`` within a constant distance
+    of the reader's own step (``z[t]``, ``z[t - 1]``, ``z[max(0, t - 3):t + 1]``), or at
+    points, by a reader outside the loop over ``d`` (``z[T - 1]``): what a ring holds."""
+    x = e.index[ed.ops[e.src].domain.index(d)]
+    if d not in ed.ops[e.dst].domain:
+        return not isinstance(x, Slice)
+    if isinstance(x, Slice):
+        return _distance(x.start, d) is not None and (
+            _distance(x.stop, d) is not None or const_cap(x.length) is not None)
+    return _distance(x, d) is not None
+
+
+def _distance(x: Expr, d: Dim) -> int | None:
+    """How far ``x`` is from ``d`` (``t - 2``: -2; a clamp ``max(0, t - 2)`` by its argument
+    that mentions ``d``), None when not a constant."""
+    if isinstance(x, MinMax):
+        found = [k for k in (_distance(a, d) for a in x.args) if k is not None]
+        return found[0] if found else None
+    diff = x - d
+    return diff.value if isinstance(diff, Const) else None
 
 
 def _read_by_batch_only(ed: Editor, d: Dim, size: int, budget: int | None, fns: set[int],
