@@ -1024,6 +1024,27 @@ def test_a_dtype_the_package_does_not_support(use, dtype):
     assert "bfloat16, float32" in str(err)
 
 
+_NAMED = {
+    "placeholder": lambda name, t: tl.placeholder((), domain=(t,), name=name),
+    "source": lambda name, t: tl.source(lambda p: 0.0, (), "float32", (t,), name=name),
+    "from_array": lambda name, t: tl.from_array(np.zeros(3, np.float32), (t,), name=name),
+}
+
+
+@pytest.mark.parametrize("make", _NAMED)
+@pytest.mark.parametrize("name", [3, b"x", ["x"], ("x",), 1.5])
+def test_a_name_that_is_not_a_string(make, name):
+    """``name=3`` (bytes, a list) was kept and broke the views that show names later, a list
+    name being changed in place: an ArgumentError at the user's line, the name untouched."""
+    given = [*name] if isinstance(name, list) else name
+    ctx, t, T = ctx1()
+    with ctx:
+        fn = _NAMED[make]
+        err = raises(tl.ArgumentError, lambda: fn(name, t), fn.__code__.co_firstlineno)
+    assert "name must be a string" in str(err) and name == given
+    assert not ctx._nodes
+
+
 @pytest.mark.parametrize("dims, cls", [("t", tl.ArgumentError), ("bt", tl.ArgumentError),
                                        ((), tl.ArgumentError), (("T",), tl.ExprError),
                                        (("and",), tl.ExprError), (("t", "t"), tl.ExprError),

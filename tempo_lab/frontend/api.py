@@ -9,7 +9,14 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from ..errors import DefinitionError, ExprError, ShapeError, assigned_name, user_location
+from ..errors import (
+    ArgumentError,
+    DefinitionError,
+    ExprError,
+    ShapeError,
+    assigned_name,
+    user_location,
+)
 from ..ir.ops import TensorType, canonical_dtype, cast_array, int_arg
 from ..symbolic import eq as _eq
 from ..symbolic import max_, min_
@@ -30,6 +37,16 @@ def static_shape(shape) -> tuple[int, ...]:
                             for s in shape):
         raise ShapeError(f"shape {shape!r} must be a tuple of non-negative ints")
     return tuple(int(s) for s in shape)
+
+
+def user_name(name, api: str, loc) -> str | None:
+    """The ``name=`` a user gave, or None: a string. Another object (a number, bytes, a list)
+    was kept as it was and broke the views that show names later (a list was even changed in
+    place), far from the line that gave it."""
+    if name is not None and not isinstance(name, str):
+        raise ArgumentError(f"{api}: name must be a string, got {type(name).__name__} "
+                            f"{name!r}; give a str such as name='x'", loc)
+    return name
 
 
 # -- creation -------------------------------------------------------------------------------------
@@ -65,6 +82,7 @@ def from_array(array, domain, name: str | None = None) -> RT:
     """Value at point ``(b, t)`` is ``array[b, t]``; the bounds must match the leading axes."""
     ctx = current_context()
     loc = user_location()
+    name = user_name(name, "tl.from_array", loc)
     domain = ctx.check_domain(domain)
     arr = numeric_array(array, "tl.from_array", loc)
     if arr.ndim < len(domain):
@@ -87,6 +105,7 @@ def source(fn: Callable[[dict], object], shape, dtype, domain, name: str | None 
     if not callable(fn):
         raise DefinitionError(f"tl.source needs a callable fn(point), got {type(fn).__name__}",
                               loc)
+    name = user_name(name, "tl.source", loc)
     domain = ctx.check_domain(domain)
     t = TensorType(static_shape(shape), canonical_dtype(dtype))
     node = ctx.add_node("source", [], {"fn": fn, "shape": t.shape, "dtype": t.dtype}, domain, t,
@@ -100,6 +119,7 @@ def placeholder(shape, dtype="float32", domain=(), name: str | None = None) -> R
     """A tensor defined by branch assignments ``x[key] = value`` (recurrences allowed)."""
     ctx = current_context()
     loc = user_location()
+    name = user_name(name, "tl.placeholder", loc)
     domain = ctx.check_domain(domain)
     t = TensorType(static_shape(shape), canonical_dtype(dtype))
     node = ctx.add_node("merge", [], {"type": t}, domain, t, name=name or assigned_name(),
