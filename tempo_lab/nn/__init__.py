@@ -25,6 +25,7 @@ from .attention import (
     rope_frequencies,
 )
 from .checkpoint import load_llama
+from .generate import generate
 from .layers import (
     ACTIVATIONS,
     MLP,
@@ -46,6 +47,6 @@ __all__ = [
     "ACTIVATIONS", "MLP", "Embedding", "LayerNorm", "Linear", "Llama", "MultiHeadAttention",
     "ParamError", "RMSNorm", "RopeScaling", "SwiGLU", "Tokenizer", "TransformerBlock",
     "TreeLevels",
-    "as_tensors", "attention", "gelu", "load_llama", "rope", "rope_frequencies", "sample",
+    "as_tensors", "attention", "gelu", "generate", "load_llama", "rope", "rope_frequencies", "sample",
     "silu", "tree_levels",
 ]
