@@ -163,7 +163,8 @@ class MultiHeadAttention:
     defaults to ``embed // heads``. Parameters: ``wq`` is ``(embed, heads * head_dim)``, ``wk,
     wv`` ``(embed, kv_heads * head_dim)``, ``wo`` ``(heads * head_dim, embed)``, init
     ``N(0, 1/fan_in)``. ``rope=True`` rotates q and k by their position along ``t`` (with
-    ``rope_scaling``, Llama 3's frequencies)."""
+    ``rope_scaling``, Llama 3's frequencies). ``qkv_bias`` adds biases ``bq`` ``(heads *
+    head_dim,)`` and ``bk, bv`` ``(kv_heads * head_dim,)`` to the projections (Qwen2), init 0."""
 
     embed: int
     heads: int
@@ -173,6 +174,7 @@ class MultiHeadAttention:
     kv_heads: int | None = None     # None: one key/value head per query head
     head_dim: int | None = None     # None: embed // heads (set so after construction)
     rope_scaling: RopeScaling | None = None
+    qkv_bias: bool = False
 
     def __post_init__(self):
         if self.head_dim is None:
@@ -196,13 +198,17 @@ class MultiHeadAttention:
         return self.heads if self.kv_heads is None else self.kv_heads
 
     @property
-    def shapes(self) -> dict[str, tuple[int, int]]:
+    def shapes(self) -> dict[str, tuple[int, ...]]:
         e, q, kv = self.embed, self.heads * self.head_dim, self.kv * self.head_dim
-        return {"wq": (e, q), "wk": (e, kv), "wv": (e, kv), "wo": (q, e)}
+        out = {"wq": (e, q), "wk": (e, kv), "wv": (e, kv), "wo": (q, e)}
+        if self.qkv_bias:
+            out.update(bq=(q,), bk=(kv,), bv=(kv,))
+        return out
 
     def init(self, seed: int = 0) -> dict[str, np.ndarray]:
         g = rng(seed)
-        return {k: normal(g, s, 1.0 / np.sqrt(s[0])) for k, s in self.shapes.items()}
+        return {k: normal(g, s, 1.0 / np.sqrt(s[0])) if len(s) == 2 else
+                np.zeros(s, np.float32) for k, s in self.shapes.items()}
 
     def __call__(self, params, x: RT, t: Dim) -> RT:
         me = f"MultiHeadAttention({self.embed}, {self.heads})"
@@ -211,8 +217,10 @@ class MultiHeadAttention:
             raise ShapeError(f"{me} takes one ({self.embed},) vector per point, got "
                              f"{shape_str(spatial_shape(x))}; put batch entries on a dim")
         w = {k: param(params, k, s, x.ctx, me) for k, s in self.shapes.items()}
-        q = (x @ w["wq"]).reshape(self.heads, self.head_dim)
-        k, v = ((x @ w[m]).reshape(self.kv, self.head_dim) for m in ("wk", "wv"))
+        q, k, v = (x @ w[m] + w["b" + m[1]] if self.qkv_bias else x @ w[m]
+                   for m in ("wq", "wk", "wv"))
+        q = q.reshape(self.heads, self.head_dim)
+        k, v = (y.reshape(self.kv, self.head_dim) for y in (k, v))
         if self.rope:
             q, k = (rope(y, t, self.rope_base, self.rope_scaling) for y in (q, k))
         return attention(q, k, v, t, self.window).reshape(self.heads * self.head_dim) @ w["wo"]
@@ -234,13 +242,14 @@ class TransformerBlock:
     eps: float = 1e-6
     head_dim: int | None = None
     rope_scaling: RopeScaling | None = None
+    qkv_bias: bool = False
 
     @property
     def parts(self) -> dict:
         return {"norm1": RMSNorm(self.embed, self.eps),
                 "attn": MultiHeadAttention(self.embed, self.heads, self.window, self.rope,
                                            self.rope_base, self.kv_heads, self.head_dim,
-                                           self.rope_scaling),
+                                           self.rope_scaling, self.qkv_bias),
                 "norm2": RMSNorm(self.embed, self.eps), "mlp": SwiGLU(self.embed, self.hidden)}
 
     def init(self, seed: int = 0) -> dict[str, np.ndarray]:

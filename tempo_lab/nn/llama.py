@@ -16,6 +16,8 @@ head_dim``, ``kv = kv_heads * head_dim``)::
     layers.norm1.scale     (layers, embed)
     layers.attn.wq         (layers, q, embed),     layers.attn.wo  (layers, embed, q)
     layers.attn.wk / wv    (layers, kv, embed)
+    layers.attn.bq         (layers, q),            layers.attn.bk / bv  (layers, kv)
+                                                   only with qkv_bias=True (Qwen2)
     layers.norm2.scale     (layers, embed)
     layers.mlp.w_gate/w_up (layers, hidden, embed),  layers.mlp.w_down (layers, embed, hidden)
     norm.scale             (embed,)
@@ -43,6 +45,7 @@ from .layers import Embedding, RMSNorm
 from .sampling import sample
 
 LINEAR = ("attn.wq", "attn.wk", "attn.wv", "attn.wo", "mlp.w_gate", "mlp.w_up", "mlp.w_down")
+BIASES = ("layers.attn.bq", "layers.attn.bk", "layers.attn.bv")
 
 
 @dataclass(frozen=True)
@@ -51,7 +54,9 @@ class Llama:
     ``ids``; ``model.generate(params, prompt, t, n)`` decodes autoregressively. Defaults follow
     Llama 3.2 (RoPE base 500 000, RMSNorm eps 1e-5, tied embeddings, ``head_dim = embed //
     heads``); ``rope_scaling`` is Llama 3's frequency scaling, as its checkpoints configure
-    it (``from_pretrained`` reads it from ``config.json``)."""
+    it (``from_pretrained`` reads it from ``config.json``). The same decoder is Qwen2 with
+    ``qkv_bias=True`` and Mistral with a sliding ``window`` (keys and values read over the
+    last ``window`` steps)."""
 
     vocab: int
     embed: int
@@ -65,6 +70,7 @@ class Llama:
     tied: bool = True
     head_dim: int | None = None     # None: embed // heads (set so after construction)
     rope_scaling: RopeScaling | None = None
+    qkv_bias: bool = False
 
     def __post_init__(self):
         for name in ("vocab", "embed", "layers", "heads", "kv_heads", "hidden"):
@@ -87,7 +93,8 @@ class Llama:
         """One layer (its parameters are the ``layers.*`` entries at one layer)."""
         return TransformerBlock(self.embed, self.heads, self.hidden, self.window, rope=True,
                                 kv_heads=self.kv_heads, rope_base=self.rope_base, eps=self.eps,
-                                head_dim=self.head_dim, rope_scaling=self.rope_scaling)
+                                head_dim=self.head_dim, rope_scaling=self.rope_scaling,
+                                qkv_bias=self.qkv_bias)
 
     def shapes(self) -> dict[str, tuple[int, ...]]:
         """Every parameter's shape, layer entries with their leading ``layers`` axis; matrices
@@ -105,15 +112,15 @@ class Llama:
 
     def init(self, seed: int = 0, dtype="float32") -> dict[str, np.ndarray]:
         """Random weights in ``dtype`` (e.g. ``"bfloat16"``): N(0, 1/fan_in) matrices, unit
-        norm scales, N(0, 1/embed) embeddings (so that tied logits start near unit scale).
+        norm scales, zero biases, N(0, 1/embed) embeddings (so that tied logits start near unit scale).
         Each array is allocated once, aligned so that JAX uses it in place, and drawn into
         layer by layer in float32 (no float64 draws, no stacking copy)."""
         dt = floating_dtype(dtype, "Llama.init")
         out = {}
         for k, (name, shape) in enumerate(self.shapes().items()):
             buf = out[name] = aligned_empty(shape, dt)
-            if name.endswith("scale"):
-                buf[...] = 1
+            if name.endswith("scale") or name in BIASES:
+                buf[...] = name.endswith("scale")   # norm scales 1, biases 0
                 continue
             std = self.embed ** -0.5 if name in ("embed.w", "head.w") else shape[-1] ** -0.5
             for j, part in enumerate(buf if name.startswith("layers.") else [buf]):
