@@ -252,6 +252,14 @@ class CheckpointError(TempoLabError):
     or does not fit the model: the message names the file and the field or tensor."""
 
 
+class OutOfMemoryError(TempoLabError, MemoryError):
+    """A run whose stores do not fit in the memory there is: refused before it allocates when
+    the memory plan's peak is above what is free, or what the runtime reported when it ran out
+    (XLA's ``RESOURCE_EXHAUSTED``, NumPy's ``MemoryError``). The message names the program's
+    largest stores and the bounds that make them large; ``except MemoryError`` catches it too.
+    The process and its other programs stay usable."""
+
+
 class InternalError(TempoLabError):
     """A bug in tempo_lab itself, reported at the user's line with the original exception as
     its ``__cause__``: please report it with the program."""

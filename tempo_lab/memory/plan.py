@@ -94,6 +94,20 @@ class MemoryPlan(Stage):
         return self._peak
 
     @property
+    def sized_for_max(self) -> list[str]:
+        """The ``tl.until`` bounds (and ragged bounds that end by a condition) the plan is
+        sized for the ``max`` of: a run may end long before and hold far less."""
+        return sorted({*self.sdg.untils, *(b for b, r in self.sdg.ragged.items()
+                                           if r.done is not None)})
+
+    def store_bytes(self, bounds) -> dict[int, int]:
+        """Each store's bytes once it holds every point at ``bounds`` (a growing axis at its
+        bound's value, a ring at its slots): what makes the peak, store by store."""
+        return {i: s.bytes_for(tuple(bounds.get(d.bound.name, 1)
+                                     for d in self.sdg.ops[i].domain))
+                for i, s in self.storages.items()}
+
+    @property
     def sampled(self) -> bool:
         """Whether the timeline holds a sample of the steps rather than every one."""
         return len(self.timeline) < self.n_steps
@@ -117,8 +131,7 @@ class MemoryPlan(Stage):
                   if self.sampled else [])
         host = ([f"offloaded: up to {self.offloaded_bytes} bytes on the host at once (the "
                  "timeline counts device bytes)"] if self.offloaded_bytes else [])
-        untils = sorted({*self.sdg.untils, *(b for b, r in self.sdg.ragged.items()
-                                             if r.done is not None)})
+        untils = self.sized_for_max
         if untils:
             host.append(f"sized for the max of tl.until bound {', '.join(untils)}: a run that "
                         "ends earlier holds these stores whole on xla (allocated for the run); "

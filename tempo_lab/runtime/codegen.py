@@ -19,6 +19,7 @@ from ..schedule import Exec, Fetch, For, Free, If, Offload, Seq, While
 from . import index_code as ic
 from .host import Host
 from .lowered import Lowered, Padded, Stmt
+from .out_of_memory import ready
 
 
 class CodegenBackend:
@@ -65,6 +66,9 @@ class _Codegen:
     @property
     def predicted_peak_bytes(self) -> int:
         return self.lowered.plan.peak_bytes
+
+    def store_bytes(self, bounds: Mapping[str, int]) -> dict[int, int]:
+        return self.lowered.plan.store_bytes(bounds)
 
     def sections(self):
         return [("source", self.source.splitlines())]
@@ -301,6 +305,7 @@ class _Codegen:
         host.t0 = time.perf_counter()
         args = [int(bounds.get(p, 1)) for p in self.sdg.params]
         bufs, calls, secs, timeline, reached = fn(host, *args)
+        ready(bufs)
         profile = host.profile("codegen", calls, secs, timeline,
                                "store bytes: the store buffers on the device after every "
                                "statement (counted when a store is first written, grows, is "

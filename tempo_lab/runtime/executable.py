@@ -18,6 +18,7 @@ from ..schedule import Offload
 from ..stage import Stage
 from .host import Cached, Host
 from .lowered import Lowered
+from .out_of_memory import as_error, check_fits
 from .profile import Profile
 from .run import Run
 
@@ -35,6 +36,9 @@ class Prepared(Protocol):
             ) -> tuple[dict[int, object], dict[str, int], Callable[[], Profile]]:
         """Run once: (output store buffers, bounds reached, what makes its profile:
         ``host.profile(...)``)."""
+
+    def store_bytes(self, bounds: Mapping[str, int]) -> dict[int, int]:
+        """Each store's bytes at ``bounds`` as this back end holds it (by op)."""
 
     def sections(self) -> list[tuple[str, list[str]]]: ...
 
@@ -115,6 +119,8 @@ class Executable(Stage):
         self.program = None  # the Program it runs for (set by the Program), for its Run
         self._cached = Cached(lowered)
         self._hosts = threading.local()  # the host of each thread's runs (``host_per_run``)
+        # the bounds (the object a Program passes every run) of runs that need no memory check
+        self._unchecked: Mapping[str, int] | None = None
 
     @property
     def name(self) -> str:
@@ -134,19 +140,30 @@ class Executable(Stage):
         """Run with ``bounds`` (the compiled ones by default); ``record`` keeps every
         statement instance as a kernel event in ``run.profile.events``. Returns the ``Run``."""
         bounds = self.lowered.bounds if bounds is None else bounds  # read, never changed
+        if bounds is not self._unchecked and check_fits(self, bounds):
+            self._unchecked = bounds
         reuse = not (record or self.prepared.host_per_run)
         host = getattr(self._hosts, "host", None) if reuse else None
         if host is None:
             host = Host(self.lowered, self.sync, record, self._cached, self.backend.name, bounds)
             if reuse:
                 self._hosts.host = host
+        error = None
         try:
             bufs, reached, profile = self.prepared.run(host, bounds)
+            host.raise_error()
+            env = {**bounds, **reached} if reached else bounds
+            values = self.lowered.outputs(bufs, env)
+        except (MemoryError, RuntimeError) as e:
+            error = as_error(e, self, bounds)
+            if error is None:
+                raise
+            # without its traceback: the frames it holds hold the run's stores
+            error.__cause__ = e.with_traceback(None)
         finally:
             host.stop()
-        host.raise_error()
-        env = {**bounds, **reached} if reached else bounds
-        values = self.lowered.outputs(bufs, env)
+        if error is not None:  # raised here, where nothing holds what the run allocated
+            raise error
         return Run(self.program, values, host.wall_s, profile, env)
 
     # -- stage vocabulary ---------------------------------------------------------------------

@@ -10,6 +10,7 @@ from ..ir.ops import flag
 from ..schedule import Fetch, Free, Offload, walk
 from .host import Host
 from .lowered import Lowered
+from .out_of_memory import ready
 
 
 class InterpreterBackend:
@@ -30,6 +31,9 @@ class _Interpreter:
     @property
     def predicted_peak_bytes(self) -> int:
         return self.lowered.plan.peak_bytes
+
+    def store_bytes(self, bounds: Mapping[str, int]) -> dict[int, int]:
+        return self.lowered.plan.store_bytes(bounds)
 
     def sections(self):
         return []
@@ -90,7 +94,7 @@ class _Interpreter:
         profile = host.profile("interpreter", calls, seconds, timeline,
                                "store bytes: the store buffers on the device after every "
                                "statement; calls: statement instances dispatched")
-        return {i: bufs[i] for i in low.sdg.outputs.values() if i in bufs}, reached, profile
+        return ready({i: bufs[i] for i in low.sdg.outputs.values() if i in bufs}), reached, profile
 
     def _exec(self, host: Host, s: int, point: tuple, env: dict, bufs, caps) -> int | None:
         """Run statement ``s`` at ``point``; the bytes of its store afterwards (None: it has

@@ -143,7 +143,7 @@ class _Xla:
         """Each store's bytes as the program allocates it: at the compiled bounds' shapes,
         whatever ``bounds`` a run has."""
         return {i: int(np.prod(shape, dtype=np.int64)) * np.dtype(dt).itemsize
-                for i, (shape, dt) in self.plan.shapes.items()}
+                for i, (shape, dt) in self.plan.shapes.items() if i not in self.plan.in_place}
 
     def sections(self):
         return self.plan.sections()

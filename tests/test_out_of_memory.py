@@ -1,0 +1,113 @@
+"""Out of memory is an error, never an abort: a run whose stores need more memory than there is
+raises ``tl.OutOfMemoryError`` (also a ``MemoryError``) at the user's line, naming the largest
+stores and the bound that makes them large, and the process and its programs stay usable.
+
+Each executor's scenarios run in a child process under an address-space limit
+(``RLIMIT_AS``) of what the child holds once JAX has started plus ``HEADROOM``: a store past
+it fails to allocate at once, touching no memory, so the tests are quick and safe on a small
+machine. Without the fixes the XLA executor aborted the process (SIGABRT, ``Check failed:
+buffer_.IsConcrete()`` reading a result that held the error) and the others reported an
+internal error, or ran for hours growing a store block by block."""
+import json
+import subprocess
+import sys
+
+import pytest
+from rt_helpers import COMPILED
+
+import tempo_lab as tl
+
+HEADROOM = 2**30
+
+CHILD = r'''
+import json, resource, sys
+import numpy as np
+import tempo_lab as tl
+from tempo_lab.runtime import out_of_memory
+
+executor, headroom = sys.argv[1], int(sys.argv[2])
+
+
+def program(T, n=1024, until=False):
+    """x[t] = x[t - 1] + 1 over t < T, float32[n] per point: all of x is the output."""
+    ctx = tl.Context(dims=("t",))
+    (t,), (bound,) = ctx.dims, ctx.bounds
+    with ctx:
+        x = tl.placeholder((n,), "float32", domain=(t,))
+        x[0] = tl.zeros((n,))
+        x[t] = x[t - 1] + 1.0
+        done = x[t].sum() > 3.5 * n
+    bounds = {bound: tl.until(done, max=T) if until else T}
+    return ctx.compile(bounds=bounds, outputs={"x": x},
+                       config=tl.CompileConfig(executor=executor))
+
+
+def attempt(fn):
+    try:
+        return {"ok": repr(fn())}
+    except BaseException as e:  # noqa: BLE001 - the test says what came out
+        return {"type": type(e).__name__, "memory": isinstance(e, MemoryError),
+                "tempo": isinstance(e, tl.TempoLabError), "message": str(e)}
+
+
+small = program(8)
+want = small.run()["x"]
+status = dict(line.split(":", 1) for line in open("/proc/self/status"))
+held = int(status["VmSize"].split()[0]) * 1024  # JAX reserves address space as it starts
+resource.setrlimit(resource.RLIMIT_AS, (held + headroom, held + headroom))
+report = {}
+# the plan predicts 38 GiB (64 GiB as XLA allocates it): refused before allocating
+report["refused"] = attempt(lambda: program(10**7).run()["x"].shape)
+# the check off: a 4 GiB store fails to allocate while the program runs
+check = out_of_memory.free_bytes
+out_of_memory.free_bytes = lambda: None
+report["ran_out"] = attempt(lambda: program(64, n=2**24).run()["x"].shape)
+out_of_memory.free_bytes = check
+# sized for a max of 2**31 - 1 steps: xla allocates for it at once, the others as reached
+report["until"] = attempt(lambda: program(2**31 - 1, n=16, until=True).run()["x"].shape)
+report["small_again"] = attempt(lambda: bool(np.array_equal(small.run()["x"], want)))
+report["same_small"] = attempt(lambda: bool(np.array_equal(program(8).run()["x"], want)))
+print(json.dumps(report))
+'''
+
+
+def run_child(executor: str) -> dict:
+    proc = subprocess.run([sys.executable, "-c", CHILD, executor, str(HEADROOM)],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, (proc.returncode, proc.stderr[-3000:])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def is_oom(got: dict, *words: str):
+    """``got`` is a located ``OutOfMemoryError`` (a ``MemoryError`` too) whose message names
+    the child's line, the largest store and ``words``."""
+    assert got.get("type") == "OutOfMemoryError", got
+    assert got["memory"] and got["tempo"], got
+    msg = got["message"]
+    assert msg.startswith("<string>:"), msg  # the user's line (the child is run with -c)
+    for w in ("its largest stores: x (float32[", *words):
+        assert w in msg, (w, msg)
+
+
+@pytest.mark.executors(COMPILED, reason="the reference interpreter has no memory plan")
+def test_out_of_memory_is_an_error_and_the_process_stays_usable(executor):
+    got = run_child(executor)
+    # refused before allocating, with the plan's bytes, what is free and the bound to change
+    is_oom(got["refused"], "t < T = 10000000", "for its stores", "is free", "Give a smaller T",
+           "device_memory_budget")
+    # what the runtime reports when it runs out is the same error, not an abort
+    is_oom(got["ran_out"], "ran out of memory", "RESOURCE_EXHAUSTED", "t < T = 64")
+    if executor == "xla":  # its stores are allocated for the max at once
+        is_oom(got["until"], "sized for the max of tl.until bound T",
+               "a tl.until max that can be reached", 'executor="codegen"')
+    else:  # blocks are allocated as steps reach them: the run ends at t = 4 and fits
+        assert got["until"] == {"ok": "(5, 16)"}, got["until"]
+    # the program compiled before runs again, and the same program at a small bound
+    assert got["small_again"] == {"ok": "True"}, got["small_again"]
+    assert got["same_small"] == {"ok": "True"}, got["same_small"]
+
+
+def test_out_of_memory_error_is_a_memory_error():
+    assert issubclass(tl.OutOfMemoryError, tl.TempoLabError)
+    assert issubclass(tl.OutOfMemoryError, MemoryError)
+    assert "OutOfMemoryError" in tl.__all__
