@@ -707,3 +707,56 @@ def test_hostile_names_reach_the_views_escaped(tmp_path):
     assert "<script>" not in dash.sdg.inspector.value
     page = dash.export(tmp_path / "hostile.html").read_text()
     assert "<script>alert(1)</script>" not in page
+
+
+def _controlled_program():
+    """Names with control characters (a NUL, a bell, an escape sequence, DEL, a C1 control, a
+    tab) on a placeholder, a scope and an output."""
+    names = ["nul\x00byte", "bell\x07", "esc\x1b[31m", "del\x7f", "next\x85line", "tab\tx"]
+    ctx = tl.Context(dims=("t",))
+    (t,), (T,) = ctx.dims, ctx.bounds
+    outs = {}
+    with ctx:
+        for name in names:
+            with tl.scope(name):
+                x = tl.placeholder((), "float32", domain=(t,), name=name)
+                x[0] = tl.zeros(())
+                x[t] = x[t - 1] + 1.0
+                outs[name] = x
+    return ctx.compile(bounds={T: 3}, outputs=outs, config=tl.CompileConfig(
+        executor="reference"))
+
+
+def test_control_characters_in_names_are_shown_as_symbols_in_dot():
+    import re
+
+    from tempo_lab.ir.sdg import dot_quote
+
+    assert dot_quote("a\x00b\x07\x1b\x7f\x85\tc") == "a\u2400b\u2407\u241b\u2421\ufffd\tc"
+    prog = _controlled_program()
+    spec = G.graph_spec(prog.sdg, expanded={p for p in G.group_paths(prog.sdg).values()})
+    for dot in (prog.sdg.to_dot(), G.to_dot(spec)):
+        assert "\u2400" in dot and not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f]", dot)
+
+
+@pytest.mark.skipif(not _has_dot(), reason="graphviz's dot program is not installed")
+def test_a_nul_in_a_name_keeps_the_dot_valid_and_the_exported_graph(tmp_path):
+    """A NUL in an op name made ``to_dot()`` invalid (graphviz stops reading there) and the
+    exported dashboard dropped its graph without a word: dot accepts both DOT texts and the
+    page has the graph canvas."""
+    from tempo_lab.widgets.export import save_html
+
+    prog = _controlled_program()
+    spec = G.graph_spec(prog.sdg, expanded={p for p in G.group_paths(prog.sdg).values()})
+    for dot in (prog.sdg.to_dot(), G.to_dot(spec)):
+        assert "<svg" in tempo_lab.svg._dot(dot, 60)      # raises if dot rejects it
+    page = save_html(prog, tmp_path / "controls.html").read_text(encoding="utf-8")
+    assert "tl-sdg-canvas" in page and "nul\u2400byte" in page
+
+
+def test_an_exported_dashboard_without_dot_draws_its_graph_with_plotly(prog, no_dot):
+    from tempo_lab.widgets.export import dashboard_html
+
+    page = dashboard_html(prog)
+    assert "tl-sdg-canvas" not in page and "is not installed" in page
+    assert "plotly layout instead" in page and "Plotly.newPlot" in page

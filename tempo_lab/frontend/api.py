@@ -40,12 +40,19 @@ def static_shape(shape) -> tuple[int, ...]:
 
 
 def user_name(name, api: str, loc) -> str | None:
-    """The ``name=`` a user gave, or None: a string. Another object (a number, bytes, a list)
-    was kept as it was and broke the views that show names later (a list was even changed in
-    place), far from the line that gave it."""
+    """The ``name=`` a user gave, or None: a string of text. Another object (a number, bytes,
+    a list) was kept as it was and broke the views that show names later (a list was even
+    changed in place), far from the line that gave it; so did a lone surrogate (plotly, the
+    exported page)."""
     if name is not None and not isinstance(name, str):
         raise ArgumentError(f"{api}: name must be a string, got {type(name).__name__} "
                             f"{name!r}; give a str such as name='x'", loc)
+    if name is not None and not name.isascii():
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: no page, file or figure can hold it
+            raise ArgumentError(f"{api}: name {name!r} is not text (it holds a lone "
+                                "surrogate); give a str that UTF-8 can encode", loc) from None
     return name
 
 

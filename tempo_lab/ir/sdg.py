@@ -2,6 +2,7 @@
 points each consumer point reads. Immutable: passes build new SDGs."""
 from __future__ import annotations
 
+import re
 import zlib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -324,8 +325,26 @@ def _domain_colour(name: str) -> str:
     return palette[zlib.crc32(name.encode()) % len(palette)]
 
 
+# what no picture or page should carry raw: control characters but tab and line breaks (a
+# NUL ends graphviz's input there: the dashboard lost its graph), lone surrogates (no UTF-8)
+_UNSHOWABLE = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
+def _shown(m: re.Match) -> str:
+    """A control character as its Unicode picture (NUL as ␀, DEL as ␡), another as �."""
+    c = ord(m.group())
+    return chr(0x2400 + c) if c < 0x20 else "\u2421" if c == 0x7F else "\ufffd"
+
+
+def showable(s: str) -> str:
+    """``s`` with control characters (but tab and line breaks) and lone surrogates shown as
+    symbols: what of a user's names reaches DOT, SVG and HTML."""
+    return _UNSHOWABLE.sub(_shown, s)
+
+
 def dot_quote(s: str) -> str:
-    """``s`` inside a DOT double-quoted string: backslashes, quotes and line breaks escaped
-    (a user's names reach the text; one with a quote made the whole DOT invalid)."""
-    return str(s).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace(
-        "\r", "")
+    """``s`` inside a DOT double-quoted string: backslashes, quotes and line breaks escaped,
+    other control characters shown as symbols (a user's names reach the text; one with a
+    quote or a NUL made the whole DOT invalid)."""
+    return showable(str(s).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+                    .replace("\r", ""))

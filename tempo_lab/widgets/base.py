@@ -136,13 +136,8 @@ class GraphPanel:
                 self._slot.widget.on_click(self._clicked, trace=-1)   # the ops' markers
         else:
             self._slot.show(self.figure)
-        why = (f"{len(spec.nodes)} nodes are more than graphviz lays out quickly "
-               f"({G.DOT_LIMIT}); collapse groups for the SVG picture" if too_big else
-               "graphviz's <code>dot</code> program failed on this graph or took longer than "
-               f"{G.DOT_SECONDS} s" if G.dot_installed()
-               else "graphviz's <code>dot</code> program is not installed (Debian: apt-get "
-               "install graphviz)")
-        self.note.value = (head + f"<i>{why}: plotly layout instead.</i> " + G.legend_html(spec)
+        self.note.value = (head + f"<i>{G.no_svg_reason(spec)}: plotly layout instead.</i> "
+                           + G.legend_html(spec)
                            + G.hidden_html(spec))
         self.box.children = (self._slot.widget,)
 

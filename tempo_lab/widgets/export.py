@@ -7,6 +7,7 @@ import html
 import json
 import pathlib
 
+from ..ir.sdg import showable
 from . import graph as G
 from .memory_view import memory_figure
 from .pass_view import notes_html, pass_table_html
@@ -44,6 +45,17 @@ def _canvas(svg: str, index) -> str:
             f"render({{model, el: document.getElementById('tl-sdg-canvas')}});</script>")
 
 
+def _graph(sdg, spec) -> str:
+    """The SDG's picture: graphviz's SVG on the graph canvas, else (no ``dot``, or ``dot``
+    failing on this graph) the plotly layout the views fall back to, with the reason; the
+    page had no graph at all then, and said nothing."""
+    svg = G.svg_of(G.to_dot(spec))
+    if svg:
+        return _canvas(svg, G.search_rows(sdg))
+    return (f"<p><i>{G.no_svg_reason(spec)}: plotly layout instead.</i></p>"
+            + _figure(G.graph_figure(spec, "SDG")))
+
+
 def dashboard_html(prog, run=None, sdg_spec=None) -> str:
     """The whole dashboard as an HTML document. ``sdg_spec``: the SDG as drawn on screen (the
     groups expanded there); the default opening view otherwise."""
@@ -51,8 +63,7 @@ def dashboard_html(prog, run=None, sdg_spec=None) -> str:
 
     profile = None if run is None else run.profile
     parts = [("Program", prog._repr_html_() + ("" if run is None else run._repr_html_()))]
-    svg = G.svg_of(G.to_dot(sdg_spec or G.graph_spec(prog.sdg)))
-    parts.append(("SDG", (_canvas(svg, G.search_rows(prog.sdg)) if svg else "")
+    parts.append(("SDG", _graph(prog.sdg, sdg_spec or G.graph_spec(prog.sdg))
                   + prog.sdg._repr_html_()))
     if prog.passes is not None:
         notes = "".join(notes_html(r) for r in prog.passes.records)
@@ -68,10 +79,12 @@ def dashboard_html(prog, run=None, sdg_spec=None) -> str:
             body += _figure(timeline_figure(prog.sdg, kernels, estimated=True))
         body += _figure(icicle_figure(prog.sdg, profile)) + _figure(compile_figure(prog))
         parts.append(("Profile", body))
-    sections = "".join(f"<details class='tl-section' open><summary>{html.escape(name)}"
-                       f"</summary>{body}</details>"
-                       for name, body in parts)
-    title = html.escape(repr(prog).split("\n")[0])
+    # names with control characters shown as symbols (a NUL is not allowed in a page); the
+    # bodies' scripts carry none raw, and plotly.js, which does, is left as it is
+    sections = showable("".join(f"<details class='tl-section' open><summary>"
+                                f"{html.escape(name)}</summary>{body}</details>"
+                                for name, body in parts))
+    title = showable(html.escape(repr(prog).split("\n")[0]))
     return (f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>{title}</title>"
             f"<style>{STYLE}</style><script>{get_plotlyjs()}</script></head><body>"
             f"<h2>tempo_lab · {title}</h2>{sections}</body></html>")

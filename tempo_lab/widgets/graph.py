@@ -426,6 +426,18 @@ def to_dot(spec: GraphSpec) -> str:
     return "\n".join(lines)
 
 
+def no_svg_reason(spec: GraphSpec) -> str:
+    """Why a spec is drawn with plotly rather than graphviz's SVG (HTML), for the views' note
+    and the exported page."""
+    if len(spec.nodes) > DOT_LIMIT:
+        return (f"{len(spec.nodes)} nodes are more than graphviz lays out quickly "
+                f"({DOT_LIMIT}); collapse groups for the SVG picture")
+    if dot_installed():
+        return ("graphviz's <code>dot</code> program failed on this graph or took longer than "
+                f"{DOT_SECONDS} s")
+    return "graphviz's <code>dot</code> program is not installed (Debian: apt-get install graphviz)"
+
+
 def svg_html(svg: str, max_height: int = 640) -> str:
     return (f'<div class="tempo-lab-graph" style="overflow:auto;max-height:{max_height}px;'
             f'border:1px solid #eee">{svg}</div>')
