@@ -172,9 +172,10 @@ def _wanted_slots(sdg: SDG, op: Op, k: int, lag=lambda e, d: 0) -> int | None:
     """Ring size along the op's k-th dim that its readers' index patterns call for: the span
     of offsets they read relative to the point being written (``t - 2`` needs 3 slots, a window
     ``max(0, t - 3):t + 1`` needs 4; a reader the schedule runs ``lag`` points late reads
-    ``lag`` further back), or None when a read is not within a constant distance."""
+    ``lag`` further back; a read after the loop at ``T - 2`` needs the last 2), or None when
+    a read is not within a constant distance."""
     d = op.domain[k]
-    lo = hi = 0
+    lo = hi = last = 0
     for e in sdg.out_edges(op.id):
         x = e.index[k]
         back = lag(e, d)
@@ -191,7 +192,16 @@ def _wanted_slots(sdg: SDG, op: Op, k: int, lag=lambda e, d: 0) -> int | None:
             o = _offset(x, d)
             if o is not None:
                 lo, hi = min(lo, o - back), max(hi, o - back)
-    return hi - lo + 1
+            elif d not in sdg.ops[e.dst].domain:
+                last = max(last, _from_end(x, d) or 0)
+    return max(hi - lo + 1, last)
+
+
+def _from_end(x: Expr, d: Dim) -> int | None:
+    """How many of ``d``'s last points a read at ``x`` after its loop reaches back
+    (``T - 2``: 2, the last two must still be held), None when not a constant count."""
+    diff = d.bound - x
+    return diff.value if isinstance(diff, Const) and diff.value > 0 else None
 
 
 def _window(x, d: Dim) -> bool:
