@@ -26,6 +26,7 @@ from .attention import (
 )
 from .checkpoint import load_llama
 from .generate import generate
+from .gpt2 import GPT2
 from .layers import (
     ACTIVATIONS,
     MLP,
@@ -44,7 +45,7 @@ from .tokenizer import Tokenizer
 from .trees import TreeLevels, tree_levels
 
 __all__ = [
-    "ACTIVATIONS", "MLP", "Embedding", "LayerNorm", "Linear", "Llama", "MultiHeadAttention",
+    "ACTIVATIONS", "GPT2", "MLP", "Embedding", "LayerNorm", "Linear", "Llama", "MultiHeadAttention",
     "ParamError", "RMSNorm", "RopeScaling", "SwiGLU", "Tokenizer", "TransformerBlock",
     "TreeLevels",
     "as_tensors", "attention", "gelu", "generate", "load_llama", "rope", "rope_frequencies", "sample",

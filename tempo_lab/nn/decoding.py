@@ -1,0 +1,67 @@
+"""Autoregressive decoding over the step dim, shared by the decoders (``tl.nn.Llama``,
+``tl.nn.GPT2``): step ``t`` is fed the prompt's token while ``t < P``, else the token sampled
+from step ``t - 1``'s logits. The model is any callable ``model(params, ids, t, n)`` giving the
+logits at every point of ``ids``."""
+from __future__ import annotations
+
+import numpy as np
+
+from ..errors import ShapeError
+from ..frontend import api
+from ..frontend.api import from_array, placeholder, take
+from ..frontend.tensor import RecurrentTensor as RT
+from ..ir.ops import shape_str
+from ..symbolic import Dim
+from ._params import spatial_shape
+from .sampling import sample
+
+
+def decode(model, params, prompt: RT, t: Dim, n: Dim, temperature: float, seed: int,
+           me: str) -> tuple[RT, RT]:
+    """``(ids, logits)`` over ``(prompt's dims, t)``: ``prompt`` holds ``P`` int token ids per
+    point of its dims (shape ``(P,)``); ``ids[..., t]`` is the token fed at step ``t``;
+    tokens are greedy at temperature 0, else sampled (``tl.nn.sample``)."""
+    if not isinstance(prompt, RT) or prompt.ndim != 1 or prompt.dtype.kind not in "iu":
+        raise ShapeError(f"{me}: the prompt must be an int tensor of shape (P,) per point, "
+                         f"got {getattr(prompt, 'type', type(prompt).__name__)}; lift "
+                         f"(B, P) prompts with tl.from_array(prompts, domain=(b,))")
+    if t in prompt.domain or n in prompt.domain:
+        raise ShapeError(f"{me}: the prompt varies over ({', '.join(map(str, prompt.domain))})"
+                         f" but must not vary over the step dim {t} or the layer dim {n}: "
+                         f"give its P tokens as its shape (P,)")
+    plen = spatial_shape(prompt)[0]
+    if not isinstance(plen, int) or plen < 1:
+        raise ShapeError(f"{me}: the prompt needs a static length >= 1, got "
+                         f"{shape_str(spatial_shape(prompt))}")
+    ctx = prompt.ctx
+    with ctx:
+        dom = ctx.order((*prompt.domain, t))
+        ids = placeholder((), "int32", domain=dom, name="ids")
+        logits = model(params, ids, t, n)
+        nxt = sample(logits, temperature, seed)
+        ids[at(dom, {t: 0})] = take(prompt, 0).astype("int32")
+        ids[at(dom, {})] = api.where(t < plen, take(prompt, api.min(t, plen - 1)),
+                                     nxt[at(dom, {t: t - 1})]).astype("int32")
+    return ids, logits
+
+
+def at(domain, subs: dict) -> tuple:
+    """An index of ``domain``: each dim at itself unless ``subs`` gives its expression."""
+    return tuple(subs.get(d, d) for d in domain)
+
+
+def over_layers(want: tuple, value, key: str, n: Dim, me: str) -> RT:
+    """A ``layers.*`` parameter as a tensor over the layer dim ``n``: an array stacked over
+    layers (``want``: its shape) is lifted; a tensor is the caller's (say
+    ``tl.from_array(w, domain=(n,))`` to differentiate), checked per layer."""
+    if isinstance(value, RT):
+        if spatial_shape(value) != want[1:]:
+            raise ShapeError(f"{me}: parameter '{key}' has shape "
+                             f"{shape_str(spatial_shape(value))} per layer but "
+                             f"{shape_str(want[1:])} is needed")
+        return value
+    shape = np.shape(value)
+    if shape != want:
+        raise ShapeError(f"{me}: parameter '{key}' must stack the {want[0]} layers on its "
+                         f"first axis as {shape_str(want)}, got shape {shape_str(shape)}")
+    return from_array(value, domain=(n,), name=key.replace(".", "_"))
