@@ -12,6 +12,7 @@ from .errors import (
                      ExprError,
                      GradientError,
                      InternalError,
+                     MissingExtraError,
                      OutOfMemoryError,
                      OutputError,
                      ScheduleError,
@@ -72,7 +73,7 @@ from .symbolic import Bound, Dim, Slice
 __version__ = "0.1.0"
 
 __all__ = [
-    "ArgumentError", "BoundsError", "Bound", "CallbackError", "CheckpointError", "InternalError", "OutOfMemoryError", "OutputError", "CompileConfig", "Context", "DTypeError", "DefinitionError", "Dim",
+    "ArgumentError", "BoundsError", "Bound", "CallbackError", "CheckpointError", "InternalError", "MissingExtraError", "OutOfMemoryError", "OutputError", "CompileConfig", "Context", "DTypeError", "DefinitionError", "Dim",
     "ExprError", "GradientError", "Program", "RecurrentTensor", "Run", "SDG", "ScheduleError", "ShapeError", "ShardingError",
     "Slice", "TempoLabError", "Trace", "abs", "arange", "concatenate", "config", "constant",
     "cos", "eq", "exp", "expand_dims", "from_array", "full", "grad", "lengths", "lift", "load", "log", "matmul", "max", "maximum",

@@ -3,6 +3,7 @@
     tempo-lab demo [--out out/demo] [--layers 2] [--steps 8]   # python -m tempo_lab.demo
     tempo-lab launch -n 2 script.py [args ...]                  # python -m tempo_lab.launch
     tempo-lab info                                              # versions and JAX's devices
+    tempo-lab --version                                         # tempo_lab's version
 
 Each subcommand is the module of the same name; the command only names them.
 """
@@ -17,8 +18,17 @@ COMMANDS = {
 }
 
 
-def info() -> int:
+def info(argv: list[str]) -> int:
+    """``tempo-lab info``: it takes no arguments, and one it does not know is a usage error
+    (exit 2), as argparse makes every other command's (it printed the versions and exited 0)."""
+    import argparse
     from importlib.metadata import PackageNotFoundError, version
+
+    parser = argparse.ArgumentParser(prog="tempo-lab info", description=COMMANDS["info"][1])
+    try:
+        parser.parse_args(argv)
+    except SystemExit as e:  # --help (0) or a bad argument (2, after the usage)
+        return int(e.code or 0)
 
     import jax
 
@@ -34,7 +44,8 @@ def info() -> int:
 def usage() -> str:
     lines = ["usage: tempo-lab COMMAND [ARGS ...]", "", "commands:"]
     lines += [f"  {name:8} {what}" for name, (_, what) in COMMANDS.items()]
-    lines += ["", "tempo-lab COMMAND --help shows a command's arguments."]
+    lines += ["", "tempo-lab COMMAND --help shows a command's arguments; tempo-lab --version "
+              "the version."]
     return "\n".join(lines)
 
 
@@ -43,12 +54,17 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(usage())
         return 0 if argv else 2
+    if argv[0] in ("-V", "--version"):
+        from . import __version__
+
+        print(f"tempo-lab {__version__}")
+        return 0
     name, rest = argv[0], argv[1:]
     if name not in COMMANDS:
         print(f"tempo-lab: unknown command {name!r}\n\n{usage()}", file=sys.stderr)
         return 2
     if name == "info":
-        return info()
+        return info(rest)
     import importlib
 
     module = importlib.import_module(COMMANDS[name][0])

@@ -265,6 +265,11 @@ class InternalError(TempoLabError):
     its ``__cause__``: please report it with the program."""
 
 
+class MissingExtraError(TempoLabError, ImportError):
+    """A feature whose packages, an extra of tempo_lab's (``pip install "tempo_lab[viz]"``),
+    are not installed; ``except ImportError`` catches it too."""
+
+
 def user_api(fn):
     """Run a public entry point so that nothing but a ``TempoLabError`` leaves it: any other
     exception from inside the package becomes an ``InternalError`` at the user's line."""

@@ -4,6 +4,11 @@ from __future__ import annotations
 
 import html
 
+from .errors import MissingExtraError
+
+# the packages of the viz extra (pyproject.toml), which the notebook views import
+VIZ_PACKAGES = ("plotly", "ipywidgets", "anywidget")
+
 
 class Stage:
     """Base of Trace, SDG, Program, Run, ...: subclasses give ``__repr__`` and ``_sections``."""
@@ -33,6 +38,13 @@ class Stage:
     def explore(self, **options):
         """The interactive view of this stage (needs the ``viz`` extra); ``options`` go to
         the stage's view (e.g. ``run=`` for a Program's dashboard)."""
-        from .widgets import explore
+        try:  # the views import some of the packages only when they are made
+            from .widgets import explore
 
-        return explore(self, **options)
+            return explore(self, **options)
+        except ModuleNotFoundError as e:
+            if (e.name or "").split(".")[0] not in VIZ_PACKAGES:
+                raise
+            raise MissingExtraError(f"{type(self).__name__}.explore() needs the viz extra's "
+                                    f"packages ({', '.join(VIZ_PACKAGES)}), and {e.name} is not "
+                                    'installed: pip install "tempo_lab[viz]"') from e

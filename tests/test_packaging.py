@@ -297,3 +297,52 @@ def test_the_tempo_lab_command(pyproject, capsys):
     assert cli.main([]) == 2 and "demo" in capsys.readouterr().out
     for name, (module, _) in cli.COMMANDS.items():  # each names a module with a main
         assert module is None or callable(__import__(module, fromlist=["main"]).main), name
+
+
+def test_the_command_refuses_unknown_arguments_and_tells_its_version(pyproject, capsys):
+    """``tempo-lab info --bogus`` printed the versions and exited 0; ``--version`` was an
+    unknown command. A usage error exits 2 with the usage, as argparse does."""
+    from tempo_lab import cli
+
+    assert cli.main(["info", "--bogus"]) == 2
+    err = capsys.readouterr().err
+    assert "usage: tempo-lab info" in err and "--bogus" in err
+    for flag in ("--version", "-V"):
+        assert cli.main([flag]) == 0
+        assert capsys.readouterr().out == f"tempo-lab {pyproject['project']['version']}\n"
+    assert cli.main(["info", "--help"]) == 0 and "usage: tempo-lab info" in capsys.readouterr().out
+
+
+def test_the_wheel_ships_the_typing_marker(pyproject):
+    """``tempo_lab/py.typed`` (PEP 561: type checkers read an installed package's hints only
+    with it) is in the package data that setuptools puts in the wheel."""
+    import fnmatch
+
+    assert (ROOT / "tempo_lab" / "py.typed").is_file()
+    data = pyproject["tool"]["setuptools"]["package-data"]
+    assert any(fnmatch.fnmatch("py.typed", p) for key in ("tempo_lab", "*")
+               for p in data.get(key, []))
+
+
+def test_explore_without_the_viz_extra_names_it(pyproject, monkeypatch):
+    """Without the viz extra's packages, ``explore()`` raised a bare ModuleNotFoundError from
+    inside the package: a located MissingExtraError (an ImportError too) that says how to
+    install them."""
+    import tempo_lab as tl
+    from tempo_lab.stage import VIZ_PACKAGES
+
+    assert {Requirement(r).name for r in pyproject["project"]["optional-dependencies"]["viz"]} \
+        == set(VIZ_PACKAGES)
+    for name in [m for m in sys.modules if m.startswith("tempo_lab.widgets")]:
+        monkeypatch.delitem(sys.modules, name)
+    for name in [*VIZ_PACKAGES, *(m for m in sys.modules if m.split(".")[0] in VIZ_PACKAGES)]:
+        monkeypatch.setitem(sys.modules, name, None)          # importing them fails
+    ctx = tl.Context(dims=("t",))
+    with ctx:
+        x = tl.zeros(()) + 1.0
+    with pytest.raises(ImportError) as info:
+        ctx.trace.explore()
+    err = info.value
+    assert isinstance(err, tl.MissingExtraError) and err.loc.file == __file__
+    assert 'pip install "tempo_lab[viz]"' in str(err) and "is not installed" in str(err), err
+    del x
