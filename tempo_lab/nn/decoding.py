@@ -10,6 +10,7 @@ from ..errors import ShapeError
 from ..frontend import api
 from ..frontend.api import from_array, placeholder, take
 from ..frontend.tensor import RecurrentTensor as RT
+from ..frontend.tensor import as_tensor
 from ..ir.ops import shape_str
 from ..symbolic import Dim
 from ._params import spatial_shape
@@ -17,10 +18,16 @@ from .sampling import sample
 
 
 def decode(model, params, prompt: RT, t: Dim, n: Dim, temperature: float, seed: int,
-           me: str) -> tuple[RT, RT]:
+           me: str, lengths: RT | None = None) -> tuple[RT, RT]:
     """``(ids, logits)`` over ``(prompt's dims, t)``: ``prompt`` holds ``P`` int token ids per
     point of its dims (shape ``(P,)``); ``ids[..., t]`` is the token fed at step ``t``;
-    tokens are greedy at temperature 0, else sampled (``tl.nn.sample``)."""
+    tokens are greedy at temperature 0, else sampled (``tl.nn.sample``).
+
+    ``lengths`` (an int scalar per point of the prompt's dims) gives each row a prompt of its
+    own length, padded at the end to ``P``: row ``b`` reads its prompt while ``t <
+    lengths[b]``. Positions are the row's own (no left padding), and causal attention at step
+    ``t`` reads only steps ``0..t``, all of them the row's tokens, so each row decodes exactly
+    as it would alone."""
     if not isinstance(prompt, RT) or prompt.ndim != 1 or prompt.dtype.kind not in "iu":
         raise ShapeError(f"{me}: the prompt must be an int tensor of shape (P,) per point, "
                          f"got {getattr(prompt, 'type', type(prompt).__name__)}; lift "
@@ -40,7 +47,8 @@ def decode(model, params, prompt: RT, t: Dim, n: Dim, temperature: float, seed: 
         logits = model(params, ids, t, n)
         nxt = sample(logits, temperature, seed)
         ids[at(dom, {t: 0})] = take(prompt, 0).astype("int32")
-        ids[at(dom, {})] = api.where(t < plen, take(prompt, api.min(t, plen - 1)),
+        given = t < plen if lengths is None else as_tensor(t, ctx) < lengths
+        ids[at(dom, {})] = api.where(given, take(prompt, api.min(t, plen - 1)),
                                      nxt[at(dom, {t: t - 1})]).astype("int32")
     return ids, logits
 

@@ -2,14 +2,13 @@
 
 It writes the recurrent-tensor program a user would write with ``model.generate`` (a context
 over a batch dim ``b``, the step ``t`` and the layer dim ``n``), compiles it for the prompts'
-shape and runs it. Prompts of different lengths are decoded in groups of equal length, so each
-row's tokens are those it gets decoded alone (no padding reaches attention). A row ends at its
-first end-of-sequence token (kept in the ids, dropped from the text), or after
-``max_new_tokens``; the program runs every row of a group to ``max_new_tokens``.
+shape and runs it. Prompts of different lengths are decoded in one program: each is padded at
+its end and reads its own length, so each row's positions, attention and tokens are those it
+gets decoded alone (``decoding.decode``). A row ends at its first end-of-sequence token (kept in
+the ids, dropped from the text), or after ``max_new_tokens``; the program runs every row
+until the longest prompt's row has ``max_new_tokens``.
 """
 from __future__ import annotations
-
-from collections import defaultdict
 
 import numpy as np
 
@@ -17,6 +16,7 @@ from ..compile_config import CompileConfig
 from ..errors import ArgumentError
 from ..frontend.api import from_array
 from ..frontend.context import Context
+from .decoding import decode
 from .tokenizer import Tokenizer
 
 
@@ -51,7 +51,12 @@ def generate(model, params, prompts, max_new_tokens: int = 16, tokenizer: Tokeni
     else:
         rows = _id_rows(prompts, model.vocab)
     stops = _eos(eos, tokenizer, model.vocab)
-    out = _decode_groups(model, params, rows, int(max_new_tokens), temperature, seed, config)
+    steps = max(map(len, rows)) + int(max_new_tokens)
+    if steps > getattr(model, "positions", steps):
+        raise ArgumentError(f"tl.nn.generate: the longest prompt and max_new_tokens need "
+                            f"{steps} positions but {type(model).__name__} has "
+                            f"{model.positions}; shorten them")
+    out = _decode_batch(model, params, rows, int(max_new_tokens), temperature, seed, config)
     out = [_until_eos(r, stops) for r in out]
     if not is_text:
         return out
@@ -59,26 +64,24 @@ def generate(model, params, prompts, max_new_tokens: int = 16, tokenizer: Tokeni
     return new[0] if single else new
 
 
-def _decode_groups(model, params, rows, new: int, temperature, seed, config) -> list[list[int]]:
-    """Each row's ``new`` tokens, rows of one prompt length decoded together."""
-    groups = defaultdict(list)
+def _decode_batch(model, params, rows, new: int, temperature, seed, config) -> list[list[int]]:
+    """Each row's ``new`` tokens, all rows in one program: prompts padded at the end to the
+    longest, each row reading its own length (see ``decoding.decode``)."""
+    lengths = np.array([len(r) for r in rows], dtype=np.int32)
+    prompt = np.zeros((len(rows), lengths.max()), dtype=np.int32)
     for k, r in enumerate(rows):
-        groups[len(r)].append(k)
-    out: list = [None] * len(rows)
-    for plen, members in sorted(groups.items()):
-        ctx = Context(dims=("b", "t", "n"))
-        b, t, n = ctx.dims
-        B, T, N = ctx.bounds
-        prompt = np.asarray([rows[k] for k in members], dtype=np.int32)
-        with ctx:
-            ids, _ = model.generate(params, from_array(prompt, domain=(b,), name="prompt"),
-                                    t, n, temperature=temperature, seed=seed)
-        prog = ctx.compile(bounds={B: len(members), T: plen + new, N: model.layers},
-                           outputs={"ids": ids}, config=config or CompileConfig())
-        got = prog.run()["ids"][:, plen:]
-        for k, r in zip(members, got):
-            out[k] = [int(i) for i in r]
-    return out
+        prompt[k, :len(r)] = r
+    ctx = Context(dims=("b", "t", "n"))
+    b, t, n = ctx.dims
+    B, T, N = ctx.bounds
+    with ctx:
+        ids, _ = decode(model, params, from_array(prompt, domain=(b,), name="prompt"), t, n,
+                        temperature, seed, "tl.nn.generate",
+                        from_array(lengths, domain=(b,), name="prompt_length"))
+    prog = ctx.compile(bounds={B: len(rows), T: int(lengths.max()) + new, N: model.layers},
+                       outputs={"ids": ids}, config=config or CompileConfig())
+    got = prog.run()["ids"]
+    return [[int(i) for i in got[k, p:p + new]] for k, p in enumerate(lengths)]
 
 
 def _id_rows(prompts, vocab: int) -> list[list[int]]:
