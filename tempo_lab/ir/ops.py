@@ -161,8 +161,9 @@ def cast_array(arr: np.ndarray, dtype, what: str, loc=None) -> np.ndarray:
         bad = ~((arr >= info.min) & (arr <= info.max))
     with np.errstate(over="ignore", invalid="ignore"):
         out = arr.astype(dt)
-    if arr.size and is_floating(dt) and (arr.dtype.kind in "iu" or is_floating(arr.dtype)):
-        bad = np.isfinite(arr) & ~np.isfinite(out)
+    if arr.size and is_floating(dt) and (arr.dtype.kind in "iu" or is_floating(arr.dtype)) \
+            and np.isinf(out).any():  # one reduction where all is well
+        bad = np.isfinite(arr) & np.isinf(out)
     if bad is not None and bad.any():
         count = int(bad.sum())
         info = jnp.iinfo(dt) if dt.kind in "iu" else jnp.finfo(dt)
