@@ -151,3 +151,29 @@ def test_a_tl_until_loop_traces_its_first_step_apart(threshold):
     assert run.bounds == ref.bounds
     for k in ("h", "total"):
         np.testing.assert_allclose(run[k], ref[k], rtol=1e-5, atol=1e-6)
+
+
+def test_a_window_program_compiles_once_for_every_T_from_its_floor():
+    """The README's promise, over a sweep: one XLA program for every ``T`` of 8 or more.
+    Whether the zero stores are passed in was judged at ``T``'s store extent, so ``T`` of 8
+    to 16 had one program and 17 on another (where passing them in started to pay); it is
+    judged at the floor of every bound that sizes no store (``XlaPlan.cost_bounds``)."""
+    from tempo_lab.runtime import xla
+
+    ctx = tl.Context(dims=("t",))
+    (t,), (T,) = ctx.dims, ctx.bounds
+    with ctx:
+        x = tl.placeholder((13,), "float32", domain=(t,), name="x")  # a shape no other test has
+        x[0] = tl.ones((13,))
+        x[t] = x[t - 1] * 0.5 + 1.0
+        z = x[tl.max(0, t - 3):t + 1].sum(axis=0)[T - 1]
+    xla._PROGRAMS.clear()  # the cache keeps 64 programs: counting near the cap misleads
+    for n in (8, 9, 16, 17, 33, 1000):
+        prog = ctx.compile(bounds={T: n}, outputs={"z": z},
+                           config=tl.CompileConfig(executor="xla"))
+        want = [1.0]
+        for _ in range(n - 1):
+            want.append(want[-1] * 0.5 + 1.0)
+        np.testing.assert_allclose(prog.run()["z"], np.full(13, sum(want[-4:])), rtol=1e-5)
+        assert prog.executable.prepared.plan.cost_bounds() == {"T": 8}
+    assert len(xla._PROGRAMS) == 1

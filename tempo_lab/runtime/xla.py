@@ -45,7 +45,6 @@ from ..ir.ops import flag
 from ..schedule import Exec, For, Free, If, Seq, While, statement_counts
 from ..symbolic import as_expr
 from ..symbolic.cond import decide, lt
-from ..symbolic.sizes import store_extent
 from . import index_code as ic
 from .compile_cache import use_persistent_cache
 from .host import Host
@@ -294,9 +293,8 @@ class _Xla:
         statements are known only by running: it makes its zeros."""
         if not stores or self.sdg.untils:
             return False
-        # counted at the stores' extents: the same in a size class
-        executed = sum(self._host_counts({k: store_extent(v)
-                                          for k, v in self.bounds.items()}).values())
+        # counted where every bound that shares this program counts the same (cost_bounds)
+        executed = sum(self._host_counts(self.plan.cost_bounds()).values())
         copies = stores * _ZERO_COPY_SECONDS + nbytes / _COPY_BYTES_PER_SECOND
         return copies <= _ZERO_COPY_SHARE * executed * _STATEMENT_SECONDS
 

@@ -28,7 +28,7 @@ from ..symbolic import Bound, Const, Dim, as_expr
 from ..symbolic import isl as I
 from ..symbolic.cond import decide
 from ..symbolic.expr import Lin
-from ..symbolic.sizes import MIN_PAD, size_class
+from ..symbolic.sizes import MIN_PAD, size_class, store_extent
 from . import index_code as ic
 from .lowered import Lowered, Padded, Stmt
 
@@ -110,6 +110,25 @@ class XlaPlan(Stage):
         (the BiRNN's two loops: each cost a ``while`` and a ``conditional`` more than a scan)."""
         return {Bound(p): (Const(min(int(self.bounds[p]), MIN_PAD)), False)
                 for p in self.sdg.params if p in self.bounds and p not in self.sdg.untils}
+
+    def cost_bounds(self) -> dict[str, int]:
+        """The bound values a decision about a run's cost may be made at (which stores start
+        as zeros passed in, ``_Xla._zero_copies_pay``) without making more programs than the
+        store shapes do: a bound that sizes a store (a growing axis along its dim, a shape
+        that mentions it) at its store extent, as another size class compiles another program
+        anyway; any other at its floor, so that every value from the floor on shares one
+        program. Judged at its store extent, a window program's T made one program for T of
+        8 to 16 and another from 17 on, where the zero stores started to be passed in."""
+        sized = {d.bound.name for i, s in self.memory.storages.items()
+                 for d, w in zip(self.sdg.ops[i].domain, s.slots) if w is None}
+        for op in self.sdg.ops.values():
+            for x in op.type.shape:
+                if not isinstance(x, int):
+                    sized |= {b.name for b in as_expr(x).bounds()}
+                    sized |= {d.bound.name for d in as_expr(x).dims()}
+        floors = {b.name: f.value for b, (f, _) in self.floors.items()}
+        return {k: floors[k] if k in floors and k not in sized else store_extent(v)
+                for k, v in self.bounds.items()}
 
     def __repr__(self) -> str:
         return (f"XlaPlan({len(self.shapes)} stores, {self.static_bytes} B static, "
