@@ -74,3 +74,21 @@ def test_bad_arguments_are_located(llama, call, match):
     with pytest.raises(tl.ArgumentError, match=match) as err:
         call(model, params)
     assert str(err.value).startswith(f"{__file__}:")
+
+
+def test_streaming_gives_each_rows_tokens_as_they_come_on_xla(llama, capsys):
+    model, params, expected = llama
+    prompts = [expected["prompt"][0].tolist(), expected["prompt"][1, :2].tolist()]
+    seen = []
+    got = tl.nn.generate(model, params, prompts, max_new_tokens=5,
+                         stream=lambda row, token: seen.append((row, token)))
+    assert [[tok for r, tok in seen if r == row] for row in (0, 1)] == got
+    tok = tl.nn.Tokenizer.from_pretrained(FIXTURES / "tokenizer")
+    shown = tl.nn.TextStream()
+    texts = tl.nn.generate(model, params, ["the cat sat", "a dog"], tokenizer=tok,
+                           max_new_tokens=6, eos=[], stream=shown)
+    assert [shown.text[0], shown.text[1]] == texts
+    printed = capsys.readouterr().out
+    assert texts[0] in printed and f"[1] {texts[1]}" in printed
+    with pytest.raises(tl.ArgumentError, match="stream must be a function"):
+        tl.nn.generate(model, params, prompts, stream="print")

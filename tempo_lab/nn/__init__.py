@@ -25,7 +25,7 @@ from .attention import (
     rope_frequencies,
 )
 from .checkpoint import load_llama
-from .generate import generate
+from .generate import TextStream, generate
 from .gpt2 import GPT2
 from .layers import (
     ACTIVATIONS,
@@ -46,7 +46,7 @@ from .trees import TreeLevels, tree_levels
 
 __all__ = [
     "ACTIVATIONS", "GPT2", "MLP", "Embedding", "LayerNorm", "Linear", "Llama", "MultiHeadAttention",
-    "ParamError", "RMSNorm", "RopeScaling", "SwiGLU", "Tokenizer", "TransformerBlock",
+    "ParamError", "RMSNorm", "RopeScaling", "SwiGLU", "TextStream", "Tokenizer", "TransformerBlock",
     "TreeLevels",
     "as_tensors", "attention", "gelu", "generate", "load_llama", "rope", "rope_frequencies", "sample",
     "silu", "tree_levels",

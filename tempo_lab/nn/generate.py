@@ -10,25 +10,31 @@ until the longest prompt's row has ``max_new_tokens``.
 """
 from __future__ import annotations
 
+import sys
+
 import numpy as np
 
 from ..compile_config import CompileConfig
 from ..errors import ArgumentError
-from ..frontend.api import from_array
+from ..frontend.api import from_array, sink
 from ..frontend.context import Context
 from .decoding import decode
 from .tokenizer import Tokenizer
 
 
 def generate(model, params, prompts, max_new_tokens: int = 16, tokenizer: Tokenizer | None = None,
-             temperature: float = 0.0, seed: int = 0, eos=None, config=None):
+             temperature: float = 0.0, seed: int = 0, eos=None, stream=None, config=None):
     """New tokens for each prompt, greedy unless ``temperature > 0`` (then sampled, keyed by
     ``seed``).
 
     ``prompts``: a string or a list of strings (needs ``tokenizer``; gives new text, special
     tokens skipped), or a list of token-id lists of any lengths (gives a list of new id lists).
     ``eos``: an id or ids that end a row (default: the tokenizer's ``eos_token_id``; none
-    without a tokenizer). ``config``: the ``tl.CompileConfig`` of the programs."""
+    without a tokenizer). ``stream``: a function ``stream(row, piece)`` called while the
+    program runs with each row's new text as it comes (its new token id without a
+    tokenizer), in order, up to the row's end; ``tl.nn.TextStream()`` shows the text live in
+    a notebook. ``config``: the ``tl.CompileConfig`` of the program (with ``stream``, the XLA
+    executor unless it names another: its host callbacks run inside the compiled program)."""
     if not callable(getattr(model, "generate", None)) or not hasattr(model, "vocab"):
         raise ArgumentError(f"tl.nn.generate: model must be a tl.nn decoder such as tl.nn.Llama, "
                             f"got {type(model).__name__}")
@@ -56,7 +62,13 @@ def generate(model, params, prompts, max_new_tokens: int = 16, tokenizer: Tokeni
         raise ArgumentError(f"tl.nn.generate: the longest prompt and max_new_tokens need "
                             f"{steps} positions but {type(model).__name__} has "
                             f"{model.positions}; shorten them")
-    out = _decode_batch(model, params, rows, int(max_new_tokens), temperature, seed, config)
+    if stream is not None and not callable(stream):
+        raise ArgumentError(f"tl.nn.generate: stream must be a function stream(row, piece), got "
+                            f"{type(stream).__name__}")
+    if stream is not None:
+        stream = _Stream(stream, rows, int(max_new_tokens), stops, tokenizer if is_text else None)
+    out = _decode_batch(model, params, rows, int(max_new_tokens), temperature, seed, config,
+                        stream)
     out = [_until_eos(r, stops) for r in out]
     if not is_text:
         return out
@@ -64,7 +76,8 @@ def generate(model, params, prompts, max_new_tokens: int = 16, tokenizer: Tokeni
     return new[0] if single else new
 
 
-def _decode_batch(model, params, rows, new: int, temperature, seed, config) -> list[list[int]]:
+def _decode_batch(model, params, rows, new: int, temperature, seed, config,
+                  stream) -> list[list[int]]:
     """Each row's ``new`` tokens, all rows in one program: prompts padded at the end to the
     longest, each row reading its own length (see ``decoding.decode``)."""
     lengths = np.array([len(r) for r in rows], dtype=np.int32)
@@ -78,8 +91,11 @@ def _decode_batch(model, params, rows, new: int, temperature, seed, config) -> l
         ids, _ = decode(model, params, from_array(prompt, domain=(b,), name="prompt"), t, n,
                         temperature, seed, "tl.nn.generate",
                         from_array(lengths, domain=(b,), name="prompt_length"))
+        if stream is not None:
+            sink(ids, stream)
+    config = config or CompileConfig(executor="xla" if stream else "auto")
     prog = ctx.compile(bounds={B: len(rows), T: int(lengths.max()) + new, N: model.layers},
-                       outputs={"ids": ids}, config=config or CompileConfig())
+                       outputs={"ids": ids}, config=config)
     got = prog.run()["ids"]
     return [[int(i) for i in got[k, p:p + new]] for k, p in enumerate(lengths)]
 
@@ -125,3 +141,70 @@ def _until_eos(row: list[int], stops: frozenset[int]) -> list[int]:
         if i in stops:
             return row[:k + 1]
     return row
+
+
+class _Stream:
+    """The ``tl.sink`` of a streamed generation: the user's ``stream(row, piece)`` with each
+    row's new tokens, in order, up to its end. With a tokenizer a piece is the text the token
+    adds (the row decoded anew each time, so that a character split over tokens comes whole)."""
+
+    def __init__(self, fn, rows, new: int, stops: frozenset, tokenizer):
+        self.fn, self.new, self.stops, self.tokenizer = fn, new, stops, tokenizer
+        self.lengths = [len(r) for r in rows]
+        self.tokens: list[list[int]] = [[] for _ in rows]
+        self.text = [""] * len(rows)
+
+    def __call__(self, point: dict, value) -> None:
+        row = point["b"]
+        got = self.tokens[row]
+        if point["t"] - self.lengths[row] != len(got) or len(got) == self.new or (
+                got and got[-1] in self.stops):
+            return          # a prompt step, or past the row's end
+        got.append(int(value))
+        if self.tokenizer is None:
+            self.fn(row, got[-1])
+            return
+        text = self.tokenizer.decode(got, skip_special_tokens=True)
+        if text.endswith("\ufffd") and len(got) < self.new:
+            return          # a character not yet complete
+        piece, self.text[row] = text[len(self.text[row]):], text
+        if piece:
+            self.fn(row, piece)
+
+
+class TextStream:
+    """A ``stream=`` for ``tl.nn.generate`` that shows each row's new text as it comes: in a
+    notebook one output that grows in place (every row on its own line), elsewhere printed as
+    it comes. ``stream.text`` holds each row's text so far."""
+
+    def __init__(self):
+        self.text: dict[int, str] = {}
+        self._shown = None
+        self._row = None
+
+    def __call__(self, row: int, piece) -> None:
+        self.text[row] = self.text.get(row, "") + str(piece)
+        display = _notebook_display()
+        if display is not None:
+            body = "\n".join(f"[{k}] {v}" if len(self.text) > 1 else v
+                             for k, v in sorted(self.text.items()))
+            if self._shown is None:
+                self._shown = display.display(display.Pretty(body), display_id=True)
+            else:
+                self._shown.update(display.Pretty(body))
+            return
+        if row != self._row:
+            print(f"\n[{row}] " if self._row is not None or row else "", end="")
+            self._row = row
+        print(piece, end="", flush=True)
+
+    def __repr__(self) -> str:
+        return f"TextStream(rows={len(self.text)})"
+
+
+def _notebook_display():
+    """IPython's display module when a notebook kernel runs this (never imported here)."""
+    shell = getattr(sys.modules.get("IPython"), "get_ipython", lambda: None)()
+    if shell is None or type(shell).__name__ != "ZMQInteractiveShell":
+        return None
+    return sys.modules.get("IPython.display")
