@@ -30,6 +30,7 @@ from .memory import offload, plan_memory, with_frees
 from .passes import run_passes
 from .passes.ragged import lengths_output
 from .runtime.lowered import Lowered
+from .runtime.out_of_memory import reference_error
 from .runtime.reference import reference_bounds, run_reference
 from .runtime.run import ByBound, Run
 from .runtime.sharding import Layout
@@ -301,6 +302,10 @@ class Program(Stage):
         t0 = time.perf_counter()  # the SDG as built: no pass stands between it and NumPy
         sdg = self.passes.initial if self.passes is not None else self.sdg
         bounds, sdg = reference_bounds(sdg, self.bounds)
-        run = Run(self, run_reference(sdg, bounds), time.perf_counter() - t0, None, bounds)
+        try:
+            values = run_reference(sdg, bounds)
+        except MemoryError as e:  # without its traceback, whose frames hold the values
+            raise reference_error(e, sdg, bounds) from e.with_traceback(None)
+        run = Run(self, values, time.perf_counter() - t0, None, bounds)
         run.lengths = ByBound({name: (r.over, r.lengths) for name, r in sdg.ragged.items()})
         return run

@@ -13,11 +13,14 @@ bounds and every other program stay usable.
 """
 from __future__ import annotations
 
+import math
 import os
+import re
 import resource
 from collections.abc import Mapping
 
 import jax
+import numpy as np
 
 from ..errors import OutOfMemoryError
 from ..executors import CAPS
@@ -73,10 +76,31 @@ def as_error(e: BaseException, executable, bounds: Mapping[str, int]
     ``RESOURCE_EXHAUSTED``, a ``MemoryError``), else None."""
     if isinstance(e, OutOfMemoryError) or not _ran_out(e):
         return None
-    said = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
     return OutOfMemoryError(
-        f"this run ran out of memory on {executable.name} ({type(e).__name__}: {said}) "
+        f"this run ran out of memory on {executable.name} ({type(e).__name__}: {_said(e)}) "
         f"{_bounds(bounds, executable.lowered.plan)}; {largest_stores(executable, bounds)}")
+
+
+def reference_error(e: MemoryError, sdg, bounds: Mapping[str, int]) -> OutOfMemoryError:
+    """The ``OutOfMemoryError`` of the reference interpreter, which keeps every value it
+    computes (each op at every point of its domain) in NumPy: its largest values by bound."""
+    sizes = {}
+    for i, op in sdg.ops.items():
+        points = math.prod(bounds.get(d.bound.name, 1) for d in op.domain)
+        spatial = math.prod(x for x in op.type.shape if isinstance(x, int))
+        sizes[i] = points * spatial * np.dtype(op.type.dtype).itemsize
+    top = sorted(sizes, key=lambda i: (-sizes[i], i))[:LARGEST]
+    parts = []
+    for i in top:
+        op = sdg.ops[i]
+        over = ", ".join(f"{d.name} < {d.bound.name} = {bounds.get(d.bound.name, 1)}"
+                         for d in op.domain) or "no dims"
+        parts.append(f"{op.label} (made at {op.loc}, over {over}): {_size(sizes[i])}")
+    return OutOfMemoryError(
+        f"the reference interpreter ran out of memory ({type(e).__name__}: {e}) "
+        f"{_bounds(bounds, None)}: it keeps every value it computes, and its largest are "
+        f"{'; '.join(parts)}. Give smaller bounds, or run the program on a compiled executor "
+        "(tl.CompileConfig(executor=\"codegen\") frees each store after its last read).")
 
 
 def ready(bufs: dict) -> dict:
@@ -87,10 +111,24 @@ def ready(bufs: dict) -> dict:
     return bufs
 
 
+# what XLA says when an allocation fails: RESOURCE_EXHAUSTED, or, for a kernel dispatched
+# after the failed one with its result as input, INTERNAL: "Error dispatching computation: "
+# repeated once per kernel, then "Out of memory allocating N bytes."
+_XLA_OUT_OF_MEMORY = re.compile(r"RESOURCE_EXHAUSTED|out of memory", re.IGNORECASE)
+
+
 def _ran_out(e: BaseException) -> bool:
     if isinstance(e, MemoryError):
         return True
-    return isinstance(e, RuntimeError) and "RESOURCE_EXHAUSTED" in str(e)
+    return isinstance(e, RuntimeError) and bool(_XLA_OUT_OF_MEMORY.search(str(e)))
+
+
+def _said(e: BaseException) -> str:
+    """What ``e`` says about memory, without what XLA wrapped it in (one line, cut short)."""
+    text = str(e)
+    found = _XLA_OUT_OF_MEMORY.search(text)
+    said = text[found.start():] if found and not isinstance(e, MemoryError) else text
+    return (said.strip().splitlines() or [type(e).__name__])[0][:300]
 
 
 def largest_stores(executable, bounds: Mapping[str, int]) -> str:
@@ -223,7 +261,7 @@ def _cgroup() -> tuple[int, str] | None:
 
 def _bounds(bounds: Mapping[str, int], plan) -> str:
     shown = ", ".join(f"{k} = {v}" for k, v in bounds.items())
-    if plan.sized_for_max:
+    if plan is not None and plan.sized_for_max:
         shown += f" (sized for the max of tl.until bound {', '.join(plan.sized_for_max)})"
     return f"at {shown}" if shown else "without bounds"
 
