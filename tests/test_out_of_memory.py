@@ -113,3 +113,22 @@ def test_out_of_memory_error_is_a_memory_error():
     assert issubclass(tl.OutOfMemoryError, tl.TempoLabError)
     assert issubclass(tl.OutOfMemoryError, MemoryError)
     assert "OutOfMemoryError" in tl.__all__
+
+
+def test_free_memory_where_the_stores_live(monkeypatch):
+    """On a CPU what the host has free is never more than what Linux says is available; on
+    an accelerator it is what the device's ``memory_stats()`` leaves, and a device without
+    statistics refuses nothing."""
+    from tempo_lab.runtime import out_of_memory as oom
+
+    free, said = oom.free_bytes()
+    info = dict(line.split(":", 1) for line in open("/proc/meminfo"))
+    available = sum(int(info.get(k, "0 kB").split()[0]) * 1024 for k in ("MemAvailable",
+                                                                         "SwapFree"))
+    assert 0 < free <= available * 1.1 and said, (free, said, available)  # it moves meanwhile
+    monkeypatch.setattr(oom, "_platform", lambda: "gpu")
+    monkeypatch.setattr(oom, "_device_stats",
+                        lambda: {"bytes_limit": 80 * 2**30, "bytes_in_use": 30 * 2**30})
+    assert oom.free_bytes()[0] == 50 * 2**30
+    monkeypatch.setattr(oom, "_device_stats", lambda: None)
+    assert oom.free_bytes() is None
