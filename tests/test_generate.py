@@ -92,3 +92,25 @@ def test_streaming_gives_each_rows_tokens_as_they_come_on_xla(llama, capsys):
     assert texts[0] in printed and f"[1] {texts[1]}" in printed
     with pytest.raises(tl.ArgumentError, match="stream must be a function"):
         tl.nn.generate(model, params, prompts, stream="print")
+
+
+def test_sampling_controls(llama):
+    model, params, expected = llama
+    prompts = expected["prompt"].tolist()
+    greedy = expected["greedy"][:, :8].tolist()
+    # one candidate left: sampling at any temperature is greedy
+    assert tl.nn.generate(model, params, prompts, max_new_tokens=8, temperature=5.0,
+                          top_k=1, seed=3) == greedy
+    assert tl.nn.generate(model, params, prompts, max_new_tokens=8, temperature=5.0,
+                          top_p=1e-6, seed=3) == greedy
+    hot = tl.nn.generate(model, params, prompts, max_new_tokens=8, temperature=5.0, seed=3)
+    assert hot != greedy and hot == tl.nn.generate(model, params, prompts, max_new_tokens=8,
+                                                   temperature=5.0, seed=3)
+    wide = tl.nn.generate(model, params, prompts, max_new_tokens=8, temperature=5.0, seed=3,
+                          top_k=96, top_p=1.0)
+    assert wide == hot
+    for bad, match in ((dict(top_k=0), "top_k must be"), (dict(top_p=1.5), "top_p must be"),
+                       (dict(repetition_penalty=0), "repetition_penalty must be"),
+                       (dict(temperature=float("nan")), "temperature must be")):
+        with pytest.raises(tl.ArgumentError, match=match):
+            tl.nn.generate(model, params, prompts, max_new_tokens=2, **bad)

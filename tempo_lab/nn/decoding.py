@@ -10,15 +10,16 @@ from ..errors import ShapeError
 from ..frontend import api
 from ..frontend.api import from_array, placeholder, take
 from ..frontend.tensor import RecurrentTensor as RT
-from ..frontend.tensor import as_tensor
+from ..frontend.tensor import as_tensor, constant
 from ..ir.ops import shape_str
 from ..symbolic import Dim
 from ._params import spatial_shape
 from .sampling import sample
 
 
-def decode(model, params, prompt: RT, t: Dim, n: Dim, temperature: float, seed: int,
-           me: str, lengths: RT | None = None) -> tuple[RT, RT]:
+def decode(model, params, prompt: RT, t: Dim, n: Dim, temperature: float = 0.0, seed: int = 0,
+           me: str = "decode", lengths: RT | None = None, top_k: int | None = None,
+           top_p: float | None = None, repetition_penalty: float = 1.0) -> tuple[RT, RT]:
     """``(ids, logits)`` over ``(prompt's dims, t)``: ``prompt`` holds ``P`` int token ids per
     point of its dims (shape ``(P,)``); ``ids[..., t]`` is the token fed at step ``t``;
     tokens are greedy at temperature 0, else sampled (``tl.nn.sample``).
@@ -27,7 +28,12 @@ def decode(model, params, prompt: RT, t: Dim, n: Dim, temperature: float, seed: 
     own length, padded at the end to ``P``: row ``b`` reads its prompt while ``t <
     lengths[b]``. Positions are the row's own (no left padding), and causal attention at step
     ``t`` reads only steps ``0..t``, all of them the row's tokens, so each row decodes exactly
-    as it would alone."""
+    as it would alone.
+
+    ``top_k`` and ``top_p`` restrict sampling (``tl.nn.sample``); ``repetition_penalty`` divides
+    the positive logits (multiplies the negative ones) of every token the row has held so far,
+    prompt included, before a token is picked, as ``transformers`` does; the tokens held are a
+    recurrence over ``t`` (a vocabulary-sized mask per step), not a scan of the history."""
     if not isinstance(prompt, RT) or prompt.ndim != 1 or prompt.dtype.kind not in "iu":
         raise ShapeError(f"{me}: the prompt must be an int tensor of shape (P,) per point, "
                          f"got {getattr(prompt, 'type', type(prompt).__name__)}; lift "
@@ -45,7 +51,16 @@ def decode(model, params, prompt: RT, t: Dim, n: Dim, temperature: float, seed: 
         dom = ctx.order((*prompt.domain, t))
         ids = placeholder((), "int32", domain=dom, name="ids")
         logits = model(params, ids, t, n)
-        nxt = sample(logits, temperature, seed)
+        scores = logits
+        if repetition_penalty != 1.0:
+            vocab = spatial_shape(logits)[-1]
+            hot = api.eq(constant(np.arange(vocab, dtype=np.int32), ctx, "int32"), ids)
+            held = placeholder((vocab,), "bool", domain=dom, name="held")
+            held[at(dom, {t: 0})] = hot
+            held[at(dom, {})] = held[at(dom, {t: t - 1})] | hot
+            p = float(repetition_penalty)
+            scores = api.where(held, api.where(logits > 0, logits / p, logits * p), logits)
+        nxt = sample(scores, temperature, seed, top_k, top_p)
         ids[at(dom, {t: 0})] = take(prompt, 0).astype("int32")
         given = t < plen if lengths is None else as_tensor(t, ctx) < lengths
         ids[at(dom, {})] = api.where(given, take(prompt, api.min(t, plen - 1)),

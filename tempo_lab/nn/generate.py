@@ -23,9 +23,13 @@ from .tokenizer import Tokenizer
 
 
 def generate(model, params, prompts, max_new_tokens: int = 16, tokenizer: Tokenizer | None = None,
-             temperature: float = 0.0, seed: int = 0, eos=None, stream=None, config=None):
+             temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
+             repetition_penalty: float = 1.0, seed: int = 0, eos=None, stream=None,
+             config=None):
     """New tokens for each prompt, greedy unless ``temperature > 0`` (then sampled, keyed by
-    ``seed``).
+    ``seed``, among the ``top_k`` most likely tokens and the smallest set of probability
+    ``top_p``); ``repetition_penalty`` makes tokens the row already holds less likely, as in
+    ``transformers``.
 
     ``prompts``: a string or a list of strings (needs ``tokenizer``; gives new text, special
     tokens skipped), or a list of token-id lists of any lengths (gives a list of new id lists).
@@ -62,13 +66,18 @@ def generate(model, params, prompts, max_new_tokens: int = 16, tokenizer: Tokeni
         raise ArgumentError(f"tl.nn.generate: the longest prompt and max_new_tokens need "
                             f"{steps} positions but {type(model).__name__} has "
                             f"{model.positions}; shorten them")
+    if isinstance(repetition_penalty, bool) or not isinstance(
+            repetition_penalty, (int, float)) or not 0 < repetition_penalty < float("inf"):
+        raise ArgumentError(f"tl.nn.generate: repetition_penalty must be a finite number > 0 "
+                            f"(1: none), got {repetition_penalty!r}")
     if stream is not None and not callable(stream):
         raise ArgumentError(f"tl.nn.generate: stream must be a function stream(row, piece), got "
                             f"{type(stream).__name__}")
     if stream is not None:
         stream = _Stream(stream, rows, int(max_new_tokens), stops, tokenizer if is_text else None)
-    out = _decode_batch(model, params, rows, int(max_new_tokens), temperature, seed, config,
-                        stream)
+    sampling = dict(temperature=temperature, seed=seed, top_k=top_k, top_p=top_p,
+                    repetition_penalty=repetition_penalty)
+    out = _decode_batch(model, params, rows, int(max_new_tokens), sampling, config, stream)
     out = [_until_eos(r, stops) for r in out]
     if not is_text:
         return out
@@ -76,7 +85,7 @@ def generate(model, params, prompts, max_new_tokens: int = 16, tokenizer: Tokeni
     return new[0] if single else new
 
 
-def _decode_batch(model, params, rows, new: int, temperature, seed, config,
+def _decode_batch(model, params, rows, new: int, sampling: dict, config,
                   stream) -> list[list[int]]:
     """Each row's ``new`` tokens, all rows in one program: prompts padded at the end to the
     longest, each row reading its own length (see ``decoding.decode``)."""
@@ -89,8 +98,9 @@ def _decode_batch(model, params, rows, new: int, temperature, seed, config,
     B, T, N = ctx.bounds
     with ctx:
         ids, _ = decode(model, params, from_array(prompt, domain=(b,), name="prompt"), t, n,
-                        temperature, seed, "tl.nn.generate",
-                        from_array(lengths, domain=(b,), name="prompt_length"))
+                        me="tl.nn.generate",
+                        lengths=from_array(lengths, domain=(b,), name="prompt_length"),
+                        **sampling)
         if stream is not None:
             sink(ids, stream)
     config = config or CompileConfig(executor="xla" if stream else "auto")
