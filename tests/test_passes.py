@@ -464,6 +464,8 @@ def test_noise_read_through_a_window_stays_in_the_loop_and_its_plan_is_flat():
     small, big = _windowed_noise(10**3), _windowed_noise(10**6)
     assert small.memory.peak_bytes == big.memory.peak_bytes < 100
     assert not any("t" in op.attrs.get("vdims", ()) for op in big.sdg.ops.values())
+    notes = [e.note for r in big.passes.records if r.name == "vectorise" for e in r.events]
+    assert any("stays in the loop over t: made from t's index alone" in n for n in notes)
 
 
 @pytest.mark.parametrize("executor", ["interpreter", "xla"])

@@ -259,7 +259,11 @@ def group(ed: Editor, d: Dim, size: int, budget: int | None) -> set[int] | None:
     if not out:
         return out
     out = _demanded_everywhere(ed, out, d, size)
-    out -= _made_per_step(ed, d, out, left)
+    for i in sorted(stay := _made_per_step(ed, d, out, left)):
+        ed.note(i, f"stays in the loop over {d}: made from {d}'s index alone and read within "
+                f"a few steps, batched it would be held for every step, the only store "
+                f"growing with {d.bound}")
+    out -= stay
     return out | _read_by_batch_only(ed, d, size, budget, left, out)
 
 
