@@ -17,6 +17,7 @@ import types
 import numpy as np
 
 from .errors import ArgumentError, Location, user_location
+from .files import JSONError, read_json, user_path
 from .ir.ops import CATALOG, TensorType
 from .ir.sdg import SDG, Edge, Op, Ragged
 from .saved_schema import first_error
@@ -47,9 +48,7 @@ def save(stage, path) -> pathlib.Path:
     if not hasattr(stage, "to_dict"):
         raise ArgumentError(f"tl.save needs a stage object (a Program, SDG, ...), got "
                             f"{type(stage).__name__}", user_location())
-    if not isinstance(path, (str, os.PathLike)):
-        raise ArgumentError(f"tl.save(..., path={path!r}): give a file path", user_location())
-    path = pathlib.Path(path)
+    path = user_path(path, "tl.save")
     try:
         path.write_text(json.dumps(stage.to_dict()), encoding="utf-8")
     except OSError as err:
@@ -68,10 +67,9 @@ def load(source):
     where = "tl.load" if isinstance(source, dict) else f"tl.load({os.fspath(source)!r})"
     if not isinstance(source, dict):
         try:
-            data = json.loads(pathlib.Path(source).read_text(encoding="utf-8"))
-        except (OSError, ValueError, RecursionError) as err:
-            why = "nested too deeply" if isinstance(err, RecursionError) else err
-            raise ArgumentError(f"{where}: cannot read it as JSON ({why}); give a file "
+            data = read_json(user_path(source, where), dict)
+        except (OSError, JSONError) as err:
+            raise ArgumentError(f"{where}: cannot read it as JSON ({err}); give a file "
                                 "written by tl.save(stage, path)", loc) from None
     schema = str(data.get("schema", "")) if isinstance(data, dict) else ""
     kind, _, version = schema.partition("/")

@@ -135,6 +135,36 @@ def test_tampered_and_hostile_files_are_located_errors(tmp_path):
         tl.load(path)
 
 
+
+def test_paths_that_no_file_system_takes_are_located_errors(tmp_path):
+    """A NUL byte in the path once raised Python's bare ``ValueError`` from ``tl.save``."""
+    prog = _decoder(1)
+    for call in (lambda: tl.save(prog, str(tmp_path / "a\0b.json")),
+                 lambda: tl.save(prog, b"p.json"),
+                 lambda: tl.load(str(tmp_path / "a\0b.json"))):
+        with pytest.raises(tl.ArgumentError) as e:
+            call()
+        assert str(e.value).startswith(f"{__file__}:"), e.value
+        assert "NUL byte" in str(e.value) or "bytes" in str(e.value), e.value
+
+
+def test_the_json_reader_bounds_what_it_reads(tmp_path):
+    """``tl.load`` reads through the package's guarded JSON reader: an integer of 5 000
+    digits, a key given twice (once read as its last value), nesting past 100 levels and a
+    file that is not an object are each named."""
+    path = tmp_path / "p.json"
+    good = json.dumps(_decoder(1).to_dict())
+    for text, why in ((good[:-1] + ', "deep": ' + "[" * 100 + "]" * 100 + "}", "101 levels"),
+                      (good[:-1] + ', "big": 1' + "0" * 5000 + "}", "5001 digits"),
+                      (good[:-1] + ', "schema": "tempo_lab.program/1"}', "'schema' twice"),
+                      ("[" + good + "]", "JSON array where a JSON object")):
+        path.write_text(text)
+        with pytest.raises(tl.ArgumentError) as e:
+            tl.load(path)
+        assert str(e.value).startswith(f"{__file__}:") and "p.json" in str(e.value), e.value
+        assert why in str(e.value), (why, str(e.value))
+
+
 # -- a saved file edited anywhere: it loads and prints, or it is a located error --------------
 HOSTILE = [None, -1, 0, 10**300, 1.5, float("nan"), "", "t // t", "<script>", "9" * 5000,
            [], {}, [[[]]], True, "T", "tempo_lab.program/1", "bfloat16"]
