@@ -119,7 +119,7 @@ def _raises(fn, *match):
     ("hidden_act", "gelu", "hidden_act"),
     ("model_type", "mistral", "model_type"),
     ("rope_parameters", {"rope_type": "yarn", "rope_theta": 1e4, "factor": 2.0}, "yarn"),
-    ("rope_parameters", {"rope_type": "llama3", "rope_theta": 1e4}, "original_max_position"),
+    ("rope_parameters", {"rope_type": "llama3", "rope_theta": 1e4}, "rope_parameters.factor"),
     ("num_hidden_layers", "2", "num_hidden_layers"),
     ("vocab_size", None, "vocab_size"),
 ])
@@ -131,9 +131,10 @@ def test_a_config_field_it_cannot_honour_is_named(tmp_path, field, value, named)
 
 def test_a_config_that_says_more_layers_than_the_files_hold_is_refused_at_once(tmp_path):
     """Checked before a name is listed per layer: 10**12 layers (a tampered config) once
-    listed every layer's tensor names, growing until the process was killed."""
+    listed every layer's tensor names, growing until the process was killed. 10**12 is now
+    past the field's range; 2**31 - 1, the most a config may say, is refused at once too."""
     path = _copy(tmp_path)
-    _edit_config(path, num_hidden_layers=10**12)
+    _edit_config(path, num_hidden_layers=2**31 - 1)
     _raises(lambda: tl.nn.Llama.from_pretrained(path), "model.layers.2.input_layernorm",
             "it has 2 layers")
 
@@ -183,23 +184,198 @@ def test_tensors_that_do_not_fit_the_model_are_named(tmp_path):
     _raises(lambda: tl.nn.load_llama(path, model), "model.norm.weight", "dtype")
 
 
+SHARDED = "sharded_v4"
+SHARD = "model-0000{}-of-00004.safetensors"   # model.norm.weight is in shard 3, by the index
+
+
+def _add_tensor(file: Path, name: str, value: np.ndarray):
+    save_file({**load_file(file), name: value}, file)
+
+
+def test_a_tensor_in_two_shards_is_an_error_naming_both(tmp_path):
+    """The index is the authority on which shard holds a tensor: a second copy of
+    ``model.norm.weight`` in shard 4 once won over the indexed one in shard 3 (the norm read
+    as 2.0 where the index's shard holds 1.0), with no error."""
+    path = _copy(tmp_path, SHARDED)
+    norm = load_file(path / SHARD.format(3))["model.norm.weight"]
+    _add_tensor(path / SHARD.format(4), "model.norm.weight", np.full_like(norm, 2.0))
+    _raises(lambda: tl.nn.Llama.from_pretrained(path), "'model.norm.weight'",
+            SHARD.format(3), SHARD.format(4))
+    files = sorted(path.glob("*.safetensors"))      # the shards given as a list: no index
+    model, _ = tl.nn.Llama.from_pretrained(HF / SHARDED)
+    _raises(lambda: tl.nn.load_llama(files, model), "'model.norm.weight'", "also in",
+            SHARD.format(3), SHARD.format(4))
+
+
+def test_a_tensor_where_the_index_does_not_say_is_an_error(tmp_path):
+    path = _copy(tmp_path, SHARDED)
+    index = path / "model.safetensors.index.json"
+    data = json.loads(index.read_text())
+    data["weight_map"]["model.norm.weight"] = SHARD.format(4)       # it is in shard 3
+    index.write_text(json.dumps(data))
+    _raises(lambda: tl.nn.Llama.from_pretrained(path), "'model.norm.weight'", "puts it in",
+            SHARD.format(3), SHARD.format(4))
+    del data["weight_map"]["model.norm.weight"]                     # not listed at all
+    index.write_text(json.dumps(data))
+    _raises(lambda: tl.nn.Llama.from_pretrained(path), "'model.norm.weight'",
+            "does not list it")
+    data["weight_map"]["model.norm.weight"] = SHARD.format(3)       # listed, but not there
+    data["weight_map"]["model.layers.9.mlp.up_proj.weight"] = SHARD.format(2)
+    index.write_text(json.dumps(data))
+    _raises(lambda: tl.nn.Llama.from_pretrained(path), "'model.layers.9.mlp.up_proj.weight'",
+            SHARD.format(2), "does not hold it")
+
+
+NAN, INF = float("nan"), float("inf")
+
+
+@pytest.mark.parametrize("name,field,value,rule", [
+    ("llama3_tied", "rope_parameters.rope_theta", NAN, "a finite number > 1"),
+    ("llama3_tied", "rope_parameters.rope_theta", 10**300, "a finite number > 1"),
+    ("llama3_tied", "rope_parameters.rope_theta", 1e39, "<= 3.403e+38"),
+    ("sharded_v4", "rope_theta", -INF, "a finite number > 1"),
+    ("sharded_v4", "rope_theta", 1, "a finite number > 1"),
+    ("sharded_v4", "rope_scaling.original_max_position_embeddings", INF, "an int in [1, "),
+    ("sharded_v4", "rope_scaling.original_max_position_embeddings", NAN, "an int in [1, "),
+    ("sharded_v4", "rope_scaling.original_max_position_embeddings", 8192.5, "an int in [1, "),
+    ("llama3_tied", "rope_parameters.factor", NAN, "a finite number > 0"),
+    ("llama3_tied", "rope_parameters.low_freq_factor", INF, "a finite number > 0"),
+    ("llama3_tied", "rms_norm_eps", NAN, "a finite number > 0"),
+    ("llama3_tied", "rms_norm_eps", 0.0, "a finite number > 0"),
+    ("llama3_tied", "vocab_size", 2**31, "an int in [1, 2147483647]"),
+    ("llama3_tied", "head_dim", INF, "an int in [1, "),
+    ("untied_bf16", "num_key_value_heads", -2, "an int in [1, "),
+], ids=lambda v: str(v)[:24])
+def test_every_numeric_field_is_checked_finite_and_in_range(tmp_path, name, field, value,
+                                                            rule):
+    """``rope_theta: NaN`` once loaded (every logit NaN); an ``Infinity`` or ``NaN``
+    ``original_max_position_embeddings`` raised ``OverflowError`` or ``ValueError``. The error
+    names the field as the file spells it, its value and the rule."""
+    path = _copy(tmp_path, name)
+    cfg = json.loads((path / "config.json").read_text())
+    *outer, last = field.split(".")
+    (cfg[outer[0]] if outer else cfg)[last] = value
+    (path / "config.json").write_text(json.dumps(cfg))
+    text = _raises(lambda: tl.nn.Llama.from_pretrained(path), "config.json", f"{field!r}",
+                   rule)
+    assert repr(value)[:20] in text
+
+
+def test_a_json_file_nested_deeply_or_with_a_huge_number_is_named(tmp_path):
+    """A ``config.json`` or index nested 100 000 deep once raised ``RecursionError``, a
+    5 000-digit integer ``ValueError``; a key given twice was read as its last value."""
+    path = _copy(tmp_path, SHARDED)
+    for file in ("config.json", "model.safetensors.index.json"):
+        good = (path / file).read_text()
+        for text, why in (("[" * 100_000 + "]" * 100_000, "nested too deeply"),
+                          ("[" * 101 + "]" * 101, "101 levels"),
+                          ('{"vocab_size": 1' + "0" * 5000 + "}", "5001 digits"),
+                          ('{"vocab_size": 96, "vocab_size": 97}', "'vocab_size' twice"),
+                          ("[1, 2]", "JSON array where a JSON object"),
+                          (good[:len(good) // 2], "not JSON")):
+            (path / file).write_text(text)
+            _raises(lambda: tl.nn.Llama.from_pretrained(path), file, why)
+        (path / file).write_text(good)
+    tl.nn.Llama.from_pretrained(path)
+
+
+@pytest.mark.parametrize("arg", [None, 3, 2.5, b"ckpt", ["a"], "ckpt\0dir"])
+def test_from_pretrained_of_something_not_a_path_is_an_argument_error(arg):
+    with pytest.raises(tl.ArgumentError) as e:
+        tl.nn.Llama.from_pretrained(arg)
+    assert str(e.value).startswith(f"{__file__}:") and "from_pretrained" in str(e.value)
+
+
+def test_entry_points_refuse_what_is_not_a_checkpoint_as_located_errors(tmp_path):
+    with pytest.raises(tl.ArgumentError, match="signature"):
+        tl.nn.Llama.from_pretrained()
+    model, _ = tl.nn.Llama.from_pretrained(HF / "llama3_tied")
+    for call in (lambda: tl.nn.load_llama(None, model), lambda: tl.nn.load_llama(3, model),
+                 lambda: tl.nn.load_llama([], model),
+                 lambda: tl.nn.load_llama(HF / "llama3_tied", None)):
+        with pytest.raises(tl.ArgumentError) as e:
+            call()
+        assert str(e.value).startswith(f"{__file__}:"), e.value
+    _raises(lambda: tl.nn.Llama.from_pretrained(tmp_path / ("x" * 300)), "cannot be read")
+
+
 HOSTILE = [None, -1, 0, 10**12, 1.5, "x", [], {}, True, 1e308, [0], [-1], [10**12], [3, 2],
            [0, 10**15], "F64", "I8", "BOOL"]
+
+
+NUMERIC = ["vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+           "num_key_value_heads", "intermediate_size", "head_dim", "rms_norm_eps", "rope_theta",
+           "rope_scaling.factor", "rope_parameters.factor", "rope_parameters.rope_theta",
+           "rope_parameters.original_max_position_embeddings", "rope_scaling.low_freq_factor",
+           "rope_scaling.original_max_position_embeddings"]   # those present are all read
+NUMBERS = [NAN, INF, -INF, 10**300, 1e39, 0, -1, 2**31, 0.5, 8192.5, 3]
+JSON_DAMAGE = ["config field", "numeric field", "nesting", "huge int", "key twice"]
+
+
+def _damage_json(path: Path, data) -> bool:
+    """One of the checkpoint's JSON files damaged as ``data`` draws; whether it must be
+    refused (a NaN or infinite number the model reads, nesting past the reader's 100 levels,
+    an integer past its 400 digits, a key given twice)."""
+    files = ["config.json"] + (["model.safetensors.index.json"] if (
+        path / "model.safetensors.index.json").exists() else [])
+    how = data.draw(st.sampled_from(JSON_DAMAGE), label="json damage")
+    target = path / data.draw(st.sampled_from(files if how != "numeric field" else files[:1]),
+                              label="json file")
+    obj = json.loads(target.read_text())
+    must_fail, raw = False, None
+    if how == "config field":
+        obj[data.draw(st.sampled_from(sorted(obj)))] = data.draw(st.sampled_from(HOSTILE))
+    elif how == "numeric field":
+        *outer, last = data.draw(st.sampled_from(NUMERIC), label="field").split(".")
+        inner = obj.get(outer[0]) if outer else obj
+        if isinstance(inner, dict) and last in inner:
+            inner[last] = value = data.draw(st.sampled_from(NUMBERS), label="value")
+            must_fail = isinstance(value, float) and not np.isfinite(value)
+    elif how == "nesting":
+        depth = data.draw(st.sampled_from([1, 50, 98, 101, 5000, 100_000]), label="depth")
+        obj["deep"] = "@"
+        raw = json.dumps(obj).replace('"@"', "[" * depth + "]" * depth)
+        must_fail = depth + 1 > 100
+    elif how == "huge int":
+        digits = data.draw(st.sampled_from([19, 400, 401, 5000]), label="digits")
+        obj[data.draw(st.sampled_from(sorted(obj)))] = "@"
+        raw = json.dumps(obj).replace('"@"', "7" * digits)
+        must_fail = digits > 400
+    else:
+        key = data.draw(st.sampled_from(sorted(obj)))
+        raw = json.dumps(obj)[:-1] + f", {json.dumps(key)}: {json.dumps(obj[key])}}}"
+        must_fail = True
+    target.write_text(raw if raw is not None else json.dumps(obj))
+    return must_fail
+
+
+def _duplicate(path: Path, file: Path, data) -> None:
+    """A tensor of shard ``file`` copied, changed, into another shard."""
+    other = data.draw(st.sampled_from([f for f in sorted(path.glob("*.safetensors"))
+                                       if f != file]), label="into")
+    tensors = load_file(file)
+    name = data.draw(st.sampled_from(sorted(tensors)), label="tensor")
+    _add_tensor(other, name, tensors[name] + 1)
 
 
 @settings(max_examples=examples(900), deadline=None, derandomize=True, database=None)
 @given(st.data())
 def test_a_checkpoint_damaged_anywhere_loads_or_is_a_located_error(tmp_path_factory, data):
     """A safetensors file cut short, emptied, with a byte of its header changed, a header
-    length past the file, or a tensor's shape, dtype or offsets edited; a ``config.json``
-    field replaced: ``from_pretrained`` gives a model or a CheckpointError located at the
-    caller that names the checkpoint. Never another exception."""
+    length past the file, or a tensor's shape, dtype or offsets edited; a tensor copied into a
+    second shard; a ``config.json`` or index field replaced, a numeric field made NaN, infinite
+    or out of range, nesting or an integer past the reader's limits, a key given twice:
+    ``from_pretrained`` gives a model or a CheckpointError located at the caller that names
+    the checkpoint. Never another exception, and never a model where the files are ambiguous
+    or a number the model reads is not finite."""
     path = _copy(tmp_path_factory.mktemp("ckpt"), data.draw(st.sampled_from(FIXTURES)))
     file = data.draw(st.sampled_from(sorted(path.glob("*.safetensors"))), label="file")
     raw = bytearray(file.read_bytes())
     size = struct.unpack("<Q", raw[:8])[0]
-    how = data.draw(st.sampled_from(["cut", "empty", "header byte", "header length",
-                                     "tensor field", "config field"]), label="damage")
+    kinds = ["cut", "empty", "header byte", "header length", "tensor field", "json"]
+    how = data.draw(st.sampled_from(kinds + (["duplicate"] if file.name != "model.safetensors"
+                                             else [])), label="damage")
+    must_fail = how == "duplicate"
     if how == "cut":
         raw = raw[:data.draw(st.integers(0, len(raw) - 1), label="length")]
     elif how == "empty":
@@ -216,12 +392,14 @@ def test_a_checkpoint_damaged_anywhere_loads_or_is_a_located_error(tmp_path_fact
         header[name][field] = data.draw(st.sampled_from(HOSTILE), label="value")
         text = json.dumps(header).encode()
         raw = struct.pack("<Q", len(text)) + text + raw[8 + size:]
+    elif how == "duplicate":
+        _duplicate(path, file, data)
     else:
-        cfg = json.loads((path / "config.json").read_text())
-        cfg[data.draw(st.sampled_from(sorted(cfg)))] = data.draw(st.sampled_from(HOSTILE))
-        (path / "config.json").write_text(json.dumps(cfg))
+        must_fail = _damage_json(path, data)
     file.write_bytes(bytes(raw))
     try:
         tl.nn.Llama.from_pretrained(path)
     except tl.CheckpointError as err:
         assert str(err).startswith(f"{__file__}:") and str(path) in str(err), err
+    else:
+        assert not must_fail, f"{how}: loaded"

@@ -16,15 +16,18 @@ tensor, a layer count that differs, a file that is not a safetensors file) is a
 """
 from __future__ import annotations
 
-import json
+import math
 import os
+import stat
+from dataclasses import dataclass
 from pathlib import Path
 
 import jax.numpy as jnp
 import ml_dtypes
 import numpy as np
 
-from ..errors import CheckpointError, TempoLabError
+from ..errors import ArgumentError, CheckpointError, TempoLabError, user_api
+from ..files import JSONError, read_json, user_path
 from ..ir.ops import shape_str
 from ..runtime.host import aligned_empty
 from .attention import RopeScaling
@@ -52,38 +55,85 @@ SINGLE = "model.safetensors"
 def read_config(path) -> dict:
     """``config.json`` of a checkpoint directory (or the file itself) as a dict."""
     path = Path(path)
-    file = path / "config.json" if path.is_dir() else path
+    return read_object(path / "config.json" if _kind(path) == "dir" else path)
+
+
+def read_object(file: Path) -> dict:
+    """A checkpoint's JSON file (``config.json``, the shard index) as a dict, read through the
+    package's guarded reader: damage is a ``CheckpointError`` naming the file."""
     try:
-        with open(file, encoding="utf-8") as f:
-            cfg = json.load(f)
+        return read_json(file, dict)
     except FileNotFoundError:
-        raise CheckpointError(f"{file}: no config.json; a Hugging Face checkpoint directory "
+        raise CheckpointError(f"{file}: no {file.name}; a Hugging Face checkpoint directory "
                               "holds config.json beside its safetensors files") from None
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (OSError, JSONError) as e:
         raise CheckpointError(f"{file}: not a readable JSON file ({e})") from None
-    if not isinstance(cfg, dict):
-        raise CheckpointError(f"{file}: config.json must hold a JSON object, got "
-                              f"{type(cfg).__name__}")
-    return cfg
+
+
+@dataclass(frozen=True)
+class Rule:
+    """What a numeric field of a config must be: an int (``integer``) or any finite number,
+    at least ``low`` (above it when ``above``) and at most ``high``. An architecture declares
+    one per field it reads (``LLAMA_FIELDS``); ``number`` checks a value against it."""
+
+    integer: bool
+    low: float
+    above: bool = False
+    high: float = math.inf
+
+    def holds(self, v) -> bool:
+        if isinstance(v, bool) or not isinstance(v, int if self.integer else (int, float)):
+            return False
+        if not self.integer:
+            try:
+                v = float(v)   # an int of 400 digits is no float
+            except OverflowError:
+                return False
+            if not math.isfinite(v):
+                return False
+        return (v > self.low if self.above else v >= self.low) and v <= self.high
+
+    def __str__(self) -> str:
+        if self.integer:
+            return f"an int in [{self.low}, {self.high}]"
+        top = f" and <= {self.high:.4g}" if self.high < math.inf else ""
+        return f"a finite number {'>' if self.above else '>='} {self.low}{top}"
+
+
+SIZE = Rule(True, 1, high=2**31 - 1)   # token ids and extents are int32 in the program
+FLOAT32_MAX = float(np.finfo(np.float32).max)   # RoPE and RMSNorm compute in float32
+POSITIVE = Rule(False, 0, above=True, high=FLOAT32_MAX)
+LLAMA_FIELDS = {   # every numeric field tl.nn.Llama reads, RoPE's by their name in its object
+    "vocab_size": SIZE, "hidden_size": SIZE, "num_hidden_layers": SIZE,
+    "num_attention_heads": SIZE, "num_key_value_heads": SIZE, "intermediate_size": SIZE,
+    "head_dim": SIZE, "rms_norm_eps": POSITIVE, "rope_theta": Rule(False, 1, True, FLOAT32_MAX),
+    "factor": POSITIVE, "low_freq_factor": POSITIVE, "high_freq_factor": POSITIVE,
+    "original_max_position_embeddings": SIZE,
+}
+
+
+def number(fields: dict, name: str, rule: Rule, where: str, default=None, at: str = ""):
+    """Field ``name`` of ``fields`` (read at ``at`` + name in the file), checked against
+    ``rule`` before it is used: ``default`` when it is missing or null and there is one, else
+    a ``CheckpointError`` naming the field, its value and the rule."""
+    v = fields.get(name)
+    if v is None and default is not None:
+        return default
+    if not rule.holds(v):
+        what = "missing" if name not in fields else _value(v)
+        raise CheckpointError(f"{where}: field {at + name!r} is {what}; give {rule}")
+    return float(v) if not rule.integer else v
+
+
+def _value(v) -> str:
+    text = repr(v)
+    return text if len(text) <= 40 else f"{text[:20]}...({len(text)} characters)"
 
 
 def llama_from_config(cfg: dict, where: str = "config.json") -> Llama:
     """The ``Llama`` a transformers ``LlamaConfig`` describes (either layout), or a
-    ``CheckpointError`` naming the field it cannot honour."""
-    def field(name, kind, default=None, required=True):
-        v = cfg.get(name, default)
-        if v is None and not required:
-            return None
-        ok = isinstance(v, kind) and not isinstance(v, bool) and v > 0 if kind is not bool \
-            else isinstance(v, bool)
-        if not ok:
-            what = "missing" if name not in cfg else f"{v!r}"
-            need = "true or false" if kind is bool else \
-                f"a positive {getattr(kind, '__name__', 'number')}"
-            raise CheckpointError(f"{where}: field {name!r} is {what}; a Llama config needs it "
-                                  f"as {need}")
-        return v
-
+    ``CheckpointError`` naming the field it cannot honour. Every numeric field it reads is
+    checked against ``LLAMA_FIELDS`` first."""
     kind = cfg.get("model_type")
     if kind not in (None, "llama"):
         raise CheckpointError(f"{where}: model_type is {kind!r}; tl.nn.Llama reads Llama "
@@ -91,66 +141,69 @@ def llama_from_config(cfg: dict, where: str = "config.json") -> Llama:
     for name, fine in (("attention_bias", False), ("mlp_bias", False), ("hidden_act", "silu"),
                        ("pretraining_tp", 1)):
         if name in cfg and cfg[name] not in (fine, None):
-            raise CheckpointError(f"{where}: {name} is {cfg[name]!r}, which tl.nn.Llama cannot "
+            raise CheckpointError(f"{where}: {name} is {_value(cfg[name])}, which tl.nn.Llama cannot "
                                   f"honour (it has {name} = {fine!r})")
-    rope = _rope(cfg, where)
-    heads = field("num_attention_heads", int)
+    tied = cfg.get("tie_word_embeddings", False)
+    if not isinstance(tied, bool):
+        raise CheckpointError(f"{where}: field 'tie_word_embeddings' is {_value(tied)}; give "
+                              "true or false")
+
+    def size(name, default=None):
+        return number(cfg, name, LLAMA_FIELDS[name], where, default)
+
+    rope, at = _rope(cfg, where)
+    heads = size("num_attention_heads")
     try:
-        return Llama(vocab=field("vocab_size", int), embed=field("hidden_size", int),
-                     layers=field("num_hidden_layers", int), heads=heads,
-                     kv_heads=field("num_key_value_heads", int, heads),
-                     hidden=field("intermediate_size", int),
-                     rope_base=float(rope.get("rope_theta", 10000.0)),
-                     eps=float(field("rms_norm_eps", (int, float), 1e-6)),
-                     tied=field("tie_word_embeddings", bool, False),
-                     head_dim=field("head_dim", int, None, required=False),
-                     rope_scaling=_scaling(rope, where))
+        return Llama(vocab=size("vocab_size"), embed=size("hidden_size"),
+                     layers=size("num_hidden_layers"), heads=heads,
+                     kv_heads=size("num_key_value_heads", heads),
+                     hidden=size("intermediate_size"),
+                     rope_base=number(rope, "rope_theta", LLAMA_FIELDS["rope_theta"], where,
+                                      10000.0, at.get("rope_theta", "")),
+                     eps=number(cfg, "rms_norm_eps", LLAMA_FIELDS["rms_norm_eps"], where, 1e-6),
+                     tied=tied, head_dim=size("head_dim", 0) or None,
+                     rope_scaling=_scaling(rope, at, where))
     except CheckpointError:
         raise
     except TempoLabError as e:  # sizes that do not fit together (heads and widths)
         raise CheckpointError(f"{where}: {e.reason}") from None
 
 
-def _rope(cfg: dict, where: str) -> dict:
-    """The RoPE fields of either layout as one dict (``rope_theta``, ``rope_type``, ...)."""
+def _rope(cfg: dict, where: str) -> tuple[dict, dict]:
+    """The RoPE fields of either layout as one dict (``rope_theta``, ``rope_type``, ...), and
+    the object each was read from (``{"factor": "rope_scaling."}``), for errors."""
     params = cfg.get("rope_parameters")
     if params is not None and not isinstance(params, dict):
         raise CheckpointError(f"{where}: rope_parameters must be an object or null, got "
-                              f"{params!r}")
+                              f"{_value(params)}")
     if isinstance(params, dict) and "rope_theta" not in params and params:  # per layer type
         raise CheckpointError(f"{where}: rope_parameters per layer type are not supported")
-    out = dict(params or {})
-    if "rope_theta" in cfg:
-        out.setdefault("rope_theta", cfg["rope_theta"])
+    out, at = dict(params or {}), dict.fromkeys(params or {}, "rope_parameters.")
+    if "rope_theta" in cfg and "rope_theta" not in out:
+        out["rope_theta"], at["rope_theta"] = cfg["rope_theta"], ""
     old = cfg.get("rope_scaling")
     if old is not None and not isinstance(old, dict):
-        raise CheckpointError(f"{where}: rope_scaling must be an object or null, got {old!r}")
+        raise CheckpointError(f"{where}: rope_scaling must be an object or null, got "
+                              f"{_value(old)}")
     out.update(old or {})
+    at.update(dict.fromkeys(old or {}, "rope_scaling."))
     if "type" in out and "rope_type" not in out:  # the oldest spelling
-        out["rope_type"] = out["type"]
-    theta = out.get("rope_theta", 10000.0)
-    if isinstance(theta, bool) or not isinstance(theta, (int, float)) or theta <= 1:
-        raise CheckpointError(f"{where}: rope_theta is {theta!r}; give a number > 1")
-    return out
+        out["rope_type"], at["rope_type"] = out["type"], at["type"]
+    return out, at
 
 
-def _scaling(rope: dict, where: str) -> RopeScaling | None:
+def _scaling(rope: dict, at: dict, where: str) -> RopeScaling | None:
     kind = rope.get("rope_type", "default")
     if kind == "default":
         return None
     if kind != "llama3":
-        raise CheckpointError(f"{where}: rope_type {kind!r} is not supported; tl.nn.Llama "
+        raise CheckpointError(f"{where}: rope_type {_value(kind)} is not supported; tl.nn.Llama "
                               "applies 'default' and Llama 3's 'llama3' scaling")
     names = ("factor", "low_freq_factor", "high_freq_factor", "original_max_position_embeddings")
-    missing = [k for k in names if not isinstance(rope.get(k), (int, float))
-               or isinstance(rope.get(k), bool)]
-    if missing:
-        raise CheckpointError(f"{where}: llama3 RoPE scaling needs {', '.join(missing)} as "
-                              f"numbers, got {({k: rope.get(k) for k in missing})}")
+    values = [number(rope, k, LLAMA_FIELDS[k], where, at=at.get(k, at["rope_type"]))
+              for k in names]
     try:
-        return RopeScaling(float(rope["factor"]), float(rope["low_freq_factor"]),
-                           float(rope["high_freq_factor"]),
-                           int(rope["original_max_position_embeddings"]))
+        return RopeScaling(*values)
     except TempoLabError as e:
         raise CheckpointError(f"{where}: {e.reason}") from None
 
@@ -159,38 +212,56 @@ def _scaling(rope: dict, where: str) -> RopeScaling | None:
 def shard_files(path) -> list[Path]:
     """The safetensors files of a checkpoint: a file given itself, or a directory's
     ``model.safetensors`` or the shards its ``model.safetensors.index.json`` lists."""
-    path = Path(path)
-    if path.is_file():
-        return [path]
-    if not path.is_dir():
+    return _shards(Path(path))[0]
+
+
+def _shards(path: Path) -> tuple[list[Path], dict[str, Path] | None]:
+    """``shard_files(path)``, and the index's map of every tensor to its shard when there is
+    an index (it says which shard holds a tensor; ``_Tensors`` holds the files to it)."""
+    kind = _kind(path)
+    if kind == "file":
+        return [path], None
+    if kind != "dir":
         raise CheckpointError(f"{path}: no such checkpoint file or directory")
     index = path / INDEX
-    if index.is_file():
-        try:
-            weight_map = json.loads(index.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError):
-            weight_map = None
-        weight_map = weight_map.get("weight_map") if isinstance(weight_map, dict) else None
-        files = sorted(set(weight_map.values())) if isinstance(weight_map, dict) else []
-        if not files or not all(isinstance(f, str) and f and os.sep not in f for f in files):
+    if _kind(index) == "file":
+        weight_map = read_object(index).get("weight_map")
+        if not isinstance(weight_map, dict) or not weight_map or not all(
+                isinstance(f, str) and f not in ("", ".", "..") and "/" not in f
+                and os.sep not in f for f in weight_map.values()):
             raise CheckpointError(f"{index}: not an index of shards (a JSON object whose "
                                   "'weight_map' maps tensor names to file names)")
-        out = [path / f for f in files]
-        absent = [str(f) for f in out if not f.is_file()]
+        where = {name: path / f for name, f in weight_map.items()}
+        out = sorted(set(where.values()))
+        absent = [str(f) for f in out if _kind(f) != "file"]
         if absent:
             raise CheckpointError(f"{index}: lists shards that are not there: "
                                   f"{', '.join(absent)}")
-        return out
-    if (path / SINGLE).is_file():
-        return [path / SINGLE]
+        return out, where
+    if _kind(path / SINGLE) == "file":
+        return [path / SINGLE], None
     raise CheckpointError(f"{path}: neither {SINGLE} nor {INDEX} is there")
+
+
+def _kind(path: Path) -> str | None:
+    """"file", "dir", "other" or None (not there): what ``path`` is. A path the system
+    refuses (a name too long, a folder it may not read) is a ``CheckpointError``, where
+    ``Path.is_file`` would raise ``OSError``."""
+    try:
+        mode = path.stat().st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as e:
+        raise CheckpointError(f"{path}: cannot be read ({e.strerror})") from None
+    return "dir" if stat.S_ISDIR(mode) else "file" if stat.S_ISREG(mode) else "other"
 
 
 class _Tensors:
     """Every tensor of some safetensors files by name, opened with ``safe_open`` (headers
-    read, data read on ``get``)."""
+    read, data read on ``get``). A tensor is in one file, and in the one ``index`` names when
+    there is an index: a copy elsewhere would otherwise win or lose by the order of the files."""
 
-    def __init__(self, files: list[Path]):
+    def __init__(self, files: list[Path], index: dict[str, Path] | None = None):
         from safetensors import safe_open
 
         self.files, self.where = [], {}
@@ -203,7 +274,26 @@ class _Tensors:
                                       f"({type(e).__name__}: {e})") from None
             self.files.append(f)
             for k in keys:
+                if k in self.where:
+                    raise CheckpointError(f"{file}: tensor {k!r} is also in "
+                                          f"{self.where[k][1]}; a checkpoint holds each tensor "
+                                          "once: remove one of them")
                 self.where[k] = (f, file)
+        if index is not None:
+            self._as_indexed(index)
+
+    def _as_indexed(self, index: dict[str, Path]) -> None:
+        """Each tensor where ``index`` says, and each tensor it lists in its shard."""
+        for name, (_, file) in self.where.items():
+            if index.get(name) != file:
+                said = f"puts it in {index[name]}" if name in index else "does not list it"
+                raise CheckpointError(f"{file}: tensor {name!r} is in this shard but {INDEX} "
+                                      f"{said}; make the index name the shard that holds it")
+        lost = next((n for n in index if n not in self.where), None)
+        if lost is not None:
+            raise CheckpointError(f"{index[lost]}: {INDEX} puts tensor {lost!r} in this shard, "
+                                  "which does not hold it; make the index name the shard that "
+                                  "holds it")
 
     def info(self, name: str) -> tuple[tuple[int, ...], np.dtype]:
         f, file = self.where[name]
@@ -245,20 +335,29 @@ def _layers_present(names) -> int:
     return next(k for k in range(len(found) + 1) if k not in found)
 
 
+@user_api
 def load_llama(paths, model: Llama, dtype=None) -> dict[str, np.ndarray]:
     """``model``'s parameters from safetensors files in the Hugging Face Llama layout (one file,
     a list of shards, or a checkpoint directory), in ``dtype`` (default: the checkpoint's, the
     widest of its tensors' dtypes). Every tensor is checked against ``model`` before any is
     read: a missing, extra or misshapen tensor (another layer count, an untied head for a tied
     model) is a ``CheckpointError``."""
+    if not isinstance(model, Llama):
+        raise ArgumentError(f"tl.nn.load_llama: model is a {type(model).__name__}; give the "
+                            "tl.nn.Llama the checkpoint is for")
     if isinstance(paths, (str, os.PathLike)):
-        files = shard_files(paths)
-    else:
-        files = [Path(p) for p in paths]
+        files, index = _shards(user_path(paths, "tl.nn.load_llama"))
+    elif isinstance(paths, (list, tuple)):
+        files, index = [user_path(p, "tl.nn.load_llama") for p in paths], None
         for p in files:
-            if not p.is_file():
+            if _kind(p) != "file":
                 raise CheckpointError(f"{p}: no such checkpoint file")
-    tensors = _Tensors(files)
+    else:
+        raise ArgumentError(f"tl.nn.load_llama: paths is a {type(paths).__name__}; give a "
+                            "checkpoint directory, a safetensors file or a list of them")
+    if not files:
+        raise ArgumentError("tl.nn.load_llama: the list of safetensors files is empty")
+    tensors = _Tensors(files, index)
     where = files[0] if len(files) == 1 else files[0].parent
     layers = _layers_present(tensors.where)
     if model.layers > layers:  # before any name is listed: a config may say 10**12 layers
@@ -303,9 +402,10 @@ def load_llama(paths, model: Llama, dtype=None) -> dict[str, np.ndarray]:
 
 def from_pretrained(path, dtype=None) -> tuple[Llama, dict[str, np.ndarray]]:
     """``(model, params)`` of a Hugging Face Llama checkpoint directory (see the module)."""
-    path = Path(path)
-    if not path.exists():
+    path = user_path(path, "tl.nn.Llama.from_pretrained")
+    kind = _kind(path)
+    if kind is None:
         raise CheckpointError(f"{path}: no such checkpoint directory")
-    cfg_file = (path if path.is_dir() else path.parent) / "config.json"
+    cfg_file = (path if kind == "dir" else path.parent) / "config.json"
     model = llama_from_config(read_config(cfg_file), str(cfg_file))
     return model, load_llama(path, model, dtype)

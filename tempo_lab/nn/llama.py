@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import ArgumentError, DTypeError, ShapeError
+from ..errors import ArgumentError, DTypeError, ShapeError, user_api
 from ..frontend import api
 from ..frontend.api import from_array, placeholder, take
 from ..frontend.tensor import RecurrentTensor as RT
@@ -80,6 +80,7 @@ class Llama:
         object.__setattr__(self, "head_dim", self.block.parts["attn"].head_dim)  # checks sizes
 
     @classmethod
+    @user_api
     def from_pretrained(cls, path, dtype=None) -> tuple[Llama, dict[str, np.ndarray]]:
         """``(model, params)`` from a Hugging Face checkpoint directory (``config.json`` and
         ``model.safetensors`` or shards listed in ``model.safetensors.index.json``), the
