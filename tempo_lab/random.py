@@ -81,6 +81,9 @@ def permutation(index, n, domain=(), seed: int = 0) -> RecurrentTensor:
         if x.shape or x.dtype.kind not in "iu":
             raise DTypeError(f"tl.random.permutation: {what} must be an integer scalar (a dim, "
                              f"a bound or an int tensor), got {x.type}", loc)
+    if np.iinfo(args["n"].dtype).max > np.iinfo(np.int32).max:  # entries are int32
+        raise DTypeError(f"tl.random.permutation: n is {args['n'].dtype}, whose values may not "
+                         "fit the int32 entries; give it as int32 (n up to 2**31 - 1)", loc)
     keys = uniform((ROUNDS,), domain=domain, seed=seed)
     return lift(permutation_entry)(args["index"], args["n"], keys)
 

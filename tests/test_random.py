@@ -155,6 +155,8 @@ def test_permutation_needs_integer_scalars_and_a_positive_n():
             tl.random.permutation(b, 10.5, domain=(b,))
         with pytest.raises(tl.ArgumentError, match="at least 1"):
             tl.random.permutation(b, 0, domain=(b,))
+        with pytest.raises(tl.DTypeError, match="n is uint32.*give it as int32"):
+            tl.random.permutation(b, tl.zeros((), "uint32") + 5, domain=(b,))
 
 
 @pytest.mark.parametrize("executor", ["reference", "interpreter", "codegen", "xla"])
