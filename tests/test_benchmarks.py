@@ -158,3 +158,11 @@ def test_overhead_benchmark_tiny(tmp_path):
         (p, s, e) for p in ("one_op", "loop")
         for s, e in (("jax_jit", None), ("jax_jit_numpy_in", None), ("tempo_lab", "xla"))}
     assert all(r["us"] > 0 and r["us_min"] <= r["us"] for r in records)
+
+
+def test_generate_benchmark_tiny(tmp_path):
+    out = tmp_path / "generate.json"
+    _run("benchmarks.generate", "--layers", "1", "--embed", "32", "--heads", "2", "--vocab", "48",
+         "--batch", "3", "--lengths", "2", "9", "--new", "3", "--runs", "1", "--out", str(out))
+    r = json.loads(out.read_text())
+    assert r["batch"] == 3 and r["throughput_x"] > 0 and r["first_token_cached_s"] > 0
