@@ -144,7 +144,7 @@ def test_errors_name_the_problem():
             MODEL({**p, "layers.attn.wq": p["layers.attn.wq"][0]}, x, t, n)
         with pytest.raises(tl.ShapeError, match="prompt"):
             MODEL.generate(p, x, t, n)
-        with pytest.raises(tl.ArgumentError, match="temperature must be a number >= 0"):
+        with pytest.raises(tl.ArgumentError, match="temperature must be a finite number >= 0"):
             tl.nn.sample(MODEL(p, x, t, n), temperature=-1.0)
         with pytest.raises(tl.DTypeError, match="floating logits"):
             tl.nn.sample(x.expand_dims(-1))

@@ -68,7 +68,7 @@ def test_clean_up_tokenization_spaces_follows_the_config(tmp_path):
 @pytest.mark.parametrize("damage, match", [
     ("missing", "no tokenizer.json"),
     ("garbage", "not a tokenizer the tokenizers package can read"),
-    ("config_list", "must hold a JSON object"),
+    ("config_list", "where a JSON object is needed"),
     ("bad_special", "bos_token is 5"),
     ("unknown_special", "eos_token '<eos>' is not a token"),
     ("bad_template", "not valid jinja2"),
@@ -139,3 +139,14 @@ def test_a_hub_id_resolves_through_the_local_cache_offline(tmp_path, monkeypatch
     assert str(err.value).startswith(f"{__file__}:")
     with pytest.raises(tl.CheckpointError, match="no such checkpoint directory"):
         tl.nn.Tokenizer.from_pretrained(tmp_path / "not" / "here")
+
+
+def test_a_tokenizer_nested_past_the_readers_limit_is_named(tmp_path):
+    (tmp_path / "tokenizer.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(tl.CheckpointError, match="nested deeper than 100 levels"):
+        tl.nn.Tokenizer.from_pretrained(tmp_path)
+    (tmp_path / "tokenizer.json").unlink()
+    shutil.copy(FIXTURE / "tokenizer.json", tmp_path)
+    (tmp_path / "tokenizer_config.json").write_text('{"bos_token": ' + "1" * 5000 + "}")
+    with pytest.raises(tl.CheckpointError, match="digits"):
+        tl.nn.Tokenizer.from_pretrained(tmp_path)

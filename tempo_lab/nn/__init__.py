@@ -24,6 +24,7 @@ from .attention import (
     rope,
     rope_frequencies,
 )
+from .auto import AutoModel
 from .checkpoint import load_llama
 from .generate import TextStream, generate
 from .gpt2 import GPT2
@@ -45,7 +46,7 @@ from .tokenizer import Tokenizer
 from .trees import TreeLevels, tree_levels
 
 __all__ = [
-    "ACTIVATIONS", "GPT2", "MLP", "Embedding", "LayerNorm", "Linear", "Llama", "MultiHeadAttention",
+    "ACTIVATIONS", "AutoModel", "GPT2", "MLP", "Embedding", "LayerNorm", "Linear", "Llama", "MultiHeadAttention",
     "ParamError", "RMSNorm", "RopeScaling", "SwiGLU", "TextStream", "Tokenizer", "TransformerBlock",
     "TreeLevels",
     "as_tensors", "attention", "gelu", "generate", "load_llama", "rope", "rope_frequencies", "sample",

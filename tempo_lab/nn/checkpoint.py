@@ -39,6 +39,9 @@ HF_NAMES = {   # ours (per layer) -> the Hugging Face name; matrices are (out, i
     "attn.wk": "self_attn.k_proj.weight",
     "attn.wv": "self_attn.v_proj.weight",
     "attn.wo": "self_attn.o_proj.weight",
+    "attn.bq": "self_attn.q_proj.bias",     # Qwen2
+    "attn.bk": "self_attn.k_proj.bias",
+    "attn.bv": "self_attn.v_proj.bias",
     "norm2.scale": "post_attention_layernorm.weight",
     "mlp.w_gate": "mlp.gate_proj.weight",
     "mlp.w_up": "mlp.up_proj.weight",
@@ -130,14 +133,17 @@ def _value(v) -> str:
     return text if len(text) <= 40 else f"{text[:20]}...({len(text)} characters)"
 
 
-def llama_from_config(cfg: dict, where: str = "config.json") -> Llama:
+def llama_from_config(cfg: dict, where: str = "config.json", **more) -> Llama:
     """The ``Llama`` a transformers ``LlamaConfig`` describes (either layout), or a
     ``CheckpointError`` naming the field it cannot honour. Every numeric field it reads is
-    checked against ``LLAMA_FIELDS`` first."""
+    checked against ``LLAMA_FIELDS`` first. ``more`` are the fields of a decoder of the same
+    family the config's own reader found (Qwen2's ``qkv_bias``, Mistral's ``window``), whose
+    ``model_type`` that reader has checked."""
     kind = cfg.get("model_type")
-    if kind not in (None, "llama"):
-        raise CheckpointError(f"{where}: model_type is {kind!r}; tl.nn.Llama reads Llama "
-                              "checkpoints (model_type 'llama')")
+    if kind not in (None, "llama") and not more:
+        raise CheckpointError(f"{where}: model_type is {_value(kind)}; tl.nn.Llama reads Llama "
+                              "checkpoints (model_type 'llama'); tl.nn.AutoModel.from_pretrained "
+                              "reads llama, qwen2, mistral and gpt2")
     for name, fine in (("attention_bias", False), ("mlp_bias", False), ("hidden_act", "silu"),
                        ("pretraining_tp", 1)):
         if name in cfg and cfg[name] not in (fine, None):
@@ -162,7 +168,7 @@ def llama_from_config(cfg: dict, where: str = "config.json") -> Llama:
                                       10000.0, at.get("rope_theta", "")),
                      eps=number(cfg, "rms_norm_eps", LLAMA_FIELDS["rms_norm_eps"], where, 1e-6),
                      tied=tied, head_dim=size("head_dim", 0) or None,
-                     rope_scaling=_scaling(rope, at, where))
+                     rope_scaling=_scaling(rope, at, where), **more)
     except CheckpointError:
         raise
     except TempoLabError as e:  # sizes that do not fit together (heads and widths)
@@ -320,19 +326,33 @@ class _Tensors:
 _DTYPES = {"F32": np.float32, "F16": np.float16, "BF16": ml_dtypes.bfloat16, "F64": np.float64}
 
 
-def _plan(model: Llama) -> dict[str, list[str]]:
-    """Ours -> the checkpoint's names (one per layer for ``layers.*``)."""
-    return {ours: [f"model.layers.{k}.{HF_NAMES[ours[len('layers.'):]]}"
-                   for k in range(model.layers)] if ours.startswith("layers.")
-            else [GLOBAL_NAMES[ours]] for ours in model.shapes()}
+@dataclass(frozen=True)
+class Names:
+    """Where a model's parameters are in a checkpoint: ``layer`` is layer ``k``'s prefix as a
+    format string (``"model.layers.{}."``), ``per_layer`` our ``layers.*`` entries by their name
+    after it, ``single`` the others by their full name; ``ignored`` ends of names the loader
+    passes over (buffers a checkpoint may hold that are recomputed)."""
+
+    layer: str
+    per_layer: dict[str, str]
+    single: dict[str, str]
+    ignored: tuple[str, ...] = ()
+
+    def plan(self, model) -> dict[str, list[str]]:
+        """Ours -> the checkpoint's names (one per layer for ``layers.*``)."""
+        return {ours: [self.layer.format(k) + self.per_layer[ours[len("layers."):]]
+                       for k in range(model.layers)] if ours.startswith("layers.")
+                else [self.single[ours]] for ours in model.shapes()}
+
+    def layers_present(self, names) -> int:
+        """How many layers ``<prefix>0.*``, ``<prefix>1.*``, ... the names hold, counted up to
+        the first index that has no tensor."""
+        head, tail = self.layer.split("{}")
+        found = {n[len(head):].split(".")[0] for n in names if n.startswith(head)}
+        return next(k for k in range(len(found) + 1) if str(k) not in found)
 
 
-def _layers_present(names) -> int:
-    """How many layers ``model.layers.0.*``, ``model.layers.1.*``, ... the names hold, counted
-    up to the first index that has no tensor."""
-    found = {int(n.split(".")[2]) for n in names
-             if n.startswith("model.layers.") and n.split(".")[2].isdigit()}
-    return next(k for k in range(len(found) + 1) if k not in found)
+LLAMA_NAMES = Names("model.layers.{}.", HF_NAMES, GLOBAL_NAMES, IGNORED)
 
 
 @user_api
@@ -345,38 +365,48 @@ def load_llama(paths, model: Llama, dtype=None) -> dict[str, np.ndarray]:
     if not isinstance(model, Llama):
         raise ArgumentError(f"tl.nn.load_llama: model is a {type(model).__name__}; give the "
                             "tl.nn.Llama the checkpoint is for")
+    return load_weights(paths, model, LLAMA_NAMES, dtype, "tl.nn.load_llama")
+
+
+def load_weights(paths, model, names, dtype, me: str) -> dict[str, np.ndarray]:
+    """``load_llama`` for any model: its tensors found by ``names``, a ``Names`` or a function
+    of the checkpoint's tensor names that gives one (a layout with variants)."""
     if isinstance(paths, (str, os.PathLike)):
-        files, index = _shards(user_path(paths, "tl.nn.load_llama"))
+        files, index = _shards(user_path(paths, me))
     elif isinstance(paths, (list, tuple)):
-        files, index = [user_path(p, "tl.nn.load_llama") for p in paths], None
+        files, index = [user_path(p, me) for p in paths], None
         for p in files:
             if _kind(p) != "file":
                 raise CheckpointError(f"{p}: no such checkpoint file")
     else:
-        raise ArgumentError(f"tl.nn.load_llama: paths is a {type(paths).__name__}; give a "
+        raise ArgumentError(f"{me}: paths is a {type(paths).__name__}; give a "
                             "checkpoint directory, a safetensors file or a list of them")
     if not files:
-        raise ArgumentError("tl.nn.load_llama: the list of safetensors files is empty")
+        raise ArgumentError(f"{me}: the list of safetensors files is empty")
     tensors = _Tensors(files, index)
     where = files[0] if len(files) == 1 else files[0].parent
-    layers = _layers_present(tensors.where)
+    names = names if isinstance(names, Names) else names(tensors.where)
+    layers = names.layers_present(tensors.where)
     if model.layers > layers:  # before any name is listed: a config may say 10**12 layers
-        name = f"model.layers.{layers}.{HF_NAMES['norm1.scale']}"
+        name = names.layer.format(layers) + next(iter(names.per_layer.values()))
         raise CheckpointError(f"{where}: the checkpoint has no tensor {name!r} that {model!r} "
                               f"needs (it has {layers} layers, the model "
                               f"{model.layers})")
-    plan = _plan(model)
+    plan = names.plan(model)
     wanted = {name for names in plan.values() for name in names}
     missing = sorted(wanted - set(tensors.where))
     if missing:
+        why = (" (biases on q, k and v: a Qwen2 checkpoint? load it with "
+               "tl.nn.AutoModel.from_pretrained)" if missing[0].endswith("_proj.bias") else "")
         raise CheckpointError(f"{where}: the checkpoint has no tensor {missing[0]!r} that "
                               f"{model!r} needs ({len(missing)} missing; it has "
-                              f"{len(tensors.where)} tensors)")
-    extra = sorted(k for k in set(tensors.where) - wanted if not k.endswith(IGNORED))
+                              f"{len(tensors.where)} tensors){why}")
+    extra = sorted(k for k in set(tensors.where) - wanted if not k.endswith(names.ignored))
     if extra:
+        prefix = names.layer.split("{}")[0]
         why = (" (an untied output head: load it with tied=False)" if "lm_head.weight" in extra
                else " (more layers than the model's "
-               f"{model.layers})" if any(k.startswith("model.layers.") for k in extra) else "")
+               f"{model.layers})" if any(k.startswith(prefix) for k in extra) else "")
         raise CheckpointError(f"{tensors.file_of(extra[0])}: tensor {extra[0]!r} is not a "
                               f"parameter of {model!r}{why}; {len(extra)} such tensors")
     shapes = model.shapes()
@@ -390,7 +420,7 @@ def load_llama(paths, model: Llama, dtype=None) -> dict[str, np.ndarray]:
                                       f"{shape_str(shape)} but {model!r} needs "
                                       f"{shape_str(want)} there")
             dts.add(dt)
-    dt = floating_dtype(dtype if dtype is not None else jnp.result_type(*dts), "load_llama")
+    dt = floating_dtype(dtype if dtype is not None else jnp.result_type(*dts), me)
     out = {}
     for ours, names in plan.items():
         buf = out[ours] = aligned_empty(shapes[ours], dt)
@@ -402,10 +432,9 @@ def load_llama(paths, model: Llama, dtype=None) -> dict[str, np.ndarray]:
 
 def from_pretrained(path, dtype=None) -> tuple[Llama, dict[str, np.ndarray]]:
     """``(model, params)`` of a Hugging Face Llama checkpoint directory (see the module)."""
-    path = user_path(path, "tl.nn.Llama.from_pretrained")
-    kind = _kind(path)
-    if kind is None:
-        raise CheckpointError(f"{path}: no such checkpoint directory")
-    cfg_file = (path if kind == "dir" else path.parent) / "config.json"
+    from .hub import resolve
+
+    path = resolve(path, "tl.nn.Llama.from_pretrained")
+    cfg_file = (path if _kind(path) == "dir" else path.parent) / "config.json"
     model = llama_from_config(read_config(cfg_file), str(cfg_file))
     return model, load_llama(path, model, dtype)

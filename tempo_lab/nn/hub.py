@@ -28,8 +28,11 @@ def resolve(path, me: str) -> Path:
     if "\x00" in text:
         raise ArgumentError(f"{me}: the path {text!r} holds a NUL byte")
     local = Path(text).expanduser()
-    if local.exists():
-        return local
+    try:
+        if local.exists():
+            return local
+    except OSError as e:   # a name too long, a folder it may not read
+        raise CheckpointError(f"{local}: cannot be read ({e.strerror})") from None
     if not isinstance(path, str) or not _REPO_ID.fullmatch(text):
         raise CheckpointError(f"{local}: no such checkpoint directory (nor a Hugging Face Hub "
                               "id of the form owner/name)")

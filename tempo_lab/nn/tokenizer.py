@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import ArgumentError, CheckpointError
+from ..files import MAX_DEPTH, nesting
+from .checkpoint import read_object
 
 FILE = "tokenizer.json"
 CONFIG = "tokenizer_config.json"
@@ -61,9 +63,15 @@ class Tokenizer:
         except ImportError:
             raise ArgumentError("tl.nn.Tokenizer needs the tokenizers package: pip install "
                                 "tokenizers") from None
-        try:
-            backend = Backend.from_str(file.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, Exception) as e:  # tokenizers raises plain Exception
+        try:   # its depth bounded first, as every JSON the package reads; parsed once, in Rust
+            text = file.read_text(encoding="utf-8")
+            if nesting(text) > MAX_DEPTH:
+                raise CheckpointError(f"{file}: nested deeper than {MAX_DEPTH} levels; not a "
+                                      "tokenizer")
+            backend = Backend.from_str(text)
+        except CheckpointError:
+            raise
+        except Exception as e:  # tokenizers raises plain Exception; OSError, UnicodeError
             raise CheckpointError(f"{file}: not a tokenizer the tokenizers package can read "
                                   f"({type(e).__name__}: {e})") from None
         cfg = _read_object(folder / CONFIG)
@@ -158,16 +166,8 @@ class Tokenizer:
 
 # -- reading ----------------------------------------------------------------------------------------
 def _read_object(file: Path) -> dict:
-    """A JSON object file, {} when the file is not there."""
-    if not file.is_file():
-        return {}
-    try:
-        out = json.loads(file.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as e:
-        raise CheckpointError(f"{file}: not a readable JSON file ({type(e).__name__})") from None
-    if not isinstance(out, dict):
-        raise CheckpointError(f"{file}: must hold a JSON object, got {type(out).__name__}")
-    return out
+    """A JSON object file through the package's guarded reader, {} when it is not there."""
+    return read_object(file) if file.is_file() else {}
 
 
 def _token_text(value, name: str, folder: Path) -> str | None:
