@@ -23,6 +23,7 @@ from .errors import (
 )
 from .frontend.bounds import normalise_bounds
 from .frontend.build import build_sdg
+from .frontend.context import user_name
 from .frontend.tensor import RecurrentTensor
 from .frontend.validate import validate
 from .ir.sdg import SDG
@@ -57,6 +58,7 @@ def _normalise_outputs(outputs, ctx) -> dict[str, RecurrentTensor]:
         if not isinstance(name, str) or not name:
             raise ArgumentError(f"output name {name!r} is not a string; name outputs with "
                                 "strings: outputs={'y': y}")
+        user_name(name, "compile: an output")
         if not isinstance(rt, RecurrentTensor):
             raise ArgumentError(f"output {name!r} is {type(rt).__name__}, not a recurrent "
                                 "tensor")

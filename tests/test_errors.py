@@ -1045,6 +1045,16 @@ def test_a_name_that_is_not_a_string(make, name):
     assert not ctx._nodes
 
 
+def test_a_scope_or_output_name_that_is_not_text():
+    ctx, t, T = ctx1()
+    raises(tl.ArgumentError, lambda: tl.scope("lone\ud800"), here(0))
+    with ctx:
+        x = tl.zeros((2,)) + t
+    bad = {"y\udc00": x}
+    err = raises(tl.ArgumentError, lambda: ctx.compile(bounds={T: 3}, outputs=bad), here(0))
+    assert "not text" in str(err)
+
+
 @pytest.mark.parametrize("dims, cls", [("t", tl.ArgumentError), ("bt", tl.ArgumentError),
                                        ((), tl.ArgumentError), (("T",), tl.ExprError),
                                        (("and",), tl.ExprError), (("t", "t"), tl.ExprError),

@@ -10,7 +10,6 @@ from collections.abc import Callable, Sequence
 import numpy as np
 
 from ..errors import (
-    ArgumentError,
     DefinitionError,
     ExprError,
     ShapeError,
@@ -22,7 +21,7 @@ from ..symbolic import eq as _eq
 from ..symbolic import max_, min_
 from ..symbolic import ne as _ne
 from ..symbolic.cond import not_a_bool
-from .context import current_context
+from .context import current_context, user_name
 from .tensor import RecurrentTensor, apply, as_tensor, constant, numeric_array
 
 RT = RecurrentTensor
@@ -37,23 +36,6 @@ def static_shape(shape) -> tuple[int, ...]:
                             for s in shape):
         raise ShapeError(f"shape {shape!r} must be a tuple of non-negative ints")
     return tuple(int(s) for s in shape)
-
-
-def user_name(name, api: str, loc) -> str | None:
-    """The ``name=`` a user gave, or None: a string of text. Another object (a number, bytes,
-    a list) was kept as it was and broke the views that show names later (a list was even
-    changed in place), far from the line that gave it; so did a lone surrogate (plotly, the
-    exported page)."""
-    if name is not None and not isinstance(name, str):
-        raise ArgumentError(f"{api}: name must be a string, got {type(name).__name__} "
-                            f"{name!r}; give a str such as name='x'", loc)
-    if name is not None and not name.isascii():
-        try:
-            name.encode("utf-8")
-        except UnicodeEncodeError:  # a lone surrogate: no page, file or figure can hold it
-            raise ArgumentError(f"{api}: name {name!r} is not text (it holds a lone "
-                                "surrogate); give a str that UTF-8 can encode", loc) from None
-    return name
 
 
 # -- creation -------------------------------------------------------------------------------------

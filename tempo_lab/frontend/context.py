@@ -61,12 +61,29 @@ _SCOPE: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("tempo_
                                                                         default=())
 
 
+def user_name(name, api: str, loc=None) -> str | None:
+    """The ``name=`` a user gave, or None: a string of text. Another object (a number, bytes,
+    a list) was kept as it was and broke the views that show names later (a list was even
+    changed in place), far from the line that gave it; so did a lone surrogate (plotly, the
+    exported page)."""
+    if name is not None and not isinstance(name, str):
+        raise ArgumentError(f"{api}: name must be a string, got {type(name).__name__} "
+                            f"{name!r}; give a str such as name='x'", loc)
+    if name is not None and not name.isascii():
+        try:
+            name.encode("utf-8")
+        except UnicodeEncodeError:  # a lone surrogate: no page, file or figure can hold it
+            raise ArgumentError(f"{api}: name {name!r} is not text (it holds a lone "
+                                "surrogate); give a str that UTF-8 can encode", loc) from None
+    return name
+
+
 def scope(name: str):
     """``with tl.scope("layer3"):`` tags the ops made inside with the scope path (nested scopes
     form a path, ``("block", "layer3")``): views group by it, ``to_dict()`` exports it."""
     if not isinstance(name, str) or not name:
         raise ArgumentError(f"tl.scope needs a non-empty name string, got {name!r}")
-    return _entered(name)
+    return _entered(user_name(name, "tl.scope"))
 
 
 @contextlib.contextmanager
