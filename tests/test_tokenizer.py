@@ -150,3 +150,14 @@ def test_a_tokenizer_nested_past_the_readers_limit_is_named(tmp_path):
     (tmp_path / "tokenizer_config.json").write_text('{"bos_token": ' + "1" * 5000 + "}")
     with pytest.raises(tl.CheckpointError, match="digits"):
         tl.nn.Tokenizer.from_pretrained(tmp_path)
+
+
+def test_generation_config_adds_the_ids_that_end_a_generation(tmp_path):
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(FIXTURE / f, tmp_path)
+    assert tl.nn.Tokenizer.from_pretrained(tmp_path).eos_token_ids == (1,)
+    (tmp_path / "generation_config.json").write_text('{"eos_token_id": [1, 7, 9]}')
+    assert tl.nn.Tokenizer.from_pretrained(tmp_path).eos_token_ids == (1, 7, 9)
+    (tmp_path / "generation_config.json").write_text('{"eos_token_id": 500}')
+    with pytest.raises(tl.CheckpointError, match="eos_token_id is 500"):
+        tl.nn.Tokenizer.from_pretrained(tmp_path)

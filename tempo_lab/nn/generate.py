@@ -33,8 +33,8 @@ def generate(model, params, prompts, max_new_tokens: int = 16, tokenizer: Tokeni
 
     ``prompts``: a string or a list of strings (needs ``tokenizer``; gives new text, special
     tokens skipped), or a list of token-id lists of any lengths (gives a list of new id lists).
-    ``eos``: an id or ids that end a row (default: the tokenizer's ``eos_token_id``; none
-    without a tokenizer). ``stream``: a function ``stream(row, piece)`` called while the
+    ``eos``: an id or ids that end a row (default: the tokenizer's ``eos_token_ids``, its EOS
+    and those of the checkpoint's ``generation_config.json``; none without a tokenizer). ``stream``: a function ``stream(row, piece)`` called while the
     program runs with each row's new text as it comes (its new token id without a
     tokenizer), in order, up to the row's end; ``tl.nn.TextStream()`` shows the text live in
     a notebook. ``config``: the ``tl.CompileConfig`` of the program (with ``stream``, the XLA
@@ -133,9 +133,7 @@ def _id_rows(prompts, vocab: int) -> list[list[int]]:
 def _eos(eos, tokenizer, vocab: int) -> frozenset[int]:
     """The ids that end a row: ``eos`` (an id or ids), else the tokenizer's EOS, else none."""
     if eos is None:
-        eos = None if tokenizer is None else tokenizer.eos_token_id
-        if eos is None:
-            return frozenset()
+        return frozenset(() if tokenizer is None else tokenizer.eos_token_ids)
     ids = [eos] if isinstance(eos, (int, np.integer)) else eos
     if not isinstance(ids, (list, tuple, set, frozenset)) or not all(
             isinstance(i, (int, np.integer)) and not isinstance(i, bool) and 0 <= i < vocab

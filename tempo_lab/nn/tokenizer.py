@@ -8,7 +8,8 @@ normaliser, pre-tokeniser, merges and post-processor (a Llama 3 tokenizer prepen
 ``tokenizer_config.json`` it takes the special tokens, ``clean_up_tokenization_spaces`` and the
 chat template (also read from ``chat_template.jinja``, where newer transformers save it), which
 ``apply_chat_template`` renders with jinja2 in a sandbox with the globals transformers gives a
-template (``raise_exception``, ``strftime_now``, the ``tojson`` filter).
+template (``raise_exception``, ``strftime_now``, the ``tojson`` filter). From
+``generation_config.json`` beside them it takes the ids that end a generation.
 
 Both packages are imported when a tokenizer is made, never when ``tempo_lab`` is imported.
 """
@@ -25,6 +26,7 @@ from .checkpoint import read_object
 FILE = "tokenizer.json"
 CONFIG = "tokenizer_config.json"
 TEMPLATE = "chat_template.jinja"
+GENERATION = "generation_config.json"
 SPECIAL = ("bos_token", "eos_token", "unk_token", "pad_token")
 
 # transformers' ``clean_up_tokenization``: spaces a word-level tokenizer put before punctuation
@@ -44,6 +46,7 @@ class Tokenizer:
     chat_template: str | None = None
     clean_up_spaces: bool = False
     source: str = ""
+    generation_eos: tuple[int, ...] = ()   # generation_config.json's eos_token_id(s)
 
     @classmethod
     def from_pretrained(cls, path) -> Tokenizer:
@@ -85,7 +88,8 @@ class Tokenizer:
         if not isinstance(clean, bool):
             raise CheckpointError(f"{folder / CONFIG}: clean_up_tokenization_spaces is "
                                   f"{clean!r}; give true or false")
-        return cls(backend, specials, template, clean, str(file))
+        return cls(backend, specials, template, clean, str(file),
+                   _generation_eos(folder, backend.get_vocab_size(with_added_tokens=True)))
 
     # -- ids --------------------------------------------------------------------------------------
     @property
@@ -110,6 +114,14 @@ class Tokenizer:
     @property
     def eos_token_id(self) -> int | None:
         return self.special_id("eos_token")
+
+    @property
+    def eos_token_ids(self) -> tuple[int, ...]:
+        """Every id that ends a generation: the tokenizer's EOS token and the ids
+        ``generation_config.json`` lists (Llama 3 Instruct ends a turn at ``<|eot_id|>`` as
+        well as at ``<|end_of_text|>``); what ``tl.nn.generate`` stops at by default."""
+        own = () if self.eos_token_id is None else (self.eos_token_id,)
+        return tuple(dict.fromkeys(own + self.generation_eos))
 
     @property
     def pad_token_id(self) -> int | None:
@@ -168,6 +180,20 @@ class Tokenizer:
 def _read_object(file: Path) -> dict:
     """A JSON object file through the package's guarded reader, {} when it is not there."""
     return read_object(file) if file.is_file() else {}
+
+
+def _generation_eos(folder: Path, vocab: int) -> tuple[int, ...]:
+    """``eos_token_id`` of the checkpoint's ``generation_config.json`` (an id or a list)."""
+    file = folder / GENERATION
+    eos = _read_object(file).get("eos_token_id")
+    ids = [eos] if isinstance(eos, int) and not isinstance(eos, bool) else eos
+    if ids is None:
+        return ()
+    if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool)
+                                            and 0 <= i < vocab for i in ids):
+        raise CheckpointError(f"{file}: eos_token_id is {str(eos)[:60]}; give an id or a list "
+                              f"of ids in [0, {vocab})")
+    return tuple(ids)
 
 
 def _token_text(value, name: str, folder: Path) -> str | None:
