@@ -114,3 +114,18 @@ def test_sampling_controls(llama):
                        (dict(temperature=float("nan")), "temperature must be")):
         with pytest.raises(tl.ArgumentError, match=match):
             tl.nn.generate(model, params, prompts, max_new_tokens=2, **bad)
+
+
+def test_the_same_program_from_another_line_compiles_once(llama, monkeypatch):
+    """A kernel's key held its ops' source lines (the repr of a fused body), so the same
+    decode called from another line compiled its XLA program again."""
+    from tempo_lab.runtime import xla
+
+    model, params, expected = llama
+    made = []
+    get = xla._PROGRAMS.get
+    monkeypatch.setattr(xla._PROGRAMS, "get", lambda key, make: get(
+        key, lambda: made.append(1) or make()))
+    a = tl.nn.generate(model, params, [[5, 6, 7]], max_new_tokens=3)
+    b = tl.nn.generate(model, params, [[5, 6, 7]], max_new_tokens=3)
+    assert a == b and len(made) <= 1

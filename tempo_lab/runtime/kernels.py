@@ -7,9 +7,11 @@ same bodies inline instead of jitting them one by one.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jax import lax
 
 from ..cache import LRU
@@ -106,8 +108,28 @@ def check_nonempty(op: Op, lens: list, point: tuple):
 def attrs_key(op: Op) -> tuple:
     """The attributes a kernel is specialised on (host-side values such as constants, arrays,
     callables and index expressions are passed at call time, not baked in)."""
-    return tuple((k, repr(v)) for k, v in sorted(op.attrs.items())
+    return tuple((k, _value_key(v)) for k, v in sorted(op.attrs.items())
                  if k not in ("value", "array", "fn", "expr", "type", "weak"))
+
+
+def _value_key(v):
+    """An attribute as a key: a fused body's ops by what they compute (kind, domain, type,
+    attributes, the values of their constants), never by where the user wrote them (their
+    location, name or scope, which the repr of an op holds: the same program built from
+    another line compiled again)."""
+    if isinstance(v, Op):
+        data = tuple((k, _digest(x)) for k, x in sorted(v.attrs.items())
+                     if k in ("value", "array"))
+        return ("op", v.id, v.kind, tuple(d.name for d in v.domain), str(v.type),
+                attrs_key(v), data)
+    if isinstance(v, tuple):
+        return tuple(_value_key(x) for x in v)
+    return repr(v)
+
+
+def _digest(x) -> tuple:
+    a = np.asarray(x)
+    return (str(a.dtype), a.shape, hashlib.blake2b(a.tobytes(), digest_size=16).hexdigest())
 
 
 def _make_kernel(op: Op, in_types: tuple, patterns: tuple, out_shape: tuple, has_store: bool,
