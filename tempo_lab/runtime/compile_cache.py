@@ -5,9 +5,11 @@ widths); JAX can keep compiled executables on disk, keyed by the program, its ar
 the compile options and the jax/jaxlib versions, so a second process with the same program
 shape loads it instead. tempo_lab turns that cache on at its first XLA compile, in
 ``tl.config.compilation_cache`` (a directory in the user's cache by default), unless the user
-has set JAX's own ``jax_compilation_cache_dir``, which then wins. JAX's own thresholds hold:
-only programs that took at least ``jax_persistent_cache_min_compile_time_secs`` (1 s by
-default) to compile are written, so small programs cost no disk.
+has set JAX's own ``jax_compilation_cache_dir``, which then wins. With its own directory it
+also writes programs that compiled in ``MIN_COMPILE_SECONDS`` or more (JAX's default, 1 s,
+leaves out a decode that compiles in 0.6 s, which a notebook restart compiles again) and keeps
+the directory to ``MAX_BYTES`` (JAX evicts the least recently used; an entry is about 100 KB),
+unless the user has changed those JAX settings from their defaults.
 
 The setting is JAX's, so it is process-wide: the user's own ``jax.jit`` programs share the
 cache once tempo_lab has compiled. ``tl.config.compilation_cache = ""`` before the first compile
@@ -23,6 +25,8 @@ from ..config import config
 from ..errors import ArgumentError
 
 _done = False
+MIN_COMPILE_SECONDS = 0.2
+MAX_BYTES = 2 * 2**30
 
 
 def use_persistent_cache() -> None:
@@ -37,4 +41,8 @@ def use_persistent_cache() -> None:
             raise ArgumentError(f"tl.config.compilation_cache must be a directory (str) or None, "
                                 f"got {type(where).__name__} {where!r}"[:200])
         jax.config.update("jax_compilation_cache_dir", os.fspath(where))
+        if jax.config.jax_persistent_cache_min_compile_time_secs == 1.0:   # JAX's default
+            jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECONDS)
+        if jax.config.jax_compilation_cache_max_size == -1:                # unbounded
+            jax.config.update("jax_compilation_cache_max_size", MAX_BYTES)
     _done = True
