@@ -25,6 +25,12 @@ def test_greedy_tokens_are_transformers(llama):
     assert got == expected["greedy"].tolist()
 
 
+def test_prompts_as_an_array(llama):
+    model, params, expected = llama
+    assert tl.nn.generate(model, params, expected["prompt"], max_new_tokens=4) == \
+        expected["greedy"][:, :4].tolist()
+
+
 def test_prompts_of_different_lengths_decode_as_each_alone(llama):
     model, params, expected = llama
     long, short = expected["prompt"][0].tolist(), expected["prompt"][1, :3].tolist()
@@ -65,6 +71,7 @@ def test_text_in_text_out(llama):
     (lambda m, p: tl.nn.generate(m, p, [[1, 200]]), r"id 200, outside .* \[0, 96\)"),
     (lambda m, p: tl.nn.generate(m, p, [[1, 2], []]), "prompt 1 must be a non-empty list"),
     (lambda m, p: tl.nn.generate(m, p, 7), "prompts must be a string"),
+    (lambda m, p: tl.nn.generate(m, p, [1, 2]), r"one list of ids; .* \[\[1, 2\]\]"),
     (lambda m, p: tl.nn.generate(m, p, [[1]], eos="x"), "eos must be a token id"),
     (lambda m, p: tl.nn.generate(m, p, [[1]], tokenizer="tok"), "must be a tl.nn.Tokenizer"),
     (lambda m, p: tl.nn.generate("llama", p, [[1]]), "model must be a tl.nn decoder"),

@@ -114,8 +114,14 @@ def _id_rows(prompts, vocab: int) -> list[list[int]]:
     """Prompts given as ids: a non-empty list of non-empty int sequences within the vocab."""
     bad = ArgumentError(f"tl.nn.generate: prompts must be a string, a list of strings or a list "
                         f"of token-id lists, got {type(prompts).__name__} {prompts!r}"[:300])
+    if isinstance(prompts, np.ndarray) and prompts.ndim == 2:
+        prompts = list(prompts)       # (B, P) ids: one prompt per row
     if not isinstance(prompts, (list, tuple)) or not prompts:
         raise bad
+    if all(isinstance(p, (int, np.integer)) for p in prompts):
+        raise ArgumentError(f"tl.nn.generate: prompts is one list of ids; give a list of "
+                            f"prompts, [{list(prompts)[:8]}{'...' if len(prompts) > 8 else ''}]"
+                            " for one")
     rows = []
     for k, p in enumerate(prompts):
         arr = np.asarray(p) if isinstance(p, (list, tuple, np.ndarray)) else None
