@@ -1,7 +1,7 @@
 """Repository-wide pytest setup.
 
 Notebook kernels started by nbval inherit a fixed hash seed, so set iteration order (and anything
-printed from it) is the same on every run.
+printed from it) is the same on every run, and the compilation cache turned off (below).
 
 The suite runs on two pytest-xdist workers (``-n 2 --dist loadgroup`` in pyproject's addopts):
 tests are handed out one at a time, except that a notebook's cells (they share one kernel, in
@@ -13,6 +13,10 @@ import os
 import pytest
 
 os.environ.setdefault("PYTHONHASHSEED", "0")
+# No persistent compilation cache in the suite (tl.config.compilation_cache): a cache on disk
+# shared by the workers and kept between runs would make a test's path depend on what earlier
+# runs compiled. tests/test_compile_cache.py turns it on in processes of its own.
+os.environ.setdefault("TEMPO_LAB_COMPILATION_CACHE", "")
 
 
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups
