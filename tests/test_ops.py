@@ -653,3 +653,52 @@ def test_every_op_has_each_rule_or_says_it_has_none():
         # the reference computes every op; only values the host hands over have no kernel
         assert op.numpy is not NONE, name
         assert (op.jax is NONE) == ("value" in op.flags), name
+
+
+# -- 16-bit floats ----------------------------------------------------------------------------
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_16bit_sums_means_and_softmax_accumulate_in_float32(dtype):
+    """A float16 mean of 60 000s was inf on every compiled executor (summed in float16) and
+    60 000 in the reference and NumPy: every executor accumulates 16-bit floats in float32 and
+    rounds once (``tl.ir.ops.accumulator``)."""
+    dt = np.dtype(tl.ir.ops.canonical_dtype(dtype))
+    big = 60000.0 if dtype == "float16" else 3e38
+    data = np.full((4, 3), big, dt)
+    data[:, 2] = -big
+    ctx = tl.Context(dims=("t",))
+    (t,), (T,) = ctx.dims, ctx.bounds
+    with ctx:
+        x = tl.from_array(data, domain=(t,))
+        outs = {"causal_mean": x[0:t + 1].mean(axis=0), "mean": x.mean(),
+                "row_sum": x.sum(axis=-1), "softmax": tl.softmax(x * 1e-4, axis=-1)}
+    got = compile_(ctx, {T: 4}, outs).run()
+    f32 = data.astype(np.float32)
+    want = {"causal_mean": np.stack([f32[:k + 1].mean(0) for k in range(4)]),
+            "mean": f32.mean(-1), "row_sum": f32.sum(-1),
+            "softmax": _softmax(f32 * np.float32(1e-4))}
+    for name, w in want.items():
+        assert got[name].dtype == dt, name
+        np.testing.assert_allclose(got[name].astype(np.float32), w.astype(dt).astype(np.float32),
+                                   rtol=1e-2, err_msg=name)
+    if dtype == "float16":   # bfloat16 has float32's range: its sums overflow alike
+        assert np.isfinite(got["causal_mean"].astype(np.float32)).all()
+
+
+def _softmax(x):
+    e = np.exp(x - x.max(-1, keepdims=True))
+    return e / e.sum(-1, keepdims=True)
+
+
+def test_16bit_constant_factors_overflow_as_numpy_does():
+    """XLA folded the constants of ``(x * 1000) / 1000`` to ``x`` and gave 65 504 where NumPy
+    and the other executors overflow to inf; a constant a 16-bit op reads is opaque to it."""
+    data = np.full((2, 3), 65504, np.float16)
+    ctx = tl.Context(dims=("t",))
+    (t,), (T,) = ctx.dims, ctx.bounds
+    with ctx:
+        x = tl.from_array(data, domain=(t,))
+        y = (x * 1000.0) / 1000.0
+        z = (x * 0.5) * 2.0
+    got = compile_(ctx, {T: 2}, {"y": y, "z": z}).run()
+    np.testing.assert_array_equal(got["y"], (data * np.float16(1000)) / np.float16(1000))
+    np.testing.assert_array_equal(got["z"], data)

@@ -115,6 +115,15 @@ def is_floating(dtype) -> bool:
     return bool(jnp.issubdtype(np.dtype(dtype), jnp.floating))
 
 
+def accumulator(dtype) -> np.dtype:
+    """The dtype a sum, mean or softmax of ``dtype`` values accumulates in: float32 for the
+    16-bit floats (as NumPy's mean and JAX's reductions do; a float16 sum of 60 000s
+    overflows after two terms), the dtype itself otherwise. The result is rounded to
+    ``dtype`` once, at the end, on every executor and in the reference."""
+    dt = np.dtype(dtype)
+    return np.dtype(np.float32) if is_floating(dt) and dt.itemsize == 2 else dt
+
+
 def is_numeric(dtype) -> bool:
     dt = np.dtype(dtype)
     return dt.kind in "biufc" or is_floating(dt)

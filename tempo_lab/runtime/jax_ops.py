@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 from jax import custom_batching, lax
 
-from ..ir.ops import BINARY, CATALOG, NONE, UNARY, promote, rule
+from ..ir.ops import BINARY, CATALOG, NONE, UNARY, accumulator, promote, rule
 from ..ir.sdg import Op
 from . import counter_rng
 
@@ -150,7 +150,7 @@ def _reduce_rule(fn):
         k, dt = op.kind, op.type.dtype
         x, ln = xs[0], lens[0]
         if k in ("sum", "mean"):
-            x = x.astype(dt)
+            x = x.astype(accumulator(dt))
         axes = _axes(op.attrs.get("axis"), x.ndim)
         fill = 0 if k in ("sum", "mean") else _extreme(x.dtype, low=(k == "max"))
         count = 1
@@ -159,7 +159,7 @@ def _reduce_rule(fn):
                 x = _mask(x, ax, ln[ax], fill, ln)
             count = count * (ln[ax] if ln[ax] is not None else x.shape[ax])
         y = fn(x, axis=axes, keepdims=op.attrs.get("keepdims", False))
-        return y / jnp.asarray(count, dt) if k == "mean" else y
+        return (y / jnp.asarray(count, x.dtype) if k == "mean" else y).astype(dt)
     return rule_
 
 
@@ -169,11 +169,12 @@ for _k, _fn in {"sum": jnp.sum, "mean": jnp.sum, "max": jnp.max, "min": jnp.min}
 
 @rule("jax", "softmax")
 def _jax_softmax(op, xs, lens, types, out):
-    x, ax = xs[0].astype(op.type.dtype), op.attrs["axis"] % xs[0].ndim
+    dt = op.type.dtype
+    x, ax = xs[0].astype(accumulator(dt)), op.attrs["axis"] % xs[0].ndim
     n = lens[0][ax]
     if n is None:
-        return jax.nn.softmax(x, axis=ax)
-    return _mask(jax.nn.softmax(_mask(x, ax, n, -jnp.inf), axis=ax), ax, n, 0)
+        return jax.nn.softmax(x, axis=ax).astype(dt)
+    return _mask(jax.nn.softmax(_mask(x, ax, n, -jnp.inf), axis=ax), ax, n, 0).astype(dt)
 
 
 @rule("jax", "matmul")

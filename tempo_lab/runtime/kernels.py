@@ -105,6 +105,12 @@ def check_nonempty(op: Op, lens: list, point: tuple):
                          "point with a branch", op.loc)
 
 
+# Every XLA program tempo_lab compiles rounds each 16-bit float op to its dtype, as NumPy and the
+# reference do: with excess precision allowed, XLA keeps a bfloat16 product in float32 inside a
+# fusion, and a sum of products that overflow was inf where NumPy gives NaN.
+COMPILER_OPTIONS = {"xla_allow_excess_precision": False}
+
+
 def attrs_key(op: Op) -> tuple:
     """The attributes a kernel is specialised on (host-side values such as constants, arrays,
     callables and index expressions are passed at call time, not baked in)."""
@@ -136,7 +142,8 @@ def _make_kernel(op: Op, in_types: tuple, patterns: tuple, out_shape: tuple, has
                  donate: bool, levels: tuple):
     """One jitted function: gather every input from its store, compute, write in place."""
     kernel = kernel_body(op, in_types, patterns, out_shape, has_store, levels)
-    return jax.jit(kernel, donate_argnums=(3,) if donate else ())
+    return jax.jit(kernel, donate_argnums=(3,) if donate else (),
+                   compiler_options=COMPILER_OPTIONS)
 
 
 def kernel_body(op: Op, in_types: tuple, patterns: tuple, out_shape: tuple, has_store: bool,

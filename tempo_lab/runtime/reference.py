@@ -17,7 +17,7 @@ import numpy as np
 
 from ..errors import ScheduleError, ShapeError
 from ..ir.callbacks import deliver, source_value
-from ..ir.ops import BINARY, CATALOG, POW_NUMPY, UNARY, flag, promote, rule
+from ..ir.ops import BINARY, CATALOG, POW_NUMPY, UNARY, accumulator, flag, promote, rule
 from ..ir.sdg import SDG, Edge, Op
 from ..ir.vmap import base_op, in_axes, vdims
 from ..symbolic import Slice
@@ -66,9 +66,10 @@ def _reduce_rule(fn):
     def rule(op, ins, types, env):
         axis = op.attrs.get("axis")
         axis = tuple(axis) if isinstance(axis, (list, tuple)) else axis
-        x = ins[0].astype(op.type.dtype) if op.kind in ("sum", "mean") else ins[0]
+        x = ins[0].astype(accumulator(op.type.dtype)) if op.kind in ("sum", "mean") else ins[0]
         try:
-            return fn(x, axis=axis, keepdims=op.attrs.get("keepdims", False))
+            return np.asarray(fn(x, axis=axis, keepdims=op.attrs.get("keepdims", False)),
+                              op.type.dtype)
         except ValueError:  # max/min over an empty range (e.g. x[0:t] at t = 0)
             point = {d.name: env[d.name] for d in op.domain}
             raise ShapeError(f"{op.kind} over an empty axis (shape {x.shape}) at {point}: "
@@ -109,7 +110,8 @@ rule("numpy", "source")(
 rule("numpy", "sink")(lambda op, ins, types, env: np.asarray(True))  # delivered by run_sinks
 rule("numpy", "cast")(lambda op, ins, types, env: ins[0].astype(op.attrs["dtype"]))
 rule("numpy", "softmax")(
-    lambda op, ins, types, env: _np_softmax(ins[0].astype(op.type.dtype), op.attrs["axis"]))
+    lambda op, ins, types, env: _np_softmax(ins[0].astype(accumulator(op.type.dtype)),
+                                            op.attrs["axis"]).astype(op.type.dtype))
 rule("numpy", "reshape")(lambda op, ins, types, env: ins[0].reshape(op.type.shape))
 rule("numpy", "transpose")(lambda op, ins, types, env: np.transpose(ins[0], op.attrs["perm"]))
 rule("numpy", "squeeze")(

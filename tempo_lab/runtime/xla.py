@@ -41,14 +41,14 @@ from jax import lax
 from jax.experimental import io_callback
 
 from ..cache import LRU
-from ..ir.ops import flag
+from ..ir.ops import accumulator, flag
 from ..schedule import Exec, For, Free, If, Seq, While, statement_counts
 from ..symbolic import as_expr
 from ..symbolic.cond import decide, lt
 from . import index_code as ic
 from .compile_cache import use_persistent_cache
 from .host import Host
-from .kernels import attrs_key, kernel_body
+from .kernels import COMPILER_OPTIONS, attrs_key, kernel_body
 from .lowered import Lowered
 from .sharding import to_host
 from .xla_plan import Run, XlaPlan, has_exec, items, ranged, traced_statements, writes
@@ -151,8 +151,15 @@ class _Xla:
         return self.plan.to_dict()
 
     def _literal(self, op: int):
+        """A baked constant. One that an op of 16-bit floats reads passes an optimisation
+        barrier: XLA's algebraic simplifier folds constant factors (``(x * 1000) / 1000`` to
+        ``x``), which in float16 skipped the overflow that NumPy, the reference and the other
+        executors meet (an opaque value is computed with as written)."""
         o = self.sdg.ops[op]
-        return jnp.asarray(np.asarray(o.attrs["value"], o.type.dtype))
+        value = jnp.asarray(np.asarray(o.attrs["value"], o.type.dtype))
+        sixteen = any(accumulator(d.type.dtype) != d.type.dtype
+                      for d in (self.sdg.ops[e.dst] for e in self.sdg.edges if e.src == op))
+        return lax.optimization_barrier(value) if sixteen else value
 
     def _prefill(self, op: int, host):
         """The store of a prefilled ``from_array`` op: its array cut or padded with zeros to
@@ -243,7 +250,8 @@ class _Xla:
             def make():
                 use_persistent_cache()
                 found: dict = {}
-                return jax.jit(self._program(found)).lower(*args).compile(), found
+                return jax.jit(self._program(found)).lower(*args).compile(
+                    compiler_options=COMPILER_OPTIONS), found
 
             self._fn, self._found = _PROGRAMS.get((self._key(), str(avals), precision), make)
         return self._fn
