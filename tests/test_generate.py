@@ -100,6 +100,12 @@ def test_streaming_gives_each_rows_tokens_as_they_come_on_xla(llama, capsys):
     with pytest.raises(tl.ArgumentError, match="stream must be a function"):
         tl.nn.generate(model, params, prompts, stream="print")
 
+    def on_token(row, token):
+        raise RuntimeError("boom")
+
+    with pytest.raises(tl.CallbackError, match=r"on_token \(tl.nn.generate's stream\) .*boom"):
+        tl.nn.generate(model, params, prompts, max_new_tokens=2, stream=on_token)
+
 
 def test_sampling_controls(llama):
     model, params, expected = llama

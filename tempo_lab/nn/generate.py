@@ -58,6 +58,10 @@ def generate(model, params, prompts, max_new_tokens: int = 16, tokenizer: Tokeni
             raise ArgumentError("tl.nn.generate: text prompts need tokenizer=tl.nn.Tokenizer."
                                 "from_pretrained(path); or give token ids (a list of int lists)")
         rows = tokenizer.encode_batch(list(texts))
+        empty = next((k for k, r in enumerate(rows) if not r), None)
+        if empty is not None:
+            raise ArgumentError(f"tl.nn.generate: prompt {empty} ({texts[empty]!r}) encodes to "
+                                "no tokens; give it some text")
     else:
         rows = _id_rows(prompts, model.vocab)
     stops = _eos(eos, tokenizer, model.vocab)
@@ -164,6 +168,7 @@ class _Stream:
 
     def __init__(self, fn, rows, new: int, stops: frozenset, tokenizer):
         self.fn, self.new, self.stops, self.tokenizer = fn, new, stops, tokenizer
+        self.__name__ = f"{getattr(fn, '__name__', type(fn).__name__)} (tl.nn.generate's stream)"
         self.lengths = [len(r) for r in rows]
         self.tokens: list[list[int]] = [[] for _ in rows]
         self.text = [""] * len(rows)
