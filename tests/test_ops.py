@@ -702,3 +702,23 @@ def test_16bit_constant_factors_overflow_as_numpy_does():
     got = compile_(ctx, {T: 2}, {"y": y, "z": z}).run()
     np.testing.assert_array_equal(got["y"], (data * np.float16(1000)) / np.float16(1000))
     np.testing.assert_array_equal(got["z"], data)
+
+
+def test_16bit_tiled_sums_add_the_blocks_in_float32(executor):
+    """A tiled sum or matmul over ``0:t+1`` rounded each block's partial result to float16:
+    60 000, 60 000, -60 000, -60 000 in blocks of 2 gave inf, then NaN from t = 3 on, where the
+    untiled sum, the reference and NumPy give 60 000, inf, 60 000, 0. The partials are float32,
+    rounded once."""
+    x = np.array([6e4, 6e4, -6e4, -6e4, 1, 2, 3, 4], np.float16)[:, None]
+    ones = np.ones_like(x)
+    ctx = tl.Context(dims=("t",))
+    (t,), (T,) = ctx.dims, ctx.bounds
+    with ctx:
+        a, b = tl.from_array(x, domain=(t,)), tl.from_array(ones, domain=(t,))
+        outs = {"sum": a[0:t + 1].sum(axis=0), "matmul": a[0:t + 1].T @ b[0:t + 1]}
+    got = ctx.compile(bounds={T: 8}, outputs=outs,
+                      config=tl.CompileConfig(executor=executor, tile_block=2)).run()
+    with np.errstate(over="ignore"):
+        want = np.cumsum(x.astype(np.float32), axis=0).astype(np.float16)
+    np.testing.assert_array_equal(got["sum"], want)
+    np.testing.assert_array_equal(got["matmul"].reshape(8, 1), want)

@@ -24,7 +24,7 @@ import ml_dtypes
 import numpy as np
 
 from ..executors import CAPS, auto_backend
-from ..ir.ops import CATALOG, TensorType, flag, infer
+from ..ir.ops import CATALOG, TensorType, accumulator, flag, infer
 from ..ir.sdg import Edge, Op, read_type
 from ..ir.vmap import vdims
 from ..symbolic import TRUE, Const, Dim, Slice, floordiv, min_
@@ -198,6 +198,17 @@ class _Builder:
         return self.add(op.kind, [self.edge(e, new) for e in self.ed.in_edges(i)],
                         dict(op.attrs), self.block, note)
 
+    def widened(self, i: int, new: dict[int, int], note: str) -> int:
+        """Op ``i`` (a sum or matmul of 16-bit floats) on a block, its inputs cast to the dtype
+        they accumulate in (``accumulator``): a block's partial result rounded to 16 bits
+        overflowed where the whole sum does not (float16 60 000, 60 000, -60 000, -60 000 in
+        blocks of 2 summed to inf, then NaN, where NumPy and the untiled sum give 0)."""
+        op = self.ed.ops[i]
+        edges = [Edge(-1, self.add("cast", [self.edge(e, new)],
+                                   {"dtype": accumulator(op.type.dtype)}, self.block, note),
+                      e.slot, self.block, TRUE, e.loc) for e in self.ed.in_edges(i)]
+        return self.add(op.kind, edges, dict(op.attrs), self.block, note)
+
     def add(self, kind, edges, attrs, domain, note) -> int:
         typ = infer(kind, [read_type(self.ed.ops[e.src], e) for e in edges], attrs)
         op = Op(-1, kind, domain, typ, attrs, self.loc)
@@ -227,7 +238,15 @@ def _rewrite(ed: Editor, reg: Region, k: Dim):
     skip = {reg.softmax, *reg.chain} if reg.softmax is not None else set()
     for i in _topo(ed, reg.ops - skip):
         new[i] = b.clone(i, new, f"block of a {reg.length} range")
-    if reg.softmax is None:
+    if reg.softmax is None and z.kind in ("sum", "matmul") and \
+            accumulator(z.type.dtype) != z.type.dtype:   # of 16-bit floats: added in float32
+        part = b.widened(reg.terminal, new, "partial result of a block, in float32")
+        total = b.combine("sum", [b.over_blocks(part)], {"axis": 0, "keepdims": False},
+                          "partial results of the blocks added in float32")
+        ed.rewrite(z.id, Op(z.id, "cast", z.domain, z.type, {"dtype": z.type.dtype}, z.loc,
+                            z.name), [Edge(z.id, total, 0, reg.domain, TRUE, z.loc)],
+                   "the blocks' sum rounded once")
+    elif reg.softmax is None:
         part = b.clone(reg.terminal, new, "partial result of a block")
         kind = "sum" if z.kind == "matmul" else z.kind
         edges = [Edge(z.id, part, 0, b.blocks, TRUE, z.loc)]
