@@ -722,3 +722,39 @@ def test_16bit_tiled_sums_add_the_blocks_in_float32(executor):
         want = np.cumsum(x.astype(np.float32), axis=0).astype(np.float16)
     np.testing.assert_array_equal(got["sum"], want)
     np.testing.assert_array_equal(got["matmul"].reshape(8, 1), want)
+
+
+def test_16bit_streamed_sums_run_in_float32(executor):
+    """A sum over the whole of ``t`` streamed into ``t``'s loop (``stream=True``) was a float16
+    running sum: 60 000, 60 000, -60 000, -60 000, 1, 2 gave inf from the second step on where
+    the sum is 3. The running sum is float32, rounded once at the last step."""
+    ctx = tl.Context(dims=("b", "t"))
+    (b, t), (B, T) = ctx.dims, ctx.bounds
+    data = np.array([[6e4, 6e4, -6e4, -6e4, 1, 2]], np.float16)
+    with ctx:
+        u = tl.from_array(data, domain=(b, t))
+        x = tl.placeholder((), domain=(b, t), name="x", dtype="float16")
+        x[b, 0] = u
+        x[b, t] = 0.5 * x[b, t - 1] * 0.0 + u   # a recurrence: the sum runs in its loop
+        total = x[b, 0:T].sum()
+    prog = ctx.compile(bounds={B: 1, T: 6}, outputs={"total": total},
+                       config=tl.CompileConfig(executor=executor, stream=True,
+                                               check_invariants=True))
+    got = prog.run()["total"]
+    assert got.dtype == np.float16 and got.tolist() == [3.0]
+    if executor != "reference":  # no passes there
+        assert "0:T" not in prog.schedule.code()
+
+
+def test_16bit_ragged_means_add_and_count_in_float32(executor):
+    """A mean over a ragged bound (``tl.lengths``) is a masked sum over a count: of float16
+    60 000s it was inf (the float16 sum) on every compiled executor, 60 000 in the reference."""
+    data = np.full((2, 6), 6e4, np.float16)
+    data[1, 4:] = -6e4   # past instance 1's end: left out
+    ctx = tl.Context(dims=("b", "t"))
+    (b, t), (B, T) = ctx.dims, ctx.bounds
+    with ctx:
+        m = tl.from_array(data, domain=(b, t))[b, 0:T].mean()
+    got = ctx.compile(bounds={B: 2, T: tl.lengths(np.array([6, 4]), over=b)}, outputs={"m": m},
+                      config=tl.CompileConfig(executor=executor)).run()["m"]
+    assert got.dtype == np.float16 and got.tolist() == [6e4, 6e4]

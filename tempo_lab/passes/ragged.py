@@ -28,7 +28,7 @@ import ml_dtypes
 import numpy as np
 
 from ..errors import BoundsError
-from ..ir.ops import CATALOG, TensorType, infer, is_floating, rule
+from ..ir.ops import CATALOG, TensorType, accumulator, infer, is_floating, rule
 from ..ir.sdg import Edge, Op, Ragged, read_type
 from ..symbolic import TRUE, Bound, Const, Dim, Expr, Slice
 from ..symbolic import isl as I
@@ -445,7 +445,9 @@ class _Lower:
 
     def reduce_masked(self, op: Op, slot: int, mask: int, axes, rank: int):
         """A reduction along a masked axis: the points past the end are its identity; a mean
-        divides by the number of real points."""
+        divides by the number of real points. A mean of 16-bit floats adds its points and
+        counts them in float32 (``accumulator``) and rounds the quotient once, as an unmasked
+        mean does: a float16 mean of 60 000s was inf (their float16 sum)."""
         ed = self.ed
         if op.kind != "mean":
             dt = op.type.dtype
@@ -454,16 +456,24 @@ class _Lower:
             return
         e = ed.in_edges(op.id)[slot]
         x = self.mask_input(op, slot, mask, axes, rank, 0)
-        dom = op.domain
+        dom, wide = op.domain, accumulator(op.type.dtype)
+        if wide != op.type.dtype:
+            x = self.add("cast", [(x, dom)], dom, e.loc, op.id, {"dtype": wide})
         bm = self.broadcastable(mask, axes, rank, dom, e.loc, op.id)
         shape = read_type(ed.ops[e.src], e).shape
-        ones = self.add("broadcast_to", [(self.const(1, op.type.dtype, e.loc, op.id), ())],
+        ones = self.add("broadcast_to", [(self.const(1, wide, e.loc, op.id), ())],
                         dom, e.loc, op.id, {"shape": shape})
-        zero = self.const(0, op.type.dtype, e.loc, op.id)
+        zero = self.const(0, wide, e.loc, op.id)
         counted = self.add("where", [(bm, dom), (ones, dom), (zero, ())], dom, e.loc, op.id)
         attrs = {"axis": op.attrs.get("axis"), "keepdims": op.attrs.get("keepdims", False)}
         total = self.add("sum", [(x, dom)], dom, e.loc, op.id, attrs)
         count = self.add("sum", [(counted, dom)], dom, e.loc, op.id, attrs)
+        if wide != op.type.dtype:
+            total = self.add("div", [(total, dom), (count, dom)], dom, e.loc, op.id)
+            ed.rewrite(op.id, Op(op.id, "cast", dom, op.type, {"dtype": op.type.dtype}, op.loc,
+                                 op.name, op.scope), [Edge(op.id, total, 0, dom, TRUE, op.loc)],
+                       f"ragged {self.name}: the mean of each instance's own points")
+            return
         ed.rewrite(op.id, Op(op.id, "div", dom, op.type, {}, op.loc, op.name, op.scope),
                    [Edge(op.id, total, 0, dom, TRUE, op.loc),
                     Edge(op.id, count, 1, dom, TRUE, op.loc)],

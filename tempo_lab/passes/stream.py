@@ -26,6 +26,7 @@ import math
 
 from ..ir.demand import demand, param_context
 from ..ir.graph import sccs
+from ..ir.ops import TensorType, accumulator
 from ..ir.sdg import Edge, Op
 from ..symbolic import TRUE, Const, Dim, Slice, eq, ne
 from ..symbolic import isl as I
@@ -211,21 +212,33 @@ def _reorder(ed: Editor, s: Op, read: Edge, d: Dim, inner):
 
 
 def _running_sum(ed: Editor, s: Op, read: Edge, d: Dim):
+    """``s`` as ``acc[T - 1]``, ``acc`` a recurrence along ``d``. Of 16-bit floats, ``acc``
+    holds float32 (``accumulator``) and the last step is rounded once, as the sum it replaces
+    is: a float16 running sum of 60 000, 60 000, -60 000, -60 000 was inf from its second step
+    on, where the sum is 0."""
     x = ed.ops[read.src]
     here = tuple(u for u in ed.dims if u in s.domain or u == d)
     at = tuple(d if isinstance(v, Slice) else v for v in read.index)
     prev = tuple(u - 1 if u == d else u for u in here)
     loc = s.loc
-    acc = ed.add(Op(-1, "merge", here, s.type, {"type": s.type, "running": d.name}, loc,
+    wide = accumulator(s.type.dtype)
+    typ = TensorType(s.type.shape, wide)
+    src = x.id
+    if wide != s.type.dtype:  # read each step widened
+        src = ed.add(Op(-1, "cast", here, typ, {"dtype": wide}, loc),
+                     [Edge(-1, x.id, 0, at, TRUE, loc)], s.id, f"%{x.id} in {wide}")
+        at = here
+    acc = ed.add(Op(-1, "merge", here, typ, {"type": typ, "running": d.name}, loc,
                     s.name and f"{s.name}_running"), [],
                  s.id, f"running sum of %{x.id} along {d}")
-    step = ed.add(Op(-1, "add", here, s.type, {}, loc), [Edge(-1, acc, 0, prev, TRUE, loc),
-                                                         Edge(-1, x.id, 1, at, TRUE, loc)],
+    step = ed.add(Op(-1, "add", here, typ, {}, loc), [Edge(-1, acc, 0, prev, TRUE, loc),
+                                                      Edge(-1, src, 1, at, TRUE, loc)],
                   s.id, "one more step")
     first = tuple(Const(0) if u == d else u for u in at)
-    ed.rewrite(acc, ed.ops[acc], [Edge(acc, x.id, 0, first, eq(d, 0), loc),
+    ed.rewrite(acc, ed.ops[acc], [Edge(acc, src, 0, first, eq(d, 0), loc),
                                   Edge(acc, step, 1, here, ne(d, 0), loc)],
                f"running sum of %{x.id} along {d}")
     last = tuple(d.bound - 1 if u == d else u for u in here)
-    ed.rewrite(s.id, Op(s.id, "identity", s.domain, s.type, {}, s.loc, s.name),
+    kind, attrs = ("identity", {}) if wide == s.type.dtype else ("cast", {"dtype": s.type.dtype})
+    ed.rewrite(s.id, Op(s.id, kind, s.domain, s.type, attrs, s.loc, s.name),
                [Edge(s.id, acc, 0, last, TRUE, loc)], f"the running sum at the last {d}")
