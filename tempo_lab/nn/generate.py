@@ -104,7 +104,7 @@ def _decode_batch(model, params, rows, new: int, sampling: dict, config,
         ids, _ = decode(model, params, from_array(prompt, domain=(b,), name="prompt"), t, n,
                         me="tl.nn.generate",
                         lengths=from_array(lengths, domain=(b,), name="prompt_length"),
-                        **sampling)
+                        shortest=int(lengths.min()), **sampling)
         if stream is not None:
             sink(ids, stream)
     config = config or CompileConfig(executor="xla" if stream else "auto")

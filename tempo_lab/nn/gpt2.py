@@ -99,7 +99,7 @@ class GPT2:
                              "GPT2.init(seed) or tl.nn.AutoModel.from_pretrained(path)")
         with ctx:
             dom = ctx.order((*ids.domain, n))
-            w = {k[len("layers."):]: over_layers(shapes[k], params[k], k, n, me)
+            w = {k[len("layers."):]: over_layers(shapes[k], params[k], k, n, me, "(in, out)")
                  for k in shapes if k.startswith("layers.")}
             table = param(params, "embed.w", shapes["embed.w"], ctx, me)
             pos = take(param(params, "pos.w", shapes["pos.w"], ctx, me), as_tensor(t, ctx))

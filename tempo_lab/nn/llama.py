@@ -33,16 +33,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ArgumentError, DTypeError, ShapeError, user_api
-from ..frontend import api
-from ..frontend.api import from_array, placeholder, take
+from ..frontend.api import placeholder
 from ..frontend.tensor import RecurrentTensor as RT
-from ..ir.ops import canonical_dtype, is_floating, shape_str
+from ..ir.ops import canonical_dtype, is_floating
 from ..runtime.host import aligned_empty
 from ..symbolic import Dim
-from ._params import ParamError, param, rng, spatial_shape, sub
+from ._params import ParamError, param, rng, sub
 from .attention import RopeScaling, TransformerBlock
+from .decoding import at, decode, over_layers
 from .layers import Embedding, RMSNorm
-from .sampling import sample
 
 LINEAR = ("attn.wq", "attn.wk", "attn.wv", "attn.wo", "mlp.w_gate", "mlp.w_up", "mlp.w_down")
 BIASES = ("layers.attn.bq", "layers.attn.bk", "layers.attn.bv")
@@ -143,12 +142,12 @@ class Llama:
             blocks = {k: v.transpose(1, 0) if k in LINEAR else v for k, v in blocks.items()}
             h_in = placeholder((self.embed,), "float32", domain=dom, name="h_in")
             h_out = placeholder((self.embed,), "float32", domain=dom, name="h_out")
-            h_in[_at(dom, {n: 0})] = Embedding(self.vocab, self.embed)(
+            h_in[at(dom, {n: 0})] = Embedding(self.vocab, self.embed)(
                 sub(params, "embed"), ids).astype("float32")
-            h_in[_at(dom, {})] = h_out[_at(dom, {n: n - 1})]
-            h_out[_at(dom, {})] = self.block(blocks, h_in, t)
+            h_in[at(dom, {})] = h_out[at(dom, {n: n - 1})]
+            h_out[at(dom, {})] = self.block(blocks, h_in, t)
             last = RMSNorm(self.embed, self.eps)(sub(params, "norm"),
-                                                 h_out[_at(dom, {n: n.bound - 1})])
+                                                 h_out[at(dom, {n: n.bound - 1})])
             if self.tied:
                 table = param(params, "embed.w", (self.vocab, self.embed), ctx, me)
             else:
@@ -162,29 +161,8 @@ class Llama:
         step ``t`` reads the prompt while ``t < P`` and otherwise the token sampled from step
         ``t - 1``'s logits (``tl.nn.sample``: greedy at temperature 0). Returns ``(ids,
         logits)`` over ``(prompt's dims, t)``; ``ids[..., t]`` is the token fed at step t."""
-        me = f"Llama(layers={self.layers}).generate"
-        if not isinstance(prompt, RT) or prompt.ndim != 1 or prompt.dtype.kind not in "iu":
-            raise ShapeError(f"{me}: the prompt must be an int tensor of shape (P,) per point, "
-                             f"got {getattr(prompt, 'type', type(prompt).__name__)}; lift "
-                             f"(B, P) prompts with tl.from_array(prompts, domain=(b,))")
-        if t in prompt.domain or n in prompt.domain:
-            raise ShapeError(f"{me}: the prompt varies over ({', '.join(map(str, prompt.domain))})"
-                             f" but must not vary over the step dim {t} or the layer dim {n}: "
-                             f"give its P tokens as its shape (P,)")
-        plen = spatial_shape(prompt)[0]
-        if not isinstance(plen, int) or plen < 1:
-            raise ShapeError(f"{me}: the prompt needs a static length >= 1, got "
-                             f"{shape_str(spatial_shape(prompt))}")
-        ctx = prompt.ctx
-        with ctx:
-            dom = ctx.order((*prompt.domain, t))
-            ids = placeholder((), "int32", domain=dom, name="ids")
-            logits = self(params, ids, t, n)
-            nxt = sample(logits, temperature, seed)
-            ids[_at(dom, {t: 0})] = take(prompt, 0).astype("int32")
-            ids[_at(dom, {})] = api.where(t < plen, take(prompt, api.min(t, plen - 1)),
-                                          nxt[_at(dom, {t: t - 1})]).astype("int32")
-        return ids, logits
+        return decode(self, params, prompt, t, n, temperature, seed,
+                      f"Llama(layers={self.layers}).generate")
 
     def _over_layers(self, value, key: str, n: Dim, me: str):
         """A ``layers.*`` entry as a tensor over ``n`` (arrays are lifted; tensors are the
@@ -193,18 +171,7 @@ class Llama:
         if want is None:
             raise ParamError(f"{me}: '{key}' is not a parameter of {self!r}; its layer "
                              f"parameters are {', '.join(k for k in self.shapes() if 'layers.' in k)}")
-        if isinstance(value, RT):
-            if spatial_shape(value) != want[1:]:
-                raise ShapeError(f"{me}: parameter '{key}' has shape "
-                                 f"{shape_str(spatial_shape(value))} per layer but "
-                                 f"{shape_str(want[1:])} is needed (matrices are (out, in))")
-            return value
-        shape = np.shape(value)
-        if shape != want:
-            raise ShapeError(f"{me}: parameter '{key}' must stack the {self.layers} layers on its "
-                             f"first axis as {shape_str(want)} (matrices (out, in)), got shape "
-                             f"{shape_str(shape)}")
-        return from_array(value, domain=(n,), name=key.replace(".", "_"))
+        return over_layers(want, value, key, n, me, "(out, in)")
 
 
 def floating_dtype(dtype, me: str) -> np.dtype:
@@ -241,8 +208,3 @@ def _check_dims(ids, t: Dim, n: Dim, me: str):
         raise ShapeError(f"{me}: the token ids must vary over t={t} and not over the layer dim "
                          f"n={n}; their domain is ({', '.join(map(str, ids.domain))})")
     return ids.ctx
-
-
-def _at(domain, subs: dict) -> tuple:
-    """An index of ``domain``: each dim at itself unless ``subs`` gives its expression."""
-    return tuple(subs.get(d, d) for d in domain)
