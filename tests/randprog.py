@@ -16,7 +16,10 @@ and optionally a ``tl.until`` bound, a loss to differentiate and sinks) that can
 construction: reads stay inside their domains, placeholders are fully and disjointly covered, a
 ``tl.until`` condition reads only earlier points, a loss reads only what ``tl.grad`` can turn
 around, and value magnitudes stay small (expressions whose bound could exceed 4 are scaled by a
-power of two), so float32 results agree to ``rtol=1e-4, atol=1e-5``.
+power of two), so float32 results agree to ``rtol=1e-4, atol=1e-5``. With ``dtypes`` it also
+draws programs of float16 or bfloat16 (inputs and recurrences of that dtype), some of whose
+inputs hold the dtype's edge values (:func:`edge_values`); those are checked against the
+reference interpreter, which computes each op as NumPy does (:func:`assert_16bit_match`).
 
 Usage from another test (tests/ is not a package)::
 
@@ -30,6 +33,7 @@ import math
 from contextlib import ExitStack
 from dataclasses import dataclass, field, replace
 
+import ml_dtypes
 import numpy as np
 from hypothesis import strategies as st
 
@@ -39,7 +43,7 @@ __all__ = [
     "run_tempo", "numpy_eval", "jax_grads", "expected", "to_source", "program_strategy",
     "features", "ALL_FEATURES", "input_array", "assert_outputs_match", "expr_source",
     "mk_read", "mk_unary", "mk_scale", "mk_binary", "mk_sred", "limit", "prune", "reads_of",
-    "RTOL", "ATOL",
+    "RTOL", "ATOL", "edge_values", "assert_16bit_match",
 ]
 
 RTOL, ATOL = 1e-4, 1e-5
@@ -277,6 +281,8 @@ class RProgram:
     loss: Loss | None = None
     sinks: tuple[str, ...] = field(default=())
     scopes: tuple[tuple[str, str], ...] = ()  # (statement, tl.scope name): names users write
+    dtype: str = "float32"         # of the inputs and recurrences: float32, float16, bfloat16
+    edges: bool = False            # inputs hold some of the dtype's edge values
 
     def stmt(self, name):
         return next(s for s in self.stmts if s.name == name)
@@ -307,9 +313,31 @@ def bound_of(dim: str) -> str:
     return dim.upper()
 
 
-def input_array(seed: int, shape: tuple[int, ...]) -> np.ndarray:
-    """The values of an ``Input``: uniform in [-1, 1], float32."""
-    return np.random.RandomState(seed).uniform(-1, 1, size=shape).astype(F32)
+def input_array(seed: int, shape: tuple[int, ...], dtype: str = "float32",
+                edges: bool = False) -> np.ndarray:
+    """The values of an ``Input``: uniform in [-1, 1], float32 (or ``dtype``); with ``edges``,
+    about half of them are the dtype's edge values, or (one input in two) all of them are
+    one of its largest values (a sum of them overflows, their mean does not)."""
+    r = np.random.RandomState(seed)
+    x = r.uniform(-1, 1, size=shape).astype(F32)
+    if edges:
+        special = np.array(edge_values(dtype), F32)
+        x = np.where(r.uniform(size=shape) < 1 / 2,
+                     special[r.randint(0, len(special), size=shape)], x).astype(F32)
+        if r.randint(2) == 0:
+            x = np.full(shape, special[r.randint(4)], F32)
+    return x.astype(ml_dtypes.bfloat16 if dtype == "bfloat16" else dtype)
+
+
+def edge_values(dtype: str) -> list[float]:
+    """Values at the edges of a 16-bit float: the largest finite ones and ones just below
+    (a sum or a product of two overflows), the smallest normal, 0 and -0, and float16's
+    smallest subnormal. Not bfloat16's: it is a float32 subnormal, which XLA on the CPU reads
+    as zero (the README's "Floating point")."""
+    fi = ml_dtypes.finfo(ml_dtypes.bfloat16 if dtype == "bfloat16" else np.dtype(dtype))
+    big, below = float(fi.max), float(fi.max) * (1 - float(fi.eps))
+    tiny = [float(fi.smallest_subnormal)] if dtype == "float16" else []
+    return [big, -big, below, -below, float(fi.smallest_normal), 0.0, -0.0, *tiny]
 
 
 # =================================================================================================
@@ -452,10 +480,10 @@ def build(program: RProgram, calls: dict | None = None):
         if isinstance(e, DimWhere):
             return tl.where(dim_of[e.dim] < e.k, ev(e.a), ev(e.b))
         if isinstance(e, DimVal):
-            return (tl.zeros(()) + dim_of[e.dim]) * e.c
+            return (tl.zeros((), program.dtype) + dim_of[e.dim]) * e.c
         if isinstance(e, IntOp):
             n = (ev(e.x) * 4.0).astype("int32")
-            return (n // e.k if e.op == "floordiv" else n % e.k).astype("float32")
+            return (n // e.k if e.op == "floordiv" else n % e.k).astype(program.dtype)
         raise TypeError(e)
 
     with ctx:
@@ -465,12 +493,13 @@ def build(program: RProgram, calls: dict | None = None):
                     scoped.enter_context(tl.scope(scope_of[s.name]))
                 dom = tuple(dim_of[d] for d in s.dom)
                 if isinstance(s, Input):
-                    env[s.name] = tl.from_array(input_array(s.seed, _dom_shape(program, s.dom)
-                                                            + s.shape), domain=dom)
+                    env[s.name] = tl.from_array(input_array(
+                        s.seed, _dom_shape(program, s.dom) + s.shape, program.dtype,
+                        program.edges), domain=dom)
                 elif isinstance(s, Let):
                     env[s.name] = ev(s.expr)
                 elif isinstance(s, Rec):
-                    x = tl.placeholder(s.shape, "float32", domain=dom)
+                    x = tl.placeholder(s.shape, program.dtype, domain=dom)
                     env[s.name] = x
                     t = dim_of["t"]
                     cur = tuple(dim_of[d] for d in s.dom)
@@ -776,6 +805,32 @@ def assert_outputs_match(program: RProgram, got, what: str = "tempo_lab",
                                    err_msg=f"{name!r}: {what} vs {oracle}, for the program\n{src}")
 
 
+def assert_16bit_match(program: RProgram, got, want, what: str) -> None:
+    """``got`` equals ``want`` (``run_tempo`` dicts; the reference interpreter's) for a 16-bit
+    program: the bound reached, the same NaNs and infinities in the same places, and finite
+    values within a few roundings of the dtype (executors may add a sum's float32 terms in
+    another order: one rounding apart, then carried through the ops after it)."""
+    src = to_source(program)
+    assert got["_bounds"] == want["_bounds"], f"{what}: bounds {got['_bounds']}, for\n{src}"
+    eps = float(ml_dtypes.finfo(ml_dtypes.bfloat16 if program.dtype == "bfloat16"
+                                else np.dtype(program.dtype)).eps)
+    for name in program.result_names:
+        g, w = got[name], want[name]
+        msg = f"{name!r}: {what} vs the reference, for the program\n{src}"
+        if name.startswith(SINK):
+            assert set(g) == set(w), f"{name}: {what} called it at {sorted(g)}, for\n{src}"
+            pairs = [(g[p], w[p]) for p in w]
+        else:
+            pairs = [(g, w)]
+        for a, b in pairs:
+            a, b = np.asarray(a, F32), np.asarray(b, F32)
+            for test in (np.isnan, np.isposinf, np.isneginf):
+                np.testing.assert_array_equal(test(a), test(b), err_msg=msg)
+            fin = np.isfinite(b)
+            np.testing.assert_allclose(a[fin], b[fin], rtol=16 * eps, atol=16 * eps * MAG_LIMIT,
+                                       err_msg=msg)
+
+
 # =================================================================================================
 # (c) Readable RT source
 # =================================================================================================
@@ -844,12 +899,14 @@ def _expr_src(program, e) -> tuple[str, int]:
         b, _ = _expr_src(program, e.b)
         return f"tl.where({e.dim} < {e.k}, {a}, {b})", _PREC_ATOM
     if isinstance(e, DimVal):
-        return f"(tl.zeros(()) + {e.dim}) * {e.c!r}", _PREC_MUL
+        zeros = "tl.zeros(())" if program.dtype == "float32" else \
+            f"tl.zeros((), {program.dtype!r})"
+        return f"({zeros} + {e.dim}) * {e.c!r}", _PREC_MUL
     if isinstance(e, IntOp):
         x, p = _expr_src(program, e.x)
         sym = "//" if e.op == "floordiv" else "%"
         return (f"(({_paren(x, p, _PREC_MUL)} * 4.0).astype('int32') {sym} {e.k})"
-                ".astype('float32')", _PREC_ATOM)
+                f".astype({program.dtype!r})", _PREC_ATOM)
     raise TypeError(e)
 
 
@@ -868,7 +925,8 @@ def to_source(program: RProgram) -> str:
     dims_t = ", ".join(f'"{d}"' for d in dims) + ("," if len(dims) == 1 else "")
     names = ", ".join(dims) + ("," if len(dims) == 1 else "")
     bnames = ", ".join(map(bound_of, dims)) + ("," if len(dims) == 1 else "")
-    lines = ["import numpy as np", "import tempo_lab as tl", "",
+    lines = ["import numpy as np", "import tempo_lab as tl"] + (
+        [] if program.dtype == "float32" else ["from randprog import input_array"]) + ["",
              f"ctx = tl.Context(dims=({dims_t})); {names} = ctx.dims; {bnames} = ctx.bounds"]
     if program.sinks:
         lines.append("calls = {" + ", ".join(f'"{n}": []' for n in program.sinks) + "}")
@@ -882,13 +940,14 @@ def to_source(program: RProgram) -> str:
         first = len(lines)
         if isinstance(s, Input):
             shape = _dom_shape(program, s.dom) + s.shape
-            lines.append(f"    {s.name} = tl.from_array(np.random.RandomState({s.seed})"
-                         f".uniform(-1, 1, size={shape}).astype('float32'), "
-                         f"domain={dom_text(s.dom)})")
+            values = (f"np.random.RandomState({s.seed}).uniform(-1, 1, size={shape})"
+                      f".astype('float32')" if program.dtype == "float32" else
+                      f"input_array({s.seed}, {shape}, {program.dtype!r}, {program.edges})")
+            lines.append(f"    {s.name} = tl.from_array({values}, domain={dom_text(s.dom)})")
         elif isinstance(s, Let):
             lines.append(f"    {s.name} = {expr_source(program, s.expr)}")
         else:
-            lines.append(f"    {s.name} = tl.placeholder({s.shape}, 'float32', "
+            lines.append(f"    {s.name} = tl.placeholder({s.shape}, {program.dtype!r}, "
                          f"domain={dom_text(s.dom)})")
             cur = list(s.dom)
             kind, c = s.init_kind[0], s.lag
@@ -1035,9 +1094,9 @@ def features(program: RProgram) -> set[str]:
 class _Gen:
     """Draws one program statement by statement; every choice keeps the program valid."""
 
-    def __init__(self, draw, dims, bounds, k, max_depth):
+    def __init__(self, draw, dims, bounds, k, max_depth, ints=True):
         self.draw, self.dims, self.bounds, self.k = draw, dims, bounds, k
-        self.max_depth = max_depth
+        self.max_depth, self.ints = max_depth, ints  # ints: IntOp (not of inf or NaN)
         self.stmts: list = []
         self.others = tuple(d for d in dims if d != "t")
 
@@ -1084,7 +1143,8 @@ class _Gen:
 
     # -- expressions --------------------------------------------------------------------------
     def expr(self, allowed, rec=None, depth=0):
-        choice = self.draw(st.integers(0, 12)) if depth < self.max_depth else 0
+        choice = self.draw(st.integers(0, 12 if self.ints else 11)) \
+            if depth < self.max_depth else 0
         if choice <= 3:
             e = self.read(allowed, rec)
         elif choice == 4:
@@ -1236,9 +1296,11 @@ def _loss(draw, program: RProgram) -> Loss | None:
 
 @st.composite
 def program_strategy(draw, max_stmts: int = 7, max_depth: int = 2, dims=None,
-                     extras: bool = True):
+                     extras: bool = True, dtypes: tuple[str, ...] = ("float32",)):
     """Random valid programs: 1 to 3 dims, T in 1..9, B in 1..3, A in 1..2, spatial () or
-    (k,), k in 1..3.
+    (k,), k in 1..3, of one of ``dtypes``; a 16-bit program's inputs hold its edge values
+    half of the time (and it has no integer arithmetic then: an inf cast to int32 is
+    undefined).
 
     The first statement is an input; later ones are inputs, elementwise expressions over earlier
     tensors (point / causal / window / suffix / constant reads and reductions, conditions on
@@ -1254,7 +1316,9 @@ def program_strategy(draw, max_stmts: int = 7, max_depth: int = 2, dims=None,
     if ndims == 3:
         bounds["A"] = draw(st.integers(1, 2))
     k = draw(st.integers(1, 3))
-    g = _Gen(draw, dims, bounds, k, max_depth)
+    dtype = draw(st.sampled_from(dtypes))
+    edges = dtype != "float32" and draw(st.booleans())
+    g = _Gen(draw, dims, bounds, k, max_depth, ints=not edges)
     g.stmts.append(g.input())
     n = draw(st.integers(1, max_stmts - 1))
     for _ in range(n):
@@ -1264,7 +1328,7 @@ def program_strategy(draw, max_stmts: int = 7, max_depth: int = 2, dims=None,
     names = [s.name for s in g.stmts]
     mask = draw(st.lists(st.booleans(), min_size=len(names), max_size=len(names)))
     outs = tuple(nm for nm, m in zip(names, mask) if m) or (names[-1],)
-    program = RProgram(dims, bounds, tuple(g.stmts), outs)
+    program = RProgram(dims, bounds, tuple(g.stmts), outs, dtype=dtype, edges=edges)
     if extras:
         until = _until(draw, program) if draw(st.integers(0, 3)) == 0 else None
         loss = _loss(draw, program) if draw(st.integers(0, 2)) == 0 else None

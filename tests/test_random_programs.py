@@ -30,6 +30,7 @@ from randprog import (  # noqa: E402
     Let,
     Rec,
     RProgram,
+    assert_16bit_match,
     assert_outputs_match,
     build,
     compile_program,
@@ -56,6 +57,7 @@ N_EXECUTORS = examples(300)
 N_GROUPS = examples(60)
 N_REFERENCE = examples(400)
 N_SPANS = examples(40)
+N_16BIT = examples(45)
 N_INTERRUPTED = examples(30)
 SWITCHES = ("simplify", "fold_constants", "cse", "contract", "dce", "tile", "vectorise",
             "incrementalise", "fuse")
@@ -126,6 +128,26 @@ def test_random_programs_with_group_vectorisation(program):
                              want=want)
 
 
+@settings(max_examples=N_16BIT, deadline=None, derandomize=True, database=None,
+          phases=NO_EXPLAIN)
+@given(program_strategy(dtypes=("float16", "bfloat16")), st.booleans())
+def test_random_16bit_programs_on_every_executor_match_the_reference(program, tiled):
+    """Programs of float16 or bfloat16, half of them with the dtype's edge values in their
+    inputs (the largest finite values, 0 and -0, float16 subnormals), on every executor, tiled
+    into blocks of 2 or not: the reference interpreter's results (each op rounded to the dtype
+    as NumPy does, sums and means accumulated in float32), the same NaNs and infinities in the
+    same places, finite values within a few roundings (the README's "Floating point")."""
+    config = tl.CompileConfig(executor="interpreter", check_invariants=True,
+                              **({"tile_block": 2} if tiled else {}))
+    calls: dict = {}
+    prog = compile_program(program, calls, config=config)
+    with np.errstate(all="ignore"):
+        want = run_tempo(program, prog.on("reference"), calls)
+    for executor in ALL:
+        got = run_tempo(program, prog.on(executor), calls)
+        assert_16bit_match(program, got, want, what=f"executor={executor} (tiled={tiled})")
+
+
 @contextmanager
 def _spans(switched: bool):
     """The XLA executor splitting loops into spans of any length (programs here have a few
@@ -192,9 +214,10 @@ def _exec_source(program):
 
 
 @settings(max_examples=10, deadline=None, derandomize=True, database=None)
-@given(program_strategy())
+@given(program_strategy(dtypes=("float32", "float16", "bfloat16")))
 def test_to_source_executes_to_the_same_outputs_as_build(program):
-    """The printed RT code is the program: exec'd, it computes what ``build`` computes."""
+    """The printed RT code is the program: exec'd, it computes what ``build`` computes (a
+    16-bit program's inputs through ``randprog.input_array``)."""
     src = to_source(program)
     note(src)
     out = _exec_source(program)
