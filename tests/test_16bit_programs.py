@@ -17,6 +17,7 @@ import pytest
 from budget import examples
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from randprog import edge_values
 from rt_helpers import COMPILED
 
 import tempo_lab as tl
@@ -26,13 +27,13 @@ DTYPES = {"float16": np.dtype(np.float16), "bfloat16": np.dtype(ml_dtypes.bfloat
 CONSTANTS = (1000.0, 0.5, 2.0, 1e-3, -3.0)
 
 
-def _edges(dt: np.dtype) -> list[float]:
-    """Edge values of ``dt``. Subnormals only for float16: a bfloat16 subnormal is a float32
-    one, which XLA on the CPU reads as zero (see the README's "Floating point")."""
-    fi = ml_dtypes.finfo(dt)
-    big = float(fi.max)
-    tiny = [float(fi.smallest_subnormal), float(fi.smallest_normal)] if dt == np.float16 else []
-    return [big, -big, big * 0.9, 0.0, -0.0, *tiny, 1.0, -1.0, 3.5]
+def _edges(dtype: str) -> list[float]:
+    """``randprog.edge_values`` and a few ordinary values. For bfloat16 without its smallest
+    normal: a product of it with a value below 1 is a float32 subnormal, which XLA on the CPU
+    makes zero (the README's "Floating point")."""
+    tiny = float(ml_dtypes.finfo(DTYPES[dtype]).smallest_normal)
+    return [v for v in edge_values(dtype) if dtype == "float16" or abs(v) != tiny] + \
+        [1.0, -1.0, 3.5]
 
 
 @st.composite
@@ -42,7 +43,7 @@ def programs(draw):
     small = st.floats(-4.0, 4.0, allow_nan=False, width=32)
     if dtype == "bfloat16":   # nothing that leads to a float32 subnormal, read as zero on XLA
         small = small.filter(lambda v: v == 0 or abs(v) > 1e-3)
-    value = st.one_of(st.sampled_from(_edges(dt)), small)
+    value = st.one_of(st.sampled_from(_edges(dtype)), small)
     arrays = [np.array(draw(st.lists(value, min_size=T * 4, max_size=T * 4)),
                        np.float32).astype(dt).reshape(T, 4) for _ in range(2)]
     steps = draw(st.lists(st.one_of(
