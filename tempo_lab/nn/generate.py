@@ -10,6 +10,7 @@ until the longest prompt's row has ``max_new_tokens``.
 """
 from __future__ import annotations
 
+import dataclasses
 import sys
 
 import numpy as np
@@ -34,11 +35,12 @@ def generate(model, params, prompts, max_new_tokens: int = 16, tokenizer: Tokeni
     ``prompts``: a string or a list of strings (needs ``tokenizer``; gives new text, special
     tokens skipped), or a list of token-id lists of any lengths (gives a list of new id lists).
     ``eos``: an id or ids that end a row (default: the tokenizer's ``eos_token_ids``, its EOS
-    and those of the checkpoint's ``generation_config.json``; none without a tokenizer). ``stream``: a function ``stream(row, piece)`` called while the
-    program runs with each row's new text as it comes (its new token id without a
-    tokenizer), in order, up to the row's end; ``tl.nn.TextStream()`` shows the text live in
-    a notebook. ``config``: the ``tl.CompileConfig`` of the program (with ``stream``, the XLA
-    executor unless it names another: its host callbacks run inside the compiled program)."""
+    and those of the checkpoint's ``generation_config.json``; none without a tokenizer).
+    ``stream``: a function ``stream(row, piece)`` called while the program runs with each
+    row's new text as it comes (its new token id without a tokenizer), in order, up to the
+    row's end; ``tl.nn.TextStream()`` shows the text live in a notebook. ``config``: the
+    ``tl.CompileConfig`` of the program (with ``stream``, the XLA executor unless it names
+    another: its host callbacks run inside the compiled program)."""
     if not callable(getattr(model, "generate", None)) or not hasattr(model, "vocab"):
         raise ArgumentError(f"tl.nn.generate: model must be a tl.nn decoder such as tl.nn.Llama, "
                             f"got {type(model).__name__}")
@@ -107,7 +109,9 @@ def _decode_batch(model, params, rows, new: int, sampling: dict, config,
                         shortest=int(lengths.min()), **sampling)
         if stream is not None:
             sink(ids, stream)
-    config = config or CompileConfig(executor="xla" if stream else "auto")
+    config = config or CompileConfig()
+    if stream is not None and config.executor == "auto":  # "auto" takes a sink to codegen
+        config = dataclasses.replace(config, executor="xla")
     prog = ctx.compile(bounds={B: len(rows), T: int(lengths.max()) + new, N: model.layers},
                        outputs={"ids": ids}, config=config)
     got = prog.run()["ids"]

@@ -158,7 +158,7 @@ class _Xla:
         o = self.sdg.ops[op]
         value = jnp.asarray(np.asarray(o.attrs["value"], o.type.dtype))
         sixteen = any(accumulator(d.type.dtype) != d.type.dtype
-                      for d in (self.sdg.ops[e.dst] for e in self.sdg.edges if e.src == op))
+                      for d in (self.sdg.ops[e.dst] for e in self.sdg.out_edges(op)))
         return lax.optimization_barrier(value) if sixteen else value
 
     def _prefill(self, op: int, host):
