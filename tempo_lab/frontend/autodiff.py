@@ -32,7 +32,7 @@ from types import SimpleNamespace
 import numpy as np
 
 from ..errors import GradientError, user_location
-from ..ir.demand import demand
+from ..ir.demand import demand, param_context
 from ..ir.ops import CATALOG, NONE, TensorType, flag, is_floating, norm_dim
 from ..symbolic import TRUE, Cond, Const, Slice, and_, eq, not_, or_
 from ..symbolic import isl as I
@@ -194,16 +194,56 @@ class _Backward:
               for m, x in sorted(((n, g), *others), key=lambda mx: mx[0].id)}
         g = gs if others else gs[n.attrs.get("out")]
         xs = [_view_of(self.ctx, inp) for inp in n.inputs]
-        cts = rule(n, g, xs, RT(self.ctx, n))
         guard = None if flag(n.kind, "ct_only") or None in reads else or_(*reads)
+        summed = {k: self._summed(n, k, g, xs) for k in wanted} if guard is None else {}
+        if any(summed.get(k) is None for k in wanted):
+            cts = rule(n, g, xs, RT(self.ctx, n))
         for k in wanted:
-            if cts[k] is not None:
-                ct = _cast(cts[k], xs[k].dtype)
-                contribs[n.inputs[k].node.id].append(self._reverse(ct, n.inputs[k], n, guard))
+            if summed.get(k) is not None:
+                ct, done = summed[k]
+            elif cts[k] is not None:
+                ct, done = cts[k], ()
+            else:
+                continue
+            ct = _cast(ct, xs[k].dtype)
+            contribs[n.inputs[k].node.id].append(self._reverse(ct, n.inputs[k], n, guard, done))
 
-    def _reverse(self, ct: RT, inp, consumer: Node, guard: Cond | None) -> RT:
-        """``ct`` (a cotangent of the read ``inp`` at every consumer point) as a contribution
-        to the producer's adjoint: the transpose of the read."""
+    def _summed(self, n: Node, k: int, g: RT, xs: list[RT]):
+        """Input ``k``'s cotangent summed over the innermost consumer dim its read does not
+        vary along (a parameter read at every token), as the op's contraction of the points
+        (``OpDef.vjp_sum``), and that dim; None where the op has no such rule, the read is
+        not a plain point read, or another input does not read the dim at its own point (or
+        reads a point given by a bound).
+        Summing one dim here leaves the outer ones to ``_reverse``, as it sums any."""
+        rule = CATALOG[n.kind].vjp_sum
+        index = n.inputs[k].index
+        if rule is None or any(isinstance(e, Slice) for e in index):
+            return None
+        varies = set().union(*(e.dims() for e in index))
+        free = [u for u in n.domain if u not in varies]
+        if not free:
+            return None
+        u = free[-1]
+        stacked = []
+        for j, (inp, x) in enumerate(zip(n.inputs, xs)):
+            if j == k:
+                stacked.append(x)
+                continue
+            at = [p for p, e in enumerate(inp.index) if u in e.dims()]
+            if len(at) != 1 or inp.index[at[0]] != u \
+                    or any(isinstance(e, Slice) or e.symbols() - e.dims() for e in inp.index):
+                return None  # (a bound in the read, x[b, T - 1], may be an instance's own)
+            entries = tuple(Slice(Const(0), u.bound) if p == at[0] else e
+                            for p, e in enumerate(inp.index))
+            stacked.append(RT(self.ctx, inp.node)._view(entries, inp.loc, record=False))
+        entries = tuple(Slice(Const(0), u.bound) if v == u else v for v in g.domain)
+        ct = rule(n, g._view(entries, self.loc, record=False), stacked, k)
+        return None if ct is None else (ct, (u,))
+
+    def _reverse(self, ct: RT, inp, consumer: Node, guard: Cond | None, done=()) -> RT:
+        """``ct`` (a cotangent of the read ``inp`` at every consumer point, already summed
+        over the consumer dims ``done``) as a contribution to the producer's adjoint: the
+        transpose of the read."""
         ctx, prod = self.ctx, inp.node
         mapped, conds, frames = {}, [], []
         for d, e in zip(prod.domain, inp.index):
@@ -232,7 +272,7 @@ class _Backward:
             if run and d in f.domain and d not in mapped:
                 f = _accumulate(ctx, f, d, run[0])
                 mapped[d] = (d, run[1])
-        summed = [u for u in consumer.domain if u not in mapped]
+        summed = [u for u in consumer.domain if u not in mapped and u not in done]
         present = [u for u in summed if u in f.domain]
         for u in reversed(present):  # one dim at a time, innermost first: each read has one
             entries = tuple(Slice(Const(0), u.bound) if v == u else v for v in f.domain)
@@ -302,15 +342,17 @@ def _demand_conds(ctx, loss: RT, graph: dict[int, Node]) -> dict[int, Cond | boo
     ids = sorted(graph)
     boxes = {k: sdg.isl_domain(k) for k in sdg.ops}
     dem = demand(sdg, boxes, {e: sdg.isl_map(e) for e in sdg.edges})
+    bounds = param_context(sdg)  # bounds are positive: "T >= 1" is no condition
     out: dict[int, Cond | bool | None] = {}
     for k, nid in enumerate(ids):
         d = dem[k].coalesce()
-        if boxes[k].is_subset(d):
+        if boxes[k].intersect_params(bounds).is_subset(d):
             out[nid] = None
         elif d.is_empty():
             out[nid] = False
         else:
-            named = I.named(d.gist(boxes[k]), graph[nid].domain).reset_tuple_id()
+            named = I.named(d.gist(boxes[k].intersect_params(bounds)),
+                            graph[nid].domain).reset_tuple_id()
             out[nid] = I.cond_from_set(named)
     return out
 

@@ -295,8 +295,9 @@ class RecurrentTensor:
         if extra:
             raise DefinitionError(f"the value assigned to {self.name} varies over "
                                   f"{', '.join(sorted(map(str, extra)))}, which is not in its "
-                                  f"domain ({', '.join(map(str, self.domain))}); reduce over "
-                                  "or index away those dims", loc)
+                                  f"domain ({', '.join(map(str, self.domain))}); give "
+                                  f"{self.name} those dims too (its domain=) if it holds a value "
+                                  "per point of them, or reduce over or index them away", loc)
         if value.dtype != self.dtype:
             dt, _ = promote([self.type, value.type])
             if not value.type.weak or dt != self.dtype:

@@ -7,6 +7,14 @@ several outputs: ``{output: cotangent}``), its inputs
 that input (``None``: no gradient). Ties and kinks follow ``jax.grad``: ``maximum``/``minimum``
 split a tie evenly, ``max``/``min`` reductions share it among the equal elements, ``abs`` and
 ``relu`` have slope 0 at 0.
+
+``vjp_sum(node, g, xs, k)`` is an op's cotangent for input ``k`` summed over points, for the
+ops where the sum is a contraction (``CATALOG[kind].vjp_sum``): ``g`` and the inputs other than
+``k`` carry the points as a leading axis, input ``k`` (a parameter, the same at every point)
+does not. A weight read at every token then gets one matmul of the transposed activations with
+the cotangents, an embedding table one scatter-add, as ``jax.grad`` of a batched model gives,
+instead of a weight-sized value per token summed afterwards. None: no such form (the rule per
+point and a sum are used, see autodiff.py).
 """
 from __future__ import annotations
 
@@ -101,6 +109,26 @@ def _matmul(node, g, xs, y):
     else:
         ga, gb = g @ _swap(b), _swap(a) @ g
     return [unbroadcast(ga, a.shape), unbroadcast(gb, b.shape)]
+
+
+def _matmul_sum(node, g, xs, k):
+    """``sum_s a[s] (x) g[s]`` for rows ``a`` (a vector at each point) read with a weight
+    ``b``: ``A^T @ G``; and for a weight ``a`` applied to a vector ``b``: ``G^T @ B``."""
+    a, b = xs
+    if k == 1 and a.ndim == 2 and b.ndim == 2:
+        return _swap(a) @ g
+    if k == 0 and a.ndim == 2 and b.ndim == 2:
+        return _swap(g) @ b
+    return None
+
+
+def _take_sum(node, g, xs, k):
+    """The table's cotangent: every point's cotangent added at its (clamped) position."""
+    x, index = xs[0], xs[1:]
+    if k != 0:
+        return None
+    axis = node.attrs["axis"] % (x.ndim - len(index) + 1)
+    return apply("scatter_add", [g, *index], {"axis": axis, "shape": tuple(x.shape)})
 
 
 def _getitem(node, g, xs, y):
@@ -201,7 +229,8 @@ for _k, _e in (*UNARY.items(), *BINARY.items()):
         CATALOG[_k].vjp = NONE
     else:
         rule("vjp", _k)(_elementwise(lambda g, *xs, _f=_e.vjp: _f(F, g, *xs)))
-for _k in ("not", "dimval", "const", "from_array", "source", "sink", "random", "embed"):
+for _k in ("not", "dimval", "const", "from_array", "source", "sink", "random", "embed",
+           "scatter_add"):
     CATALOG[_k].vjp = NONE  # no gradient (flags no_grad or bwd_only)
 CATALOG["merge"].vjp = NONE  # a placeholder's adjoint is a placeholder (frontend/autodiff.py)
 CATALOG["fused"].vjp = NONE  # gradients are built before any pass fuses ops
@@ -218,6 +247,8 @@ rule("vjp", "max")(_maxmin)
 rule("vjp", "min")(_maxmin)
 rule("vjp", "softmax")(_softmax)
 rule("vjp", "matmul")(_matmul)
+rule("vjp_sum", "matmul")(_matmul_sum)
+rule("vjp_sum", "take")(_take_sum)
 rule("vjp", "reshape")(lambda node, g, xs, y: [g.reshape(tuple(xs[0].shape))])
 rule("vjp", "transpose")(lambda node, g, xs, y: [
     g.transpose(tuple(int(i) for i in np.argsort(node.attrs["perm"])))])

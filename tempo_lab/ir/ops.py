@@ -73,6 +73,10 @@ class OpDef:
     numpy: Callable | str | None = None   # (op, ins, in_types, env) -> ndarray
     jax: Callable | str | None = None     # (op, xs, lens, in_types, out_shape) -> array
     vjp: Callable | str | None = None     # (node, g, xs, y) -> cotangent per input
+    # (node, g, xs, k) -> input k's cotangent summed over a leading axis of points that g and
+    # the other inputs carry and input k does not (a parameter read at every token), made
+    # without a parameter-sized value per point; None where the rule has no such form
+    vjp_sum: Callable | None = None
     ragged: Callable | None = None  # how a mask past a ragged end passes it (passes/ragged.py)
 
     def has(self, flag: str) -> bool:
@@ -707,6 +711,25 @@ def _embed(ins, attrs):
     shape = list(x.shape)
     shape[axis] = norm_dim(attrs["size"])
     return TensorType(tuple(shape), x.dtype, x.weak)
+
+
+@_register("scatter_add", "layout", ("bwd_only",))
+def _scatter_add(ins, attrs):
+    """Zeros of ``shape`` with ``g[s]`` added at the (clamped) positions ``index[s]`` of the
+    axes ``axis, axis + 1, ...`` for every ``s`` along ``g``'s leading axis: the cotangent of
+    ``take`` summed over the points that read it (an embedding's gradient), one scatter-add
+    rather than a table-sized value per point."""
+    g, *index = ins
+    shape = tuple(attrs["shape"])
+    axis = attrs["axis"]
+    if not index or any(i.shape != g.shape[:1] or i.dtype.kind not in "iu" for i in index):
+        raise DTypeError(f"scatter_add needs one integer index per entry of g's leading axis, "
+                         f"got {', '.join(map(str, index))} for {g}")
+    want = shape[:axis] + shape[axis + len(index):]
+    if tuple(map(norm_dim, g.shape[1:])) != tuple(map(norm_dim, want)):
+        raise ShapeError(f"scatter_add: g {shape_str(g.shape)} does not hold points of "
+                         f"{shape_str(want)}")
+    return TensorType(tuple(map(norm_dim, shape)), g.dtype, g.weak)
 
 
 @_register("unindex", "layout", ("ct_only",))

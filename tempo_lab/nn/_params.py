@@ -22,6 +22,12 @@ def lift(x, ctx) -> RecurrentTensor:
     return as_tensor(x, ctx)
 
 
+def param_dims(params) -> tuple:
+    """The dims the parameter tensors among ``params`` vary over (e.g. the iteration dim of
+    weights an optimiser updates): a model's values vary over them too."""
+    return tuple(d for v in params.values() if isinstance(v, RecurrentTensor) for d in v.domain)
+
+
 def spatial_shape(x) -> tuple:
     """The spatial shape of a tensor or array, with constant sizes as ints."""
     return tuple(norm_dim(s) for s in getattr(x, "shape", np.shape(x)))

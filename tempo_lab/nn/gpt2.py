@@ -31,7 +31,7 @@ from ..frontend.tensor import RecurrentTensor as RT
 from ..frontend.tensor import as_tensor
 from ..runtime.host import aligned_empty
 from ..symbolic import Dim
-from ._params import ParamError, param, rng, sub
+from ._params import ParamError, param, param_dims, rng, sub
 from .attention import attention
 from .decoding import at, decode, over_layers
 from .layers import Embedding, LayerNorm, gelu
@@ -98,7 +98,9 @@ class GPT2:
             raise ParamError(f"{me} needs the parameters {', '.join(absent)}; make them with "
                              "GPT2.init(seed) or tl.nn.AutoModel.from_pretrained(path)")
         with ctx:
-            dom = ctx.order((*ids.domain, n))
+            # the residual stream varies over the ids' dims and the parameters' (weights
+            # over an iteration dim i, being trained), and over the layers
+            dom = ctx.order((*ids.domain, *param_dims(params), n))
             w = {k[len("layers."):]: over_layers(shapes[k], params[k], k, n, me, "(in, out)")
                  for k in shapes if k.startswith("layers.")}
             table = param(params, "embed.w", shapes["embed.w"], ctx, me)

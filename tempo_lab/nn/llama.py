@@ -38,7 +38,7 @@ from ..frontend.tensor import RecurrentTensor as RT
 from ..ir.ops import canonical_dtype, is_floating
 from ..runtime.host import aligned_empty
 from ..symbolic import Dim
-from ._params import ParamError, param, rng, sub
+from ._params import ParamError, param, param_dims, rng, sub
 from .attention import RopeScaling, TransformerBlock
 from .decoding import at, decode, over_layers
 from .layers import Embedding, RMSNorm
@@ -134,7 +134,9 @@ class Llama:
         me = f"Llama(layers={self.layers})"
         ctx = _check_dims(ids, t, n, me)
         with ctx:
-            dom = ctx.order((*ids.domain, n))
+            # the residual stream varies over the ids' dims and the parameters' (weights
+            # over an iteration dim i, being trained), and over the layers
+            dom = ctx.order((*ids.domain, *param_dims(params), n))
             blocks = {k[len("layers."):]: self._over_layers(v, k, n, me)
                       for k, v in params.items() if k.startswith("layers.")}
             # the block takes (in, out): the transpose is no copy (simplify reads the array as

@@ -26,7 +26,7 @@ from ..errors import ArgumentError, DefinitionError, user_location
 from ..frontend.api import placeholder, sqrt
 from ..frontend.autodiff import grad
 from ..frontend.context import current_context, scope
-from ..frontend.tensor import RecurrentTensor, as_tensor, constant
+from ..frontend.tensor import RecurrentTensor, apply, as_tensor, constant
 from ..symbolic import Dim, eq
 
 
@@ -72,7 +72,10 @@ def _first(dims) -> tuple:
 
 def _state(like: RecurrentTensor, name: str) -> RecurrentTensor:
     s = placeholder(like.shape, like.dtype, domain=like.domain, name=name)
-    s[_first(like.domain)] = constant(np.zeros(like.shape, like.dtype), like.ctx)
+    # a zero broadcast, not an array of zeros: a constant would be held as big as the
+    # parameter (1 GB per moment for Llama-3.2-1B's embedding table)
+    zero = constant(np.zeros((), like.dtype), like.ctx)
+    s[_first(like.domain)] = apply("broadcast_to", [zero], {"shape": tuple(like.shape)})
     return s
 
 

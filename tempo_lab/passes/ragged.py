@@ -744,6 +744,16 @@ def _take(lw, op, slot, mask, axes, rank):
     return [a + n if a < first else a for a in axes]
 
 
+@rule("ragged", "scatter_add")
+def _scatter_add(lw, op, slot, mask, axes, rank):
+    """Points past the end add zeros: the cotangents are masked, their positions need not be."""
+    if axes != [-rank]:
+        return UNSUPPORTED
+    if slot == 0:
+        lw.mask_input(op, slot, mask, axes, rank, 0)
+    return None
+
+
 @rule("ragged", "transpose")
 def _transpose(lw, op, slot, mask, axes, rank):
     if len(axes) != 1:

@@ -187,6 +187,7 @@ def _jax_matmul(op, xs, lens, types, out):
     tb = op.attrs.get("tb", False)
     x, y = xs[0].astype(cdt), xs[1]
     ky = y.ndim - (1 if tb or y.ndim == 1 else 2)  # y's contracted axis
+    x, y = _common_length(x, x.ndim - 1, y, ky)
     n = lens[0][-1] if lens[0][-1] is not None else lens[1][ky]
     if n is not None:
         x = _mask(x, x.ndim - 1, n, 0, lens[0])
@@ -200,6 +201,16 @@ def _jax_matmul(op, xs, lens, types, out):
                                preferred_element_type=cdt).astype(cdt)
     y = jnp.swapaxes(y, -1, -2) if tb else y
     return jnp.matmul(x, y.astype(cdt))
+
+
+def _common_length(x, ax, y, ay):
+    """``x`` and ``y`` cut to the same length on the axes they are contracted along. A range
+    read comes padded to its size class, a value batched over the range (group vectorisation)
+    has exactly its points, and the points past the shorter one's end are padding in both
+    (a weight's gradient contracts the activations read as a range with the cotangents made
+    in one batch)."""
+    m = min(x.shape[ax], y.shape[ay])
+    return lax.slice_in_dim(x, 0, m, axis=ax), lax.slice_in_dim(y, 0, m, axis=ay)
 
 
 FEW_ROWS = 16  # rows of x up to which a 16-bit matrix is applied by a fused product (below)
@@ -238,6 +249,24 @@ def _rows_product(cdt):
         return product(x.reshape(-1, x.shape[-1]), w).reshape(size, x.shape[1], -1), True
 
     return product
+
+
+@rule("jax", "scatter_add")
+def _jax_scatter_add(op, xs, lens, types, out):
+    """One scatter-add (XLA's), accumulated as the reference does; the padding of a range
+    read's points adds zeros."""
+    g, index, axis = xs[0], xs[1:], op.attrs["axis"]
+    if lens[0][0] is not None:
+        g = _mask(g, 0, lens[0][0], 0, lens[0])
+    at = []
+    for k, i in enumerate(index):
+        g, i = _common_length(g, 0, i, 0)
+        at.append(jnp.clip(i, 0, out[axis + k] - 1))
+    at = tuple(lax.slice_in_dim(i, 0, g.shape[0]) for i in at)
+    acc = jnp.zeros(out, accumulator(g.dtype))
+    if axis:  # the points' axis goes where the indexed axes were (NumPy's advanced indexing)
+        g = jnp.moveaxis(g, 0, axis)
+    return acc.at[(slice(None),) * axis + at].add(g.astype(acc.dtype)).astype(g.dtype)
 
 
 @rule("jax", "embed")

@@ -164,6 +164,17 @@ def _np_unindex(op, ins, types, env):
     return out
 
 
+@rule("numpy", "scatter_add")
+def _np_scatter_add(op, ins, types, env):
+    g, index, axis = ins[0], ins[1:], op.attrs["axis"]
+    shape = _sizes(op.attrs["shape"], env)
+    out = np.zeros(shape, accumulator(g.dtype))
+    for s in range(g.shape[0]):
+        at = tuple(min(max(int(i[s]), 0), shape[axis + k] - 1) for k, i in enumerate(index))
+        out[(slice(None),) * axis + at] += g[s]
+    return out.astype(g.dtype)
+
+
 @rule("numpy", "embed")
 def _np_embed(op, ins, types, env):
     x, off, ax = ins[0], int(ins[1]), op.attrs["axis"] % ins[0].ndim
