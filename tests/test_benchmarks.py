@@ -166,3 +166,12 @@ def test_generate_benchmark_tiny(tmp_path):
          "--batch", "3", "--lengths", "2", "9", "--new", "3", "--runs", "1", "--out", str(out))
     r = json.loads(out.read_text())
     assert r["batch"] == 3 and r["throughput_x"] > 0 and r["first_token_cached_s"] > 0
+
+
+def test_train_benchmark_quick(tmp_path):
+    """Each system in its own process; the losses of three Adam steps agree."""
+    out = tmp_path / "train.json"
+    _run("benchmarks.train", "--quick", "--seq", "16", "--out", str(out))
+    r = json.loads(out.read_text())
+    assert r["losses_equal"] and r["time_ratio"] > 0 and r["rss_ratio"] > 0
+    assert len(r["tempo_lab"]["losses"]) == 3 and r["tempo_lab"]["plan_peak"] > 0

@@ -134,7 +134,8 @@ def test_a_store_idle_for_most_of_each_iteration_wraps_around_to_the_host(execut
     run = prog.run()
     np.testing.assert_allclose(run["out"], want, rtol=1e-5)
     assert run.profile.peak_bytes == prog.memory.peak_bytes < 0.65 * free.memory.peak_bytes
-    assert run.profile.offloaded_bytes == prog.memory.offloaded_bytes == 4096 * 2 * 4
+    # w is updated in place (its one slot: every read of w[i - 1] comes before w[i] is written)
+    assert run.profile.offloaded_bytes == prog.memory.offloaded_bytes == 4096 * 4
 
 
 def test_an_output_that_ends_a_loop_on_the_host_comes_back(executor):

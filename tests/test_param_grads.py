@@ -137,3 +137,24 @@ def test_a_llama_fine_tuning_step_holds_no_weight_sized_value_per_token():
     stores = prog.memory.store_bytes(dict(zip(ctx.bounds, (2, 1, T, 2))))
     assert max(stores.values()) <= 2 * table, sorted(stores.values())[-5:]
     assert np.isfinite(prog.run()["loss"]).all()
+
+
+def test_weights_over_iterations_and_ids_without_them_train():
+    """Token ids over (b, t), the weights over the iteration dim i: the model's values vary
+    over i too (it was a DefinitionError whose advice pointed the wrong way)."""
+    m = tl.nn.Llama(vocab=64, embed=32, layers=2, heads=2, kv_heads=1, hidden=48)
+    ids = np.random.default_rng(0).integers(0, 64, (1, 9))
+    ctx = tl.Context(dims=("i", "b", "t", "n"))
+    i, b, t, n = ctx.dims
+    with ctx:
+        p = tl.optim.parameters(m.init(seed=0), dim=i)
+        params = {k: (tl.take(v, n) if k.startswith("layers.") else v) for k, v in p.items()}
+        lg = m(params, tl.from_array(ids[:, :8], domain=(b, t)), t, n)
+        top = lg.max()
+        loss = tl.log(tl.exp(lg - top).sum()) + top - tl.take(
+            lg, tl.from_array(ids[:, 1:], domain=(b, t)))
+        tl.optim.Adam(lr=1e-2).minimize(loss, p)
+    assert tuple(loss.domain) == (i, b, t)
+    curve = ctx.compile(bounds=dict(zip(ctx.bounds, (4, 1, 8, 2))),
+                        outputs={"loss": loss}).run()["loss"].mean(axis=(1, 2))
+    assert curve[-1] < 0.5 * curve[0], curve

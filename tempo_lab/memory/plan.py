@@ -293,7 +293,9 @@ def plan_memory(sdg: SDG, schedule, bounds: dict[str, int], block: int = 64) -> 
             # point along an outer dim at the end of the inner one: a ring per dim holds the
             # product of their sizes, where one slot along an outer dim often does (the check
             # against the schedule decides), outermost first
-            for j in range(len(slots) - 1):
+            # (the innermost too: a value whose every read of the previous point comes before
+            # the next point is written is updated in place, as an optimiser's parameters are)
+            for j in range(len(slots)):
                 if slots[j] is not None and slots[j] > 1:
                     fewer = slots[:j] + (1,) + slots[j + 1:]
                     if not clash(fewer):
