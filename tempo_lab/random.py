@@ -11,7 +11,7 @@ import functools
 import numpy as np
 
 from .errors import ArgumentError, DTypeError, user_location
-from .frontend.api import lift, static_shape
+from .frontend.api import library_scope, lift, static_shape
 from .frontend.context import current_context
 from .frontend.tensor import RecurrentTensor, apply, as_tensor
 from .ir.ops import canonical_dtype, is_floating
@@ -60,6 +60,7 @@ def normal(shape, domain=(), seed: int = 0, dtype="float32") -> RecurrentTensor:
 ROUNDS = 6  # Feistel rounds of a permutation: each a keyed 32-bit mix of the right half
 
 
+@library_scope()
 def permutation(index, n, domain=(), seed: int = 0) -> RecurrentTensor:
     """Entry ``index`` of a random permutation of ``[0, n)``, one permutation per point of
     ``domain``: where ``index`` runs over ``[0, n)`` (e.g. ``m * S + s`` over the minibatches

@@ -178,14 +178,15 @@ def test_groups_follow_scopes_and_calls():
     paths = G.group_paths(sdg)
     named = [op for op in sdg.ops.values() if op.name == "normed"]
     assert len(named) == 3                      # one per call, the call's last op
-    # block() is all there is in each layer: the layer's box keeps its name, block() goes
-    assert {paths[op.id][:2] for op in named} == {(f"layer{k}", "RMSNorm") for k in range(3)}
-    assert all(op.loc.call.endswith("RMSNorm.__call__") for op in named)
+    # block() is all there is in each layer: the layer's box keeps its name, block() goes;
+    # the library call is a scope of its own, named after it (RMSNorm -> rms_norm)
+    assert {paths[op.id][:2] for op in named} == {(f"layer{k}", "rms_norm") for k in range(3)}
+    assert all(op.scope[-1] == "rms_norm" for op in named)
     facts = F.op_facts(sdg, named[0].id)
-    assert "block" in facts["called from"] and facts["scope"] == "layer0"
-    assert facts["made by"].endswith("RMSNorm.__call__")
+    assert "block" in facts["called from"] and facts["scope"] == "layer0/rms_norm"
     exported = sdg.to_dict()["ops"][named[0].id]
-    assert exported["stack"][-1]["function"].endswith("block") and exported["call"]
+    assert exported["stack"][-1]["function"].endswith("block")
+    assert exported["scope"] == ["layer0", "rms_norm"]
     spec = G.graph_spec(sdg, expanded=set())
     assert sorted(p[0] for p in spec.groups.values()) == ["layer0", "layer1", "layer2"]
     assert [sdg.ops[i].kind for i in spec.ops] == ["source"]   # a group of one op is the op

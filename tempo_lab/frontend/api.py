@@ -5,6 +5,8 @@ Names and semantics follow ``jax.numpy``; ``tl.min``/``tl.max`` are on index exp
 """
 from __future__ import annotations
 
+import functools
+import re
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -21,7 +23,7 @@ from ..symbolic import eq as _eq
 from ..symbolic import max_, min_
 from ..symbolic import ne as _ne
 from ..symbolic.cond import not_a_bool
-from .context import current_context, user_name
+from .context import call_in_scope, current_context, user_name
 from .tensor import RecurrentTensor, apply, as_tensor, constant, numeric_array
 
 RT = RecurrentTensor
@@ -36,6 +38,39 @@ def static_shape(shape) -> tuple[int, ...]:
                             for s in shape):
         raise ShapeError(f"shape {shape!r} must be a tuple of non-negative ints")
     return tuple(int(s) for s in shape)
+
+
+# -- scopes of library calls ---------------------------------------------------------------------
+def library_scope(name: str | None = None):
+    """Decorator of the public functions and methods of ``tl.nn``, ``tl.rl``, ``tl.optim``
+    and ``tl.random``: the ops a call makes sit in a scope named after the function (inside
+    the user's ``tl.scope``s), so that views group them and search finds them (``rope``,
+    ``attention``). ``name`` defaults to the function's name; for a ``__call__`` or a method
+    decorated with ``name=CLASS``, the class's name in snake case (``RMSNorm`` ->
+    ``rms_norm``, ``Adam.minimize`` -> ``adam``). Scopes are for views only: the compiled
+    program does not change.
+
+    The wrapper lives in this module on purpose: ``errors`` reads its frame as part of the
+    op-making API, so that locations and names still come from the user's line."""
+    def decorate(fn):
+        by_class = name == CLASS or (name is None and fn.__name__ == "__call__")
+        fixed = name or fn.__name__
+
+        @functools.wraps(fn)
+        def scoped(*args, **kwargs):
+            label = _snake(type(args[0]).__name__) if by_class and args else fixed
+            return call_in_scope(label, fn, args, kwargs)
+        scoped.scope_name = None if by_class else fixed
+        return scoped
+    return decorate
+
+
+CLASS = "<class>"   # library_scope(CLASS): the scope is named after the instance's class
+
+
+def _snake(name: str) -> str:
+    """``RMSNorm`` -> ``rms_norm``, ``MultiHeadAttention`` -> ``multi_head_attention``."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).lower()
 
 
 # -- creation -------------------------------------------------------------------------------------

@@ -22,6 +22,7 @@ from ..errors import (
 )
 from ..ir.ops import TensorType
 from ..symbolic import TRUE, Cond, Dim, Expr, Slice
+from .names import SourceNames
 from .trace import Trace, TraceEntry
 
 # Words of isl's textual set notation: a dim (or bound) of that name cannot be read back.
@@ -55,6 +56,7 @@ class Node:
     name: str | None = None
     scope: tuple[str, ...] = ()
     target: tuple[str, int] | None = None  # (variable, call number): see Context.add_node
+    var: str | None = None  # the user's variable that holds it (names.SourceNames)
 
 
 _SCOPE: contextvars.ContextVar[tuple[str, ...]] = contextvars.ContextVar("tempo_lab_scope",
@@ -95,6 +97,20 @@ def _entered(name: str):
         _SCOPE.reset(token)
 
 
+def call_in_scope(name: str, fn, args, kwargs):
+    """``fn(*args, **kwargs)`` with the ops it makes in scope ``name`` (inside the scopes
+    open now; not again when the innermost one has that name already, as when
+    ``MultiHeadAttention`` calls ``attention``). See ``api.library_scope``."""
+    path = _SCOPE.get()
+    if path and path[-1] == name:
+        return fn(*args, **kwargs)
+    token = _SCOPE.set(path + (name,))
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        _SCOPE.reset(token)
+
+
 class Context:
     """Declares the dims (outermost first) and records the program written inside ``with ctx:``."""
 
@@ -122,6 +138,7 @@ class Context:
         self._sinks: list[Node] = []
         self._calls: list[TraceEntry] = []
         self._entry, self._call_no = None, 0  # the library call being traced (add_node)
+        self._source = SourceNames(self)       # the user's variables that hold the ops
 
     @user_api
     def compile(self, bounds, outputs, config=None):
@@ -130,6 +147,7 @@ class Context:
         names, or a list); ``config`` a ``tl.CompileConfig``. Returns a ``tl.Program``."""
         from ..program import compile_context
 
+        self._source.flush()
         return compile_context(self, bounds, outputs, config)
 
     @property
@@ -202,6 +220,7 @@ class Context:
         node = Node(len(self._nodes), kind, attrs, self.order(domain), type_, loc, inputs,
                     name, _SCOPE.get(), None if name else self._library_target())
         self._nodes.append(node)
+        self._source.observe(node)
         return node
 
     def _library_target(self) -> tuple[str, int] | None:
@@ -218,13 +237,17 @@ class Context:
 
 
 def named_results(nodes) -> dict[int, str]:
-    """Node id -> the variable that holds it, for the last of ``nodes`` made by each library
-    call whose result the user's line assigns (``h = tl.nn.attention(...)``)."""
+    """Node id -> the variable that holds it: the user's variable found by
+    ``names.SourceNames`` (``q = x @ wq``, ``att = tl.nn.attention(...)``), else, for the last
+    of ``nodes`` made by a library call whose result the user's line assigns, that
+    variable."""
     last: dict[int, Node] = {}
     for n in nodes:
         if n.target is not None:
             last[n.target[1]] = n
-    return {n.id: n.target[0] for n in last.values()}
+    out = {n.id: n.target[0] for n in last.values()}
+    out.update((n.id, n.var) for n in nodes if n.var is not None)
+    return out
 
 
 def current_context(*candidates) -> Context:

@@ -10,6 +10,7 @@ import numpy as np
 
 from ..errors import DTypeError, ExprError, ShapeError
 from ..frontend import api
+from ..frontend.api import library_scope
 from ..frontend.tensor import RecurrentTensor, as_tensor, constant
 from ..ir.ops import is_floating, shape_str
 from ..symbolic import Dim, Expr
@@ -59,6 +60,7 @@ def rope_frequencies(dim: int, base: float = 10000.0,
     return np.where(medium, smoothed, scaled).astype(np.float32)
 
 
+@library_scope()
 def rope(x: RT, pos, base: float = 10000.0, scaling: RopeScaling | None = None) -> RT:
     """Rotate pairs ``(x[..., j], x[..., j + d/2])`` of the last axis by ``pos * base^(-2j/d)``
     (the half-split layout of GPT-NeoX and Llama; frequencies from ``rope_frequencies``, with
@@ -97,6 +99,7 @@ def _position(pos, ctx) -> RT:
 
 
 # -- attention --------------------------------------------------------------------------------------
+@library_scope()
 def attention(q: RT, k: RT, v: RT, t: Dim, window: int | None = None) -> RT:
     """Scaled dot-product attention of the query at each point over keys and values read along
     ``t`` over ``0:t+1``, or ``max(0, t-window+1):t+1`` (other dims of ``k``/``v`` are read at
@@ -210,6 +213,7 @@ class MultiHeadAttention:
         return {k: normal(g, s, 1.0 / np.sqrt(s[0])) if len(s) == 2 else
                 np.zeros(s, np.float32) for k, s in self.shapes.items()}
 
+    @library_scope("attention")
     def __call__(self, params, x: RT, t: Dim) -> RT:
         me = f"MultiHeadAttention({self.embed}, {self.heads})"
         x = check_input(x, me, self.embed)
@@ -258,6 +262,7 @@ class TransformerBlock:
             out.update(nest(name, part.init(child_seed(seed, k))))
         return out
 
+    @library_scope("block")
     def __call__(self, params, x: RT, t: Dim) -> RT:
         p = self.parts
         h = x + p["attn"](sub(params, "attn"), p["norm1"](sub(params, "norm1"), x), t)

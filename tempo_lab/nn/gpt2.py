@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ShapeError
-from ..frontend.api import placeholder, take
+from ..frontend.api import library_scope, placeholder, take
 from ..frontend.tensor import RecurrentTensor as RT
 from ..frontend.tensor import as_tensor
 from ..runtime.host import aligned_empty
@@ -88,6 +88,7 @@ class GPT2:
                 _draw(rng(seed, k, j), part, std)
         return out
 
+    @library_scope()
     def __call__(self, params, ids: RT, t: Dim, n: Dim) -> RT:
         """Logits ``(vocab,)`` at every point of ``ids`` (int token ids over ``(..., t)``)."""
         me = f"GPT2(layers={self.layers})"
@@ -125,6 +126,7 @@ class GPT2:
         m = LayerNorm(d, self.eps)(sub(w, "norm2"), h)
         return h + gelu(m @ w["mlp.w_fc"] + w["mlp.b_fc"]) @ w["mlp.w_proj"] + w["mlp.b_proj"]
 
+    @library_scope()
     def generate(self, params, prompt: RT, t: Dim, n: Dim, temperature: float = 0.0,
                  seed: int = 0) -> tuple[RT, RT]:
         """Autoregressive decoding, as ``tl.nn.Llama.generate``: returns ``(ids, logits)``

@@ -10,6 +10,7 @@ import numpy as np
 
 from ..errors import DTypeError, ShapeError
 from ..frontend import api
+from ..frontend.api import library_scope
 from ..frontend.tensor import RecurrentTensor, constant
 from ._params import check_input, child_seed, nest, normal, param, rng, sub
 
@@ -17,11 +18,13 @@ RT = RecurrentTensor
 
 
 # -- activations ------------------------------------------------------------------------------------
+@library_scope()
 def silu(x) -> RT:
     """``x * sigmoid(x)`` (a.k.a. swish), the gate of SwiGLU."""
     return x * api.sigmoid(x)
 
 
+@library_scope()
 def gelu(x) -> RT:
     """GELU, tanh approximation (as ``jax.nn.gelu(approximate=True)``)."""
     c = float(np.sqrt(2.0 / np.pi))
@@ -59,6 +62,7 @@ class Linear:
             p["b"] = np.zeros((self.d_out,), np.float32)
         return p
 
+    @library_scope()
     def __call__(self, params, x) -> RT:
         me = f"Linear({self.d_in}, {self.d_out})"
         x = check_input(x, me, self.d_in)
@@ -93,6 +97,7 @@ class MLP:
             out.update(nest(str(k), layer.init(child_seed(seed, k))))
         return out
 
+    @library_scope()
     def __call__(self, params, x) -> RT:
         act = activation(self.activation)
         layers = self.layers
@@ -116,6 +121,7 @@ class Embedding:
     def init(self, seed: int = 0) -> dict[str, np.ndarray]:
         return {"w": normal(rng(seed), (self.vocab, self.dim), 1.0)}
 
+    @library_scope()
     def __call__(self, params, ids) -> RT:
         me = f"Embedding({self.vocab}, {self.dim})"
         if not isinstance(ids, RT):
@@ -142,6 +148,7 @@ class RMSNorm:
     def init(self, seed: int = 0) -> dict[str, np.ndarray]:
         return {"scale": np.ones((self.dim,), np.float32)}
 
+    @library_scope()
     def __call__(self, params, x) -> RT:
         me = f"RMSNorm({self.dim})"
         x = check_input(x, me, self.dim)
@@ -161,6 +168,7 @@ class LayerNorm:
         return {"scale": np.ones((self.dim,), np.float32),
                 "bias": np.zeros((self.dim,), np.float32)}
 
+    @library_scope()
     def __call__(self, params, x) -> RT:
         me = f"LayerNorm({self.dim})"
         x = check_input(x, me, self.dim)
@@ -185,6 +193,7 @@ class SwiGLU:
                 "w_up": normal(g, (d, h), 1.0 / np.sqrt(d)),
                 "w_down": normal(g, (h, d), 1.0 / np.sqrt(h))}
 
+    @library_scope("swiglu")
     def __call__(self, params, x) -> RT:
         me = f"SwiGLU({self.dim}, {self.hidden})"
         x = check_input(x, me, self.dim)

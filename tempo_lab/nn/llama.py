@@ -33,7 +33,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ArgumentError, DTypeError, ShapeError, user_api
-from ..frontend.api import placeholder
+from ..frontend.api import library_scope, placeholder
 from ..frontend.tensor import RecurrentTensor as RT
 from ..ir.ops import canonical_dtype, is_floating
 from ..runtime.host import aligned_empty
@@ -128,6 +128,7 @@ class Llama:
         return out
 
     # -- the program ------------------------------------------------------------------------------
+    @library_scope()
     def __call__(self, params, ids: RT, t: Dim, n: Dim) -> RT:
         """Logits ``(vocab,)`` at every point of ``ids`` (int token ids over ``(..., t)``), from
         a residual stream over ``ids``'s dims plus the layer dim ``n``."""
@@ -156,6 +157,7 @@ class Llama:
                 table = param(params, "head.w", (self.vocab, self.embed), ctx, me)
             return last @ table.transpose(1, 0)
 
+    @library_scope()
     def generate(self, params, prompt: RT, t: Dim, n: Dim, temperature: float = 0.0,
                  seed: int = 0) -> tuple[RT, RT]:
         """Autoregressive decoding: ``prompt`` holds ``P`` int token ids per point of its dims

@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from ..errors import ArgumentError, DTypeError, ShapeError
-from ..frontend.api import lift
+from ..frontend.api import library_scope, lift
 from ..frontend.tensor import RecurrentTensor as RT
 from ..ir.ops import is_floating
 from ..random import uniform
@@ -41,6 +41,7 @@ def keep_top(logits, top_k: int | None, top_p: float | None):
     return logits
 
 
+@library_scope()
 def sample(logits: RT, temperature: float = 0.0, seed: int = 0, top_k: int | None = None,
            top_p: float | None = None) -> RT:
     """An int32 token per point from ``logits`` (last axis: the vocabulary): the argmax for

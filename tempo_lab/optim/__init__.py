@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ArgumentError, DefinitionError, user_location
-from ..frontend.api import placeholder, sqrt
+from ..frontend.api import CLASS, library_scope, placeholder, sqrt
 from ..frontend.autodiff import grad
 from ..frontend.context import current_context, scope
 from ..frontend.tensor import RecurrentTensor, apply, as_tensor, constant
@@ -39,6 +39,7 @@ class Parameters(dict):
         self.init, self.dims = init, dims
 
 
+@library_scope()
 def parameters(init: dict, dim, dtype="float32") -> Parameters:
     """Placeholders over ``(dim,)``, or over ``dim`` if it is a tuple of dims (one update per
     point, in lexicographic order), one per entry of ``init`` (name -> array), to be defined by
@@ -102,6 +103,7 @@ class _Optimizer:
                 raise ArgumentError(f"{type(self).__name__}: {name}={v!r} must be a number in "
                                     f"[{low}, {high}{']' if closed else ')'}")
 
+    @library_scope(CLASS)
     def minimize(self, loss: RecurrentTensor, params: Parameters) -> dict[str, RecurrentTensor]:
         """Define every parameter's recurrence; returns the gradients (name -> RT over i)."""
         if not isinstance(params, Parameters):

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ArgumentError, DefinitionError, user_location
-from ..frontend.api import exp, lift, maximum, minimum, placeholder, take, where
+from ..frontend.api import exp, library_scope, lift, maximum, minimum, placeholder, take, where
 from ..frontend.context import scope
 from ..frontend.tensor import RecurrentTensor as RT
 from ..frontend.tensor import as_tensor
@@ -120,12 +120,14 @@ class Training:
 
 
 # -- networks ---------------------------------------------------------------------------------------
+@library_scope()
 def policy(net: ActorCritic, theta: RT, obs: RT):
     """The action distribution at ``obs`` under parameters ``theta``."""
     out = lift(net.policy)(theta, obs)
     return Normal(out, lift(net.log_std)(theta)) if net.continuous else Categorical(out)
 
 
+@library_scope()
 def value(net: ActorCritic, theta: RT, obs: RT) -> RT:
     """The critic's estimate at ``obs`` (a scalar per point)."""
     return lift(net.value)(theta, obs)
@@ -299,6 +301,7 @@ def _ppo_loss(cfg: PPOConfig, net, theta: RT, mb: dict, at: tuple, S) -> dict:
     return {"policy_loss": mean(pg), "value_loss": 0.5 * mean(vl),
             "entropy": mean(dist.entropy())}
 
+@library_scope("clip")
 def _clip(x: RT, lo: float, hi: float) -> RT:
     return maximum(minimum(x, hi), lo)
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import jax
 import jax.numpy as jnp
 
-from ..frontend.api import exp, lift
+from ..frontend.api import exp, library_scope, lift
 from ..frontend.tensor import RecurrentTensor as RT
 from ..nn.sampling import argmax, gumbel_argmax
 
@@ -34,16 +34,20 @@ class Categorical:
 
     logits: RT
 
+    @library_scope()
     def sample(self, u: RT) -> RT:
         """``u``: uniform ``[0, 1)`` noise with the logits' shape."""
         return lift(gumbel_argmax)(self.logits, u)
 
+    @library_scope()
     def log_prob(self, action: RT) -> RT:
         return lift(_log_prob)(self.logits, action)
 
+    @library_scope()
     def entropy(self) -> RT:
         return lift(_entropy)(self.logits)
 
+    @library_scope()
     def mode(self) -> RT:
         return lift(argmax)(self.logits)
 
@@ -56,17 +60,21 @@ class Normal:
     mean: RT
     log_std: RT
 
+    @library_scope()
     def sample(self, u: RT) -> RT:
         """``u``: uniform ``[0, 1)`` noise with the mean's shape (inverse-CDF sampling)."""
         return self.mean + exp(self.log_std) * lift(_inverse_normal_cdf)(u)
 
+    @library_scope()
     def log_prob(self, action: RT) -> RT:
         z = (action - self.mean) / exp(self.log_std)
         return (-0.5 * z * z - self.log_std - 0.5 * math.log(2 * math.pi)).sum(axis=-1)
 
+    @library_scope()
     def entropy(self) -> RT:
         return (self.log_std + 0.5 * (1.0 + math.log(2 * math.pi))).sum(axis=-1)
 
+    @library_scope()
     def mode(self) -> RT:
         return self.mean
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import DefinitionError, user_location
-from ..frontend.api import exp, lift, placeholder, stack
+from ..frontend.api import exp, library_scope, lift, placeholder, stack
 from ..frontend.tensor import RecurrentTensor as RT
 from ..frontend.tensor import as_tensor
 from ..symbolic import Dim
@@ -31,6 +31,7 @@ def _not(done: RT | None, like: RT):
     return 1.0 if done is None else 1.0 - done.astype(like.dtype)
 
 
+@library_scope()
 def discounted_returns(r: RT, t: Dim, T, gamma: float, done: RT | None = None,
                        mask: RT | None = None, bootstrap: RT | None = None) -> RT:
     """``G[t] = r[t] + γ (1 - done[t]) G[t + 1]`` and ``G[T-1] = r[T-1] + γ (1 - done[T-1])
@@ -45,6 +46,7 @@ def discounted_returns(r: RT, t: Dim, T, gamma: float, done: RT | None = None,
     return g
 
 
+@library_scope()
 def n_step_returns(r: RT, value: RT, t: Dim, T, gamma: float, n: int, done: RT | None = None,
                    mask: RT | None = None, bootstrap: RT | None = None) -> RT:
     """``Σ_{k<n} γ^k r[t + k] + γ^n V[t + n]``, cut at the episode's end (no bootstrap then)
@@ -106,6 +108,7 @@ class _Window:
         return (disc * cut * rewards).sum(axis=0) + running[-1] * boot
 
 
+@library_scope()
 def gae(r: RT, value: RT, next_value: RT, t: Dim, T, gamma: float, lam: float,
         done: RT | None = None, mask: RT | None = None, terminated: RT | None = None) -> RT:
     """Generalised advantage estimation (Schulman et al. 2016): ``δ[t] = r[t] + γ (1 -

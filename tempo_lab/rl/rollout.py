@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import DefinitionError, user_location
-from ..frontend.api import lift, placeholder, where
+from ..frontend.api import library_scope, lift, placeholder, where
 from ..frontend.context import current_context
 from ..frontend.tensor import RecurrentTensor as RT
 from ..random import uniform
@@ -44,6 +44,7 @@ def action_type(env) -> tuple[tuple[int, ...], str]:
     return (int(env.action_dim),), "float32"
 
 
+@library_scope()
 def rollout(env, t: Dim, act: Callable[[RT, RT], tuple], seed: int = 0,
             domain: tuple[Dim, ...] | None = None) -> Rollout:
     """Run ``env`` over ``domain`` (default: every dim of the current context; ``t`` last):
