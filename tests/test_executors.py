@@ -397,27 +397,29 @@ def test_semantic_programs_under_pass_switches_on_every_executor(weights, switch
                 close(run[k], ref[k], msg=f"{name}, {switches}, {executor}: {k}")
 
 
-def test_xla_splits_a_loop_whose_reads_grow_and_stays_exact(weights, monkeypatch):
+def test_xla_splits_a_loop_whose_reads_grow_and_stays_exact(weights):
     """A causal read under a loop of T = 150 (size class 256), left untiled, with the layers
-    a loop (stacked keys): 8 spans of 32 steps, each padding ``0:t+1`` to its own largest
-    length. Tiled, nothing grows: one loop. The automatic block leaves it untiled on this
-    executor unless the loop is not split. With the layers unrolled, each layer's keys are
-    a buffer read whole in place: the loop is not split."""
+    a loop (stacked keys: ``XlaOptions(unroll_steps=1)``): 8 spans of 32 steps, each padding
+    ``0:t+1`` to its own largest length. Tiled, nothing grows: one loop. The automatic block
+    leaves it untiled on this executor unless the loop is not split. With the layers
+    unrolled, each layer's keys are a buffer read whole in place: the loop is not split."""
+    from tempo_lab.runtime.xla import XlaBackend
+    from tempo_lab.runtime.xla_options import XlaOptions
+
     tokens = np.random.default_rng(4).standard_normal((150, EMBED)).astype(np.float32)
     ctx, N, T, y = _last_layer(weights, tokens)
     want = numpy_decoder(weights, tokens, HEADS)
     prog = ctx.compile(bounds={N: LAYERS, T: 150}, outputs={"y": y}, config=cfg("xla"))
     assert "not split: its growing reads are whole buffers" in prog.executable.source
     close(prog.run()["y"], want, msg="unrolled")
-    monkeypatch.setattr(xla_plan, "UNROLL_STEPS", 1)
     for split, kw, tiled in ((8, {"tile": False}, False), (1, {"tile": False}, False),
                              (8, {"tile_block": 32}, True), (8, {}, False), (1, {}, True)):
         prog = ctx.compile(bounds={N: LAYERS, T: 150}, outputs={"y": y},
                            config=cfg("xla", xla_split=split, **kw))
         assert ("T_TILE" in prog.bounds) == tiled, (split, kw)
-        assert ("8 spans of 32 steps" in prog.executable.source) == (split == 8 and not tiled), \
-            prog.executable.source
-        close(prog.run()["y"], want, msg=f"xla_split={split}, {kw}")
+        ex = prog.lowered.compile(XlaBackend(XlaOptions(split=split, unroll_steps=1)))
+        assert ("8 spans of 32 steps" in ex.source) == (split == 8 and not tiled), ex.source
+        close(ex.run()["y"], want, msg=f"xla_split={split}, {kw}")
     notes = [n for r in ctx.compile(bounds={N: LAYERS, T: 150}, outputs={"y": y},
                                     config=cfg("xla")).passes.records if r.name == "tile"
              for n in (ev.note for ev in r.events if ev.kind == "note")]
@@ -766,7 +768,7 @@ def test_xla_keeps_a_store_read_by_a_loop_variable_stacked():
     """Weights read at ``n`` inside the unrolled loop over layers and at ``t`` (a variable,
     not a constant, in the loop over steps) stay one stacked buffer; the loop is still
     unrolled and the values are the reference's. (64 floats a point: a loop is unrolled for
-    reads of at least ``xla_plan.UNROLL_BYTES``.)"""
+    reads of at least ``XlaOptions.unroll_bytes``.)"""
     ctx = tl.Context(dims=("t", "n"))
     (t, n), (T, N) = ctx.dims, ctx.bounds
     data = np.random.RandomState(5).randn(6, 64).astype(np.float32)
@@ -840,9 +842,9 @@ def test_xla_passes_small_zero_stores_in_instead_of_making_them():
     copies would slow (a few steps: a few statements a call), or in a program without a loop,
     is still made in the program. Runs agree with the interpreter, a second run too (the copy
     leaves the argument zero)."""
-    from tempo_lab.runtime import xla as xla_mod
+    from tempo_lab.runtime.xla_options import XlaOptions
 
-    for rows, steps, passed in ((8, 64, True), (xla_mod._ZERO_ARG_BYTES // (64 * 16) + 1, 64,
+    for rows, steps, passed in ((8, 64, True), (XlaOptions().zero_arg_bytes // (64 * 16) + 1, 64,
                                                 False), (8, 6, False)):
         data = np.random.default_rng(0).standard_normal((steps, rows, 4)).astype(np.float32)
         ctx = tl.Context(dims=("t",))
@@ -858,18 +860,18 @@ def test_xla_passes_small_zero_stores_in_instead_of_making_them():
         for _ in range(2):
             close(progs["xla"].run()["y"], want)
         xp = progs["xla"].executable.prepared
-        assert (op_named(progs["xla"], "y") in xp._zero_args) is passed, (rows, steps)
+        assert (op_named(progs["xla"], "y") in xp.plan.zero_args) is passed, (rows, steps)
     ctx, T, c, done, outs = counter(1e9)  # a tl.until loop: its statements are not known
     prog = ctx.compile(bounds={T: tl.until(done, max=4000)}, outputs=outs, config=cfg("xla"))
     np.testing.assert_array_equal(prog.run()["c"], np.arange(4000, dtype=np.float32))
-    assert prog.executable.prepared._zero_args == ()
+    assert prog.executable.prepared.plan.zero_args == ()
     ctx = tl.Context(dims=("t",))  # no loop: its stores are made in it (no argument to pass)
     (t,), (T,) = ctx.dims, ctx.bounds
     with ctx:
         y = tl.tanh(tl.from_array(np.ones((6, 4), np.float32), domain=(t,), name="x"))
     prog = ctx.compile(bounds={T: 6}, outputs={"y": y}, config=cfg("xla"))
     close(prog.run()["y"], np.tanh(np.ones((6, 4))))
-    assert prog.executable.prepared._zero_args == ()
+    assert prog.executable.prepared.plan.zero_args == ()
 
 
 def test_xla_returns_counts_only_where_the_program_makes_them():

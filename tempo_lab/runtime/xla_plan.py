@@ -1,20 +1,18 @@
 """What the XLA executor decides about a run before it traces anything: ``XlaPlan``.
 
-Every decision the XLA-loop executor (``runtime/xla.py``) makes from the lowered program and the
-run's bounds lives here, JAX-free, so that it can be printed (``plan.pretty()``), tested and
-changed without reading the tracer: each store's static shape and the order its axes are held
-in; stores held one buffer per point (a layer's weights, read in place); values that stay traced
-values (written and read in one iteration); small constants baked into the program; inner loops
-unrolled; loops split into spans padded per span and the switch plan that traces only what
-differs per span; loops whose first step is traced apart (peeled); reads whose padding is known
-to hold zeros; statements whose range can be empty. The tracer reads these facts from the plan
-it is given; nothing is passed through module state.
+Every decision the XLA-loop executor (``runtime/xla.py``) makes from the lowered program, the
+run's bounds and its ``XlaOptions`` lives here, JAX-free, so that it can be printed
+(``plan.pretty()``), tested and changed without reading the tracer: each store's static shape and
+the order its axes are held in; stores held one buffer per point (a layer's weights, read in
+place); values that stay traced values (written and read in one iteration); small constants baked
+into the program; inner loops unrolled; loops split into spans padded per span and the switch plan
+that traces only what differs per span; loops whose first step is traced apart (peeled); reads
+whose padding is known to hold zeros; statements whose range can be empty; the stores that start
+as zeros passed in; where the statements are counted. The loop decisions are made in
+``xla_loops.py``. Everything is computed when the plan is built; the tracer (``xla_trace.py``)
+reads these facts from the plan it is given; nothing is passed through module state.
 """
 from __future__ import annotations
-
-import functools
-import math
-from typing import NamedTuple
 
 import numpy as np
 
@@ -22,7 +20,7 @@ from ..ir.ops import flag
 from ..ir.sdg import SDG
 from ..ir.vmap import base_op
 from ..memory.plan import MemoryPlan
-from ..schedule import Exec, For, If, Seq, While
+from ..schedule import Exec, For, If, Seq, While, statement_counts
 from ..stage import Stage
 from ..symbolic import Bound, Const, Dim, as_expr
 from ..symbolic import isl as I
@@ -31,26 +29,29 @@ from ..symbolic.expr import Lin
 from ..symbolic.sizes import MIN_PAD, size_class, store_extent
 from . import index_code as ic
 from .lowered import Lowered, Padded, Stmt
+from .xla_loops import (
+    describe,
+    items,
+    nodes_in_loops,
+    peels,
+    ranged,
+    switch_plan,
+    traced_statements,
+    unrolled_loops,
+)
+from .xla_options import XlaOptions
 
-UNROLL_STEPS = 32  # an inner loop of at most this many steps may be traced once per step
-UNROLL_BYTES = 256  # ... that reads a point of at least this many bytes of a store
-UNROLL_STATEMENTS = 1024  # ... while the program then traces at most this many copies of
-# its statements (counted as if a loop split into spans traced all of its body once per span)
-PEEL_SMALL = 32  # a loop body of at most this many statements may be traced twice; a larger
-PEEL_STEPS = 16  # one only in a loop of at least this many steps, and when it has at most
-PEEL_STATEMENTS = 128  # this many statements or the branches peeling settles are a
-PEEL_SHARE = 20  # 20th of them
 MIN_SPAN = 16  # a loop is split into spans of at least this many steps
 BAKED_SIZE = 1024  # constants of at most this many elements become literals of the program
 TO_DICT_VERSION = 1
 
 
 class XlaPlan(Stage):
-    """Every decision about how the loop AST runs as one XLA program for these bounds. Built
-    once per executable; its attributes cannot be reassigned (the memo tables inside, for
-    split loops, are filled as the tracer asks and hold the same answers every time)."""
+    """Every decision about how the loop AST runs as one XLA program for these bounds and
+    ``options``. Built once per executable, every decision at once (nothing is filled in as
+    the tracer asks); its attributes cannot be reassigned."""
 
-    def __init__(self, lowered: Lowered, split: int = 8):
+    def __init__(self, lowered: Lowered, options: XlaOptions = XlaOptions()):
         s = super().__setattr__
         s("lowered", lowered)
         s("sdg", lowered.sdg)
@@ -58,7 +59,8 @@ class XlaPlan(Stage):
         s("memory", lowered.plan)
         s("bounds", lowered.bounds)
         s("_building", True)
-        self._build(split)
+        self.options = options
+        self._build()
         s("_building", False)
 
     def __setattr__(self, name, value):
@@ -66,7 +68,7 @@ class XlaPlan(Stage):
             raise AttributeError(f"XlaPlan is frozen: {name} cannot be set")
         super().__setattr__(name, value)
 
-    def _build(self, split: int):
+    def _build(self):
         lowered = self.lowered
         self.floors = self._floors()
         self.local, apart = _local_values(self.sdg, self.memory, self.schedule.ast,
@@ -75,21 +77,17 @@ class XlaPlan(Stage):
         self.perms = self._store_perms()
         self.shapes = self._store_shapes()
         self.prefilled = self._prefilled()
-        self.split = max(1, int(split))
-        unrolled = self._unrolled(spans=False)
+        unrolled = unrolled_loops(self, spans=False)
         while True:  # unrolling may hold stores apart, so that a loop around is not split
             self.unrolled = unrolled
             self.unstacked = self._unstacked()
-            kept = self._unrolled(spans=True)
+            kept = unrolled_loops(self, spans=True)
             if kept.keys() >= unrolled.keys():
                 break
             unrolled = {k: v for k, v in unrolled.items() if k in kept}
         self.zeroed = self._zeroed()
         self.by_point = self._by_point()
         self.pads = [self._static_pads(st) for st in lowered.stmts]
-        self._seg_pads: dict[tuple, tuple] = {}
-        self._switch: dict[int, dict | None] = {}
-        self._described: dict[int, list] = {}  # the Seqs of switched loops (_describe)
         settled = self._settled_locals(apart) if apart else set()
         if settled:  # traced values too, from the stores they were
             self.local = self.local | settled
@@ -99,7 +97,25 @@ class XlaPlan(Stage):
         self.checked = {k for k, st in enumerate(lowered.stmts)
                         if flag(st.op.kind, "nonempty") and _may_be_empty(lowered, st)}
         self.ndom = max((len(st.op.domain) for st in lowered.stmts), default=0)
-        self.source = "\n".join(self._describe(self.schedule.ast, 0, self.floors))
+        self._loop_nodes = [f for f in self.schedule.ast.walk() if isinstance(f, For)]
+        # each loop (id of its node) -> its number, in the order the source lists them: what
+        # names its while instruction (xla_profile's loop_seconds)
+        self.loops = {id(f): k for k, f in enumerate(self._loop_nodes)}
+        # the split loops' switch plans (switched), and the Seqs in them as planned
+        self.switch_plans = {id(f): self._switch_plan(f) for f in self._loop_nodes
+                             if self.segments(f)}
+        self.seq_parts = {k: v for plan in self.switch_plans.values() if plan
+                          for k, v in plan.items()}
+        self.source = "\n".join(describe(self, self.schedule.ast, 0, self.floors))
+        self.in_place = self._held_in_place()
+        self.static_bytes = sum(int(np.prod(shape, dtype=np.int64)) * np.dtype(dt).itemsize
+                                for i, (shape, dt) in self.shapes.items()
+                                if i not in self.in_place)  # allocated by the program
+        # statement counters in the program: a kernel per loop (an eighth of PPO's kernels,
+        # each adding to XLA's compile time and peak memory) for what the bounds decide
+        # without a tl.until loop (host_counts)
+        self.counts_on_device = any(isinstance(n, While) for n in self.schedule.ast.walk())
+        self.zero_args = self._zero_stores()
 
     def _floors(self) -> dict:
         """What tracing may assume of the bounds, in every run of this program and of any
@@ -113,7 +129,7 @@ class XlaPlan(Stage):
 
     def cost_bounds(self) -> dict[str, int]:
         """The bound values a decision about a run's cost may be made at (which stores start
-        as zeros passed in, ``_Xla._zero_copies_pay``) without making more programs than the
+        as zeros passed in, ``_zero_copies_pay``) without making more programs than the
         store shapes do: a bound that sizes a store (a growing axis along its dim, a shape
         that mentions it) at its store extent, as another size class compiles another program
         anyway; any other at its floor, so that every value from the floor on shares one
@@ -241,8 +257,7 @@ class XlaPlan(Stage):
                 out.add(i)
         return out
 
-    @functools.cached_property
-    def in_place(self) -> set[int]:
+    def _held_in_place(self) -> set[int]:
         """Prefilled stores that are the host array itself, as it is (same shape and dtype,
         axes in order): the program's argument, the user's array in place on the CPU, not a
         buffer the program allocates."""
@@ -256,12 +271,6 @@ class XlaPlan(Stage):
                 out.add(i)
         return out
 
-    @functools.cached_property
-    def static_bytes(self) -> int:
-        """Bytes of the stores the program allocates (not those held in place)."""
-        return sum(int(np.prod(shape, dtype=np.int64)) * np.dtype(dt).itemsize
-                   for i, (shape, dt) in self.shapes.items() if i not in self.in_place)
-
     @property
     def predicted_peak_bytes(self) -> int:
         """Every store is allocated for the whole run: the peak is their sum."""
@@ -273,18 +282,22 @@ class XlaPlan(Stage):
             return 1
         return max(1, _max_over(p.orig, dom, op.domain, self.bounds, 1))
 
-    def _static_pads(self, st: Stmt, seg: tuple = ()) -> tuple:
+    def _static_pads(self, st: Stmt, seg: tuple = (), whole: tuple | None = None) -> tuple:
         """Padded sizes for every symbolic length of a statement, fixed for the whole run (or
         for one segment of a split loop, ``seg``: (loop variable, its largest value) pairs): a
-        range read at its largest size class; a value's symbolic axes at its store's size."""
+        range read at its largest size class; a value's symbolic axes at its store's size.
+        ``whole``: the statement's sizes for the whole run, where a segment's are not its own."""
         pads = []
+
+        def largest(p: Padded) -> int:  # for the whole run
+            return (whole[len(pads)] if whole is not None else p.cap if p.cap is not None
+                    else size_class(self._max(st.op, p)))
         for r in st.reads:
             src = self.memory.storages[r.src]
             for e in r.entries:
                 if e[0] == "s":
                     p = e[2]
-                    pads.append(p.cap if p.cap is not None else _in_segment(p, seg) or
-                                size_class(self._max(st.op, p)))
+                    pads.append(p.cap is None and _in_segment(p, seg) or largest(p))
             for j, c in enumerate(r.cut):
                 if c is not None:
                     pads.append(r.src in self.local and _in_segment(c, seg) or src.spatial[j])
@@ -292,18 +305,15 @@ class XlaPlan(Stage):
         for j, x in enumerate(st.out):
             if isinstance(x, Padded):
                 seg_pad = st.op.id in self.local and _in_segment(x, seg)
-                pads.append(seg_pad or (own.spatial[j] if own is not None else
-                                        x.cap if x.cap is not None else
-                                        size_class(self._max(st.op, x))))
+                pads.append(seg_pad or (own.spatial[j] if own is not None else largest(x)))
         return tuple(pads)
 
     def pads_for(self, s: int, seg: tuple) -> tuple:
+        """Statement ``s``'s padded sizes in the segments ``seg`` of the split loops around it
+        (computed from its sizes for the whole run: no solver call)."""
         if not seg:
             return self.pads[s]
-        key = (s, seg)
-        if key not in self._seg_pads:
-            self._seg_pads[key] = self._static_pads(self.lowered.stmts[s], seg)
-        return self._seg_pads[key]
+        return self._static_pads(self.lowered.stmts[s], seg, self.pads[s])
 
     def segments(self, node: For, whole: bool = True) -> list[tuple[int, int]]:
         """How a loop is split so that range reads growing with its variable are padded per
@@ -312,7 +322,8 @@ class XlaPlan(Stage):
         ``whole``, every such read a whole buffer read in place: a slice per segment would
         be copied, at about twice the cost of reading the whole buffer). Loops inside are
         traced once per segment, their reads padded for it too."""
-        if self.split < 2 or node.step != 1 or node.hi.dims() or node.lo.dims():
+        split = self.options.split
+        if split < 2 or node.step != 1 or node.hi.dims() or node.lo.dims():
             return []
         v = Dim(node.var)
         grows = any(_offset(p, v) is not None
@@ -324,50 +335,10 @@ class XlaPlan(Stage):
             return []
         classes = {b: size_class(n) for b, n in self.bounds.items()}
         hi = node.hi.evaluate(classes)
-        span = -(-hi // self.split)
+        span = -(-hi // split)
         if span < MIN_SPAN:
             return []
-        return [(k * span, (k + 1) * span) for k in range(self.split)]
-
-    def _unrolled(self, spans: bool) -> dict[int, tuple[int, int]]:
-        """Inner loops traced once per step, by ``id``: (first, end). An inner loop whose
-        variable picks a point (of ``UNROLL_BYTES`` or more) of a store that the loops around
-        it do not write (a layer's weights, read at ``n`` in the loop over layers inside the
-        loop over steps; not PPO's minibatch, made in the iteration that reads it, whose
-        four minibatches unrolled took 3 s more to compile for no faster a step) reads it
-        by a dynamic index, which XLA copies out at every step; with the variable a constant,
-        each layer's weights can be a buffer of their own (``_unstacked``), read in place.
-        Only loops whose bounds are fixed numbers for these bounds, with few steps, outside
-        a ``tl.until`` loop's bound, and only while the program stays small: XLA's compile
-        time grows with the copies traced, ``spans`` counting the spans of the loops around
-        (twelve layers in eight spans of the decode loop: compiled in 10.3 s against 2.6 s,
-        for a step 18 % faster; with their keys and values held apart too, the loop is not
-        split, and unrolled they ran 1.34 ms a token against 1.97, first run 3.1 s against
-        4.3)."""
-        return {id(node): (node.lo.evaluate(self.bounds), node.hi.evaluate(self.bounds))
-                for node, loops in _nodes_in_loops(self.schedule.ast)
-                if isinstance(node, For) and loops and self._unrolls(node, loops, spans)}
-
-    def _unrolls(self, node: For, loops: tuple, spans: bool) -> bool:
-        lo, hi = as_expr(node.lo), as_expr(node.hi)
-        if (isinstance(node, While) or node.step != 1 or lo.dims() or hi.dims()
-                or any(b.name in self.sdg.untils for b in lo.bounds() | hi.bounds())):
-            return False
-        steps = hi.evaluate(self.bounds) - lo.evaluate(self.bounds)
-        execs = [n for n in node.body.walk() if isinstance(n, Exec)]
-        copies = steps * len(execs) * (math.prod(max(1, len(self.segments(f))) for f in loops)
-                                       if spans else 1)
-        if not 0 < steps <= UNROLL_STEPS or copies > UNROLL_STATEMENTS:
-            return False
-        v, written = Dim(node.var), set(writes(self, loops[0]))
-        return any(e[0] == "p" and v in as_expr(e[1]).dims()
-                   for n in execs for st in self.lowered.stmts_of(n) for r in st.reads
-                   if r.src not in written and r.src in self.shapes
-                   and self._point_bytes(r.src) >= UNROLL_BYTES for e in r.entries)
-
-    def _point_bytes(self, op: int) -> int:
-        """Bytes of one point of a store (its axes padded as stored)."""
-        return math.prod(self.memory.storages[op].spatial) * self.sdg.ops[op].type.dtype.itemsize
+        return [(k * span, (k + 1) * span) for k in range(split)]
 
     def _unstacked(self) -> dict[int, int]:
         """Stores held as one buffer per point of one axis (the logical axis, by store): those
@@ -381,7 +352,7 @@ class XlaPlan(Stage):
             return {}
         skip = set(self.sdg.outputs.values()) | set(self.sdg.untils.values())
         found: dict[int, int | None] = {}
-        for node, loops in _nodes_in_loops(self.schedule.ast):
+        for node, loops in nodes_in_loops(self.schedule.ast):
             if not isinstance(node, Exec):
                 continue
             consts = {Dim(f.var) for f in loops if id(f) in self.unrolled}
@@ -410,7 +381,7 @@ class XlaPlan(Stage):
         written: dict[int, set] = {}  # store -> {(loop, axis)} along which every write is in order
         where: dict[int, For] = {}  # statement -> the one loop not unrolled around it
         made: dict[int, list[int]] = {}  # op -> its statements
-        for node, loops in _nodes_in_loops(self.schedule.ast):
+        for node, loops in nodes_in_loops(self.schedule.ast):
             if not isinstance(node, Exec):
                 continue
             outer = [f for f in loops if id(f) not in self.unrolled]
@@ -475,98 +446,12 @@ class XlaPlan(Stage):
         return True
 
     def switched(self, node: For) -> dict | None:
-        """How a split loop runs as one loop: for each ``Seq`` in its body (by ``id``), its
-        children in order, a ``Run`` for those whose reads are padded per segment (traced
-        once per segment under one ``lax.switch`` on the segment of the step) with what
-        reads what they compute, a node for the rest (traced once). None keeps one loop per
-        segment: a split loop inside, or a value computed per segment read outside its run.
-        XLA compiles each copy traced, so only the work that differs per segment is copied
-        (one loop per segment compiled all of Llama's decode step eight times)."""
-        if id(node) not in self._switch:
-            self._switch[id(node)] = self._switch_plan(node)
-        return self._switch[id(node)]
+        """How a split loop runs as one loop (``xla_loops.switch_plan``), or None: one loop
+        per segment."""
+        return self.switch_plans.get(id(node))
 
     def _switch_plan(self, node: For) -> dict | None:
-        segs = [((node.var, end - 1),) for _, end in self.segments(node)]
-        if any(isinstance(n, For) and self.segments(n) for n in node.body.walk()):
-            return None
-        varies = {k: len({self.pads_for(k, s) for s in segs}) > 1
-                  for k in range(len(self.lowered.stmts))}
-
-        def execs(n):
-            return [x for x in n.walk() if isinstance(x, Exec)]
-
-        def stmts(n):
-            return [k for x in execs(n) for k in self.lowered.of_exec.get(id(x), ())]
-
-        def shaped(n):  # values local to the loop whose shape differs per segment
-            out = set()
-            for k in stmts(n):
-                st = self.lowered.stmts[k]
-                m = sum(isinstance(x, Padded) for x in st.out)
-                if st.op.id in self.local and m and len(
-                        {self.pads_for(k, s)[-m:] for s in segs}) > 1:
-                    out.add(st.op.id)
-            return out
-
-        def ops(n):
-            return [x.op for x in execs(n)]
-
-        def reads(n):
-            return {r.src for k in stmts(n) for r in self.lowered.stmts[k].reads}
-
-        plan, runs, inside = {}, [], set()
-        for seq in [n for n in node.body.walk() if isinstance(n, Seq)]:
-            if id(seq) in inside:  # traced inside a run: not switched again
-                continue
-            parts, kids, i = [], _flat(seq), 0
-            inside |= {id(n) for n in _spliced(seq)}
-            while i < len(kids):  # a run starts at a statement padded per segment
-                if not (isinstance(kids[i], Exec) and any(varies[k] for k in stmts(kids[i]))):
-                    parts.append(kids[i])  # a loop or branch: its own Seqs are planned
-                    i += 1
-                    continue
-                j, made = i + 1, shaped(kids[i])
-                while True:  # ... and ends after the last node reading what it made
-                    last = max((m for m in range(j, len(kids)) if reads(kids[m]) & made),
-                               default=j - 1)
-                    if last < j:
-                        break
-                    made |= set().union(*(shaped(n) for n in kids[j:last + 1]))
-                    j = last + 1
-                run, wrote, read = [kids[i]], set(ops(kids[i])), reads(kids[i])
-                for n in kids[i + 1:j]:  # what the run does not depend on runs before it
-                    if (any(varies[k] or k in self.checked for k in stmts(n))
-                            or any(flag(self.sdg.ops[o].kind, "effect") for o in ops(n))
-                            or reads(n) & wrote or set(ops(n)) & (read | wrote)):
-                        run.append(n)
-                        wrote, read = wrote | set(ops(n)), read | reads(n)
-                    else:
-                        parts.append(n)
-                runs.append((run, made, {id(x) for n in run for x in n.walk()}))
-                inside |= runs[-1][2]
-                parts.append(len(runs) - 1)
-                i = j
-            plan[id(seq)] = parts
-        found = []
-        for run, made, members in runs:
-            after = set().union(*(reads(x) for x in execs(node.body) if id(x) not in members))
-            if after & made:
-                return None
-            mine = {o for n in run for o in ops(n)} & self.local
-            found.append(Run(tuple(run), tuple(sorted(mine & after))))
-        return {k: [found[p] if isinstance(p, int) else p for p in parts]
-                for k, parts in plan.items()}
-
-    @functools.cached_property
-    def _loop_nodes(self) -> list[For]:
-        return [f for f in self.schedule.ast.walk() if isinstance(f, For)]
-
-    @functools.cached_property
-    def loops(self) -> dict[int, int]:
-        """Each loop of the schedule (``id`` of its node) -> its number, in the order the
-        source lists them: what names its ``while`` instruction (``loop_seconds``)."""
-        return {id(f): k for k, f in enumerate(self._loop_nodes)}
+        return switch_plan(self, node)
 
     def loop_label(self, k: int) -> str:
         """Loop ``k``'s variable and range, as the source shows them."""
@@ -582,10 +467,54 @@ class XlaPlan(Stage):
                 and all(isinstance(n, Exec) and n.op in self.prefilled for n in body))
 
     def peeled(self, node: For, lower: dict) -> bool:
-        """Whether the loop's first step is traced apart from the rest (``_peels``); a loop
+        """Whether the loop's first step is traced apart from the rest (``xla_loops.peels``,
+        asked as the loop is traced: ``lower`` is what the loops around say); a loop
         not split into segments (a ``lax.while_loop`` too: its first step runs under one
         ``lax.cond``, where the branches it settles were a ``lax.cond`` at every step)."""
-        return node.step == 1 and not self.segments(node) and _peels(self, node, lower)
+        return node.step == 1 and not self.segments(node) and peels(self, node, lower)
+
+    def _zero_stores(self) -> tuple[int, ...]:
+        """The stores that start as zeros passed in, made once: XLA copies each into place
+        (a memcpy), where zeros made in the program were a broadcast kernel each, and every
+        kernel costs XLA's compile about 12 ms and 1.2 MiB of peak memory (a quarter of a
+        PPO program's kernels were these). Small stores only (``XlaOptions.zero_arg_bytes``
+        each, ``zero_args_bytes`` together), as the arrays stay held; not on a mesh, where a
+        store's zeros are made sharded; not in a program without a loop, whose few stores
+        cost less compile than the arguments cost each call (0.3 µs). Nor where the copies
+        would cost a run more than ``zero_copy_share`` of its least time
+        (``_zero_copies_pay``)."""
+        if self.lowered.layout is not None or not self._loop_nodes:
+            return ()
+        out, total = [], 0
+        for i, (shape, dtype) in sorted(self.shapes.items()):
+            n = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+            if (i in self.prefilled or i in self.unstacked or n > self.options.zero_arg_bytes
+                    or total + n > self.options.zero_args_bytes):
+                continue
+            out.append(i)
+            total += n
+        return tuple(out) if self._zero_copies_pay(len(out), total) else ()
+
+    def _zero_copies_pay(self, stores: int, nbytes: int) -> bool:
+        """Whether copying ``stores`` zero stores of ``nbytes`` in at every call costs at most
+        ``zero_copy_share`` of the least a run takes: a microsecond per statement it
+        executes (a thunk each). A BiRNN of 64 instances in 4 length groups copied 33 stores,
+        4.4 MB, at every call: 4.6 ms a batch against 4.2 without; PPO's 75 stores, 2.6 MB,
+        are under 2 % of its 21 570 statements' microseconds. A ``tl.until`` program's
+        statements are known only by running: it makes its zeros."""
+        if not stores or self.sdg.untils:
+            return False
+        o = self.options
+        # counted where every bound that shares this program counts the same (cost_bounds)
+        executed = sum(self.host_counts(self.cost_bounds()).values())
+        copies = stores * o.zero_copy_seconds + nbytes / o.copy_bytes_per_second
+        return copies <= o.zero_copy_share * executed * o.statement_seconds
+
+    def host_counts(self, bounds) -> dict[int, int]:
+        """The statement counts at ``bounds`` of the ops that have a statement, from the
+        bounds (a program without a ``tl.until`` loop; ``counts_on_device`` otherwise)."""
+        ops = set(self.ops)
+        return {i: n for i, n in statement_counts(self.schedule, bounds).items() if i in ops}
 
     def to_dict(self) -> dict:
         return {"version": TO_DICT_VERSION, "static_bytes": self.static_bytes, "in_place": sorted(self.in_place),
@@ -645,65 +574,6 @@ class XlaPlan(Stage):
         walk(self.schedule.ast, self.floors, set(), True)
         return ops - bad
 
-    def _describe(self, node, d, lower) -> list[str]:
-        """The program as traced (``lower``: the loops' ranges, as in ``_Trace``)."""
-        pad = "  " * d
-        if isinstance(node, Seq):
-            out = []
-            for n in self._described.get(id(node), node.body):
-                if isinstance(n, Run):
-                    out.append(f"{pad}lax.switch(the span of the step):  # traced once per "
-                               "span, its reads padded for it")
-                    out += [x for m in n.nodes for x in self._describe(m, d + 1, lower)]
-                else:
-                    out += self._describe(n, d, lower)
-            return out
-        if isinstance(node, For) and self.copies_only(node):
-            return [f"{pad}{' '.join(self.schedule._stmt(n).split())}  [store, filled with the "
-                    "whole array at the start: no loop]" for n in node.body.walk()
-                    if isinstance(n, Exec)]
-        if isinstance(node, For) and id(node) in self.unrolled:
-            first, end = self.unrolled[id(node)]
-            return [f"{pad}for {ic.var(node.var)} in {first}..{end}:  # unrolled: each step "
-                    "traced with its own constant"] + self._describe(node.body, d + 1, lower)
-        if isinstance(node, For):
-            kind = "lax.while_loop" if isinstance(node, While) else "lax.fori_loop"
-            segs = self.segments(node)
-            plan = self.switched(node) if segs else None
-            self._described.update(plan or {})
-            peeled = not segs and self.peeled(node, lower)
-            note = (f"  # one loop in {len(segs)} spans of {segs[0][1]} steps" if plan else
-                    f"  # {len(segs)} loops of {segs[0][1]} steps, ranges padded per loop"
-                    if segs else "  # the first step is traced apart; below, the others"
-                    if peeled else "  # not split: its growing reads are whole buffers, read "
-                    "in place" if self.segments(node, False) else "")
-            first = as_expr(node.lo) + 1 if peeled else node.lo
-            return [f"{pad}{kind}({ic.var(node.var)} in {ic.expr_src(node.lo)}.."
-                    f"{ic.expr_src(node.hi)}):{note}"] + self._describe(
-                        node.body, d + 1, ranged(self, node, lower, first, False))
-        if isinstance(node, If):
-            if not has_exec(node):
-                return []
-            settled = decide(node.cond, lower)
-            if settled is not None:  # the loop's range decides it: traced without lax.cond
-                sub = node.then if settled else node.orelse
-                return [] if sub is None else self._describe(sub, d, lower)
-            out = [f"{pad}lax.cond({ic.cond_src(node.cond)}):"] + self._describe(
-                node.then, d + 1, lower)
-            if node.orelse is not None and has_exec(node.orelse):
-                out += [f"{pad}else:"] + self._describe(node.orelse, d + 1, lower)
-            return out
-        if isinstance(node, Exec):
-            kind = self.sdg.ops[node.op].kind
-            what = ("host callback" if flag(kind, "effect") else
-                    "value" if node.op in self.local else
-                    "constant in the program" if node.op in self.baked else
-                    "store, filled with the whole array at the start" if node.op in
-                    self.prefilled else "store")
-            return [f"{pad}{' '.join(self.schedule._stmt(node).split())}  [{what}]"]
-        return []
-
-
 def _may_be_empty(lowered: Lowered, st: Stmt) -> bool:
     """Whether a ``max``/``min`` statement's range read can be empty for these bounds."""
     op = st.op
@@ -742,47 +612,6 @@ def _in_segment(p: Padded, seg: tuple) -> int | None:
     return None
 
 
-def _nodes_in_loops(node, loops: tuple = ()):
-    """Every loop and statement of the AST with the loops around it, outermost first."""
-    if isinstance(node, Seq):
-        for n in node.body:
-            yield from _nodes_in_loops(n, loops)
-    elif isinstance(node, If):
-        yield from _nodes_in_loops(node.then, loops)
-        if node.orelse is not None:
-            yield from _nodes_in_loops(node.orelse, loops)
-    elif isinstance(node, For):
-        yield node, loops
-        yield from _nodes_in_loops(node.body, loops + (node,))
-    elif isinstance(node, Exec):
-        yield node, loops
-
-
-class Run(NamedTuple):
-    """Consecutive nodes of a split loop's body traced once per segment (XlaPlan.switched),
-    and the values local to the loop that they compute and later nodes read."""
-    nodes: tuple
-    values: tuple
-
-
-def _flat(seq: Seq) -> list:
-    """A ``Seq``'s children with the ``Seq``s among them spliced in."""
-    return [m for n in seq.body for m in (_flat(n) if isinstance(n, Seq) else [n])]
-
-
-def _spliced(seq: Seq) -> list:
-    """The ``Seq``s that ``_flat`` splices into ``seq``."""
-    return [m for n in seq.body if isinstance(n, Seq) for m in [n, *_spliced(n)]]
-
-
-def has_exec(node) -> bool:
-    return any(isinstance(n, Exec) for n in node.walk())
-
-
-def writes(xp: XlaPlan, node) -> list[int]:
-    return sorted({n.op for n in node.walk() if isinstance(n, Exec) and n.op in xp.shapes})
-
-
 def _read_order(st: Stmt, nspatial: int) -> tuple | None:
     """The order of store axes in which a ``transpose`` statement's range read comes out
     already transposed: the axes it reads by point, then the read's axes (ranges, then
@@ -815,83 +644,6 @@ def _constant_at(exprs, consts: set) -> int | None:
     affine one, which tracing computes in Python (``max``, ``%``: as traced values)."""
     return next((a for a, e in enumerate(exprs) if isinstance(as_expr(e), (Dim, Lin))
                  and _constant_in(as_expr(e), consts)), None)
-
-
-def traced_statements(lowered: Lowered, idx, lower: dict) -> list[int]:
-    """Of an Exec's statements ``idx`` (a merge has one per branch), those traced under the
-    loops' ranges ``lower``: up to the first whose condition holds there, the last when none
-    does, without those the ranges rule out."""
-    out = []
-    for j, k in enumerate(idx):
-        settled = True if j == len(idx) - 1 else decide(lowered.stmts[k].cond, lower)
-        if settled is not False:
-            out.append(k)
-        if settled:
-            break
-    return out
-
-
-def ranged(xp: XlaPlan, node: For, lower: dict, first, exact: bool) -> dict:
-    """``lower`` with ``node``'s variable starting at ``first`` (exactly ``first`` if
-    ``exact``); unchanged for a loop whose start moves with a ``tl.until`` bound."""
-    if node.step <= 0 or any(b.name in xp.sdg.untils for b in as_expr(node.lo).bounds()):
-        return lower
-    return {**lower, Dim(node.var): (first, exact)}
-
-
-def _peels(xp: XlaPlan, node: For, lower: dict) -> bool:
-    """Whether tracing a loop's first step apart settles branches the whole loop cannot
-    (``t == 0`` or ``t >= 1`` in a recurrence), so that neither copy has their lax.conds or
-    selects: where the body is small (``PEEL_SMALL``), or in a loop of many steps
-    (``PEEL_STEPS``) where the body is not large (``PEEL_STATEMENTS``) or those branches are at
-    least a ``1 / PEEL_SHARE`` of its statements (a chain of recurrences: 46 -> 4.4 ms a run).
-    A large body with few of them is not doubled: a 16-layer decode, whose only such branches
-    pick the prompt's token, compiled twice as long peeled for no faster a step. Nor is a body
-    that holds a loop (it would be traced twice for branches run once a step), nor one of a
-    few steps: PPO's loops over iterations and over epochs peeled compiled in 25 s against 11
-    and ran 53 ms an iteration against 43."""
-    whole = ranged(xp, node, lower, node.lo, False)
-    rest = ranged(xp, node, lower, as_expr(node.lo) + 1, False)
-
-    def settled(c) -> bool:
-        return decide(c, whole) is None and decide(c, rest) is not None
-
-    unrolls = {id(f): xp.unrolled[id(f)][1] - xp.unrolled[id(f)][0] for f in
-               node.body.walk() if isinstance(f, For) and id(f) in xp.unrolled}
-    if any(isinstance(f, For) and id(f) not in unrolls for f in node.body.walk()):
-        return False
-    lo, hi = as_expr(node.lo), as_expr(node.hi)
-    steps = math.inf if lo.dims() or hi.dims() else hi.evaluate(xp.bounds) - lo.evaluate(
-        xp.bounds)  # steps that vary with an outer loop's point: counted as many
-    total = gained = 0
-    for n, loops, conds in _execs_under(node.body):
-        copies = math.prod(unrolls.get(id(f), 1) for f in loops)
-        total += copies
-        idx = xp.lowered.of_exec.get(id(n), ())
-        if any(settled(c) for c in conds) or any(
-                settled(xp.lowered.stmts[k].cond) for k in idx[:-1]):  # a merge's branches
-            gained += copies
-    return gained > 0 and (total <= PEEL_SMALL or steps >= PEEL_STEPS and (
-        total <= PEEL_STATEMENTS or gained * PEEL_SHARE >= total))
-
-
-def _execs_under(node, loops: tuple = (), conds: tuple = ()):
-    """Every statement with the loops and the conditions (of ``If`` nodes) around it."""
-    if isinstance(node, Seq):
-        for n in node.body:
-            yield from _execs_under(n, loops, conds)
-    elif isinstance(node, If):
-        yield from _execs_under(node.then, loops, conds + (node.cond,))
-        if node.orelse is not None:
-            yield from _execs_under(node.orelse, loops, conds + (node.cond,))
-    elif isinstance(node, For):
-        yield from _execs_under(node.body, loops + (node,), conds)
-    elif isinstance(node, Exec):
-        yield node, loops, conds
-
-
-def items(node) -> list:
-    return list(node.body) if isinstance(node, Seq) else [node]
 
 
 def _local_values(sdg: SDG, plan: MemoryPlan, ast, keep: set[int]

@@ -9,6 +9,10 @@ scope. A fusion of instructions from several scopes is counted under its root's 
 does not split a fused kernel's time), and time outside thunks (dispatch, the host side of
 loops) is reported apart as ``unattributed``. A loop's ``while`` thunk spans its whole run, so
 its time less that of the thunks inside it is its loop control (``loop_seconds``).
+
+``XlaInspection`` gives the XLA executor's prepared program (``runtime/xla.py``) these measures
+and what XLA says of it (HLO text, memory analysis, jaxpr) as methods, reached as
+``executable.op_seconds()`` and the like.
 """
 from __future__ import annotations
 
@@ -19,8 +23,14 @@ import json
 import os
 import re
 import tempfile
+import time
 from bisect import bisect_left
 from collections.abc import Callable
+
+import jax
+import numpy as np
+
+from ..errors import ArgumentError, user_location
 
 _INSTR = re.compile(r"^\s*(?:ROOT\s+)?%?([\w.\-]+)\s*=.*?\s([\w\-]+)\(")
 _CONTAINERS = ("while", "conditional", "call")  # their events span their bodies' thunks
@@ -28,6 +38,20 @@ _COMP = re.compile(r"^\s*(?:ENTRY\s+)?%?([\w.\-]+)\s.*\{\s*$")
 _CALLS = re.compile(r"(?:calls|to_apply|body|condition)=%?([\w.\-]+)")
 _CALL_EVENTS = ("PjitFunction(", "ThunkExecutor::Execute")  # a call's dispatch and execution
 _NAME = re.compile(r'op_name="([^"]*)"')
+_OP_SCOPE = re.compile(r"(?:^|/)op(\d+)(?=/|$)")
+_LOOP_SCOPE = re.compile(r"(?:^|/)loop(\d+)/while$")
+
+
+def _loop_of(path: str) -> int | None:
+    """The loop a ``while`` instruction's ``op_name`` path was traced for (``xla_trace._Trace.loop``)."""
+    m = _LOOP_SCOPE.search(path)
+    return int(m.group(1)) if m else None
+
+
+def _op_of(path: str) -> int | None:
+    """The op an HLO instruction's ``op_name`` path was traced for (its innermost op scope)."""
+    m = _OP_SCOPE.findall(path)
+    return int(m[-1]) if m else None
 
 
 def instruction_scopes(hlo: str, wanted: Callable[[str], bool] = lambda _: True
@@ -100,8 +124,6 @@ def thunk_intervals(call: Callable[[], object], runs: int = 3
     """Run ``call()`` (which must wait for its results) ``runs`` times under JAX's profiler:
     each HLO instruction name's executions as (start, end) seconds, and the wall seconds the
     traced calls span (dispatch and execution: their union)."""
-    import jax
-
     with tempfile.TemporaryDirectory() as d:
         with jax.profiler.trace(d, create_perfetto_trace=True):
             for _ in range(runs):
@@ -183,3 +205,89 @@ def loop_seconds(call: Callable[[], object], hlo: str, key: Callable[[str], obje
         out[k] = {"seconds": total / runs,
                   "control": max(0.0, total - _covered(inside)) / runs}
     return out
+
+
+class XlaInspection:
+    """What the compiled XLA program says of itself and what it measures, as methods of the
+    XLA executor's prepared program, which gives ``_compiled()`` (the compiled program),
+    ``_program()`` and ``_args()`` (what it traces, and the arguments for the compiled
+    bounds), ``_bvec`` and ``_hosts`` (a run's arguments), ``lowered``, ``plan`` and
+    ``bounds``."""
+
+    def hlo(self) -> str:
+        """The compiled XLA program as HLO text (after SPMD partitioning on a mesh: the shapes
+        are one device's)."""
+        return self._compiled().as_text()
+
+    def memory_analysis(self) -> dict[str, int]:
+        """XLA's own account of the compiled program's buffers, in bytes by kind (arguments,
+        outputs, temporaries, aliased, generated code); empty where the backend gives none.
+        It compiles the program if no run has yet."""
+        stats = self._compiled().memory_analysis()
+        kinds = ("argument", "output", "temp", "alias", "generated_code")
+        return {} if stats is None else {
+            k: int(getattr(stats, f"{k}_size_in_bytes")) for k in kinds
+            if hasattr(stats, f"{k}_size_in_bytes")}
+
+    def op_seconds(self, runs: int = 3) -> dict:
+        """Measured seconds per run of each op's statements inside the compiled program (JAX's
+        profiler, see ``xla_profile``), keyed by op id; ``"unattributed"``: the rest of the
+        run's wall time (loop control, dispatch)."""
+        return seconds_by(self._profiled(runs, "op_seconds"), self.hlo(), _op_of, runs)
+
+    def loop_seconds(self, runs: int = 3) -> dict:
+        """Measured seconds per run inside each loop of the compiled program, keyed by its
+        number (``XlaPlan.loops``, as the source lists them): ``{"loop": its variable and
+        range, "seconds": ..., "control": the part no op's thunk covers}`` (see
+        ``xla_profile.loop_seconds``). Where ``op_seconds`` says the rest of a run is
+        ``unattributed``, this says which loop's control it is."""
+        call = self._profiled(runs, "loop_seconds")
+        found = loop_seconds(call, self.hlo(), _loop_of, runs)
+        return {k: {"loop": self.plan.loop_label(k), **found[k]} for k in sorted(found)}
+
+    def program_seconds(self, runs: int = 3) -> float:
+        """Measured seconds of the compiled program alone, warm: the median of ``runs`` calls
+        of it on the last run's arguments, without the profiler (which slows every thunk) and
+        without a run's Python or fetching its results. A run's time less this is its host's
+        share; ``op_seconds`` splits this into ops."""
+        call = self._profiled(runs, "program_seconds")
+        times = []
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            call()
+            times.append(time.perf_counter() - t0)
+        return float(np.median(times))
+
+    def _profiled(self, runs, what: str):
+        """The warm call that ``op_seconds`` and ``loop_seconds`` profile and
+        ``program_seconds`` times."""
+        if isinstance(runs, bool) or not isinstance(runs, int) or runs < 1:
+            raise ArgumentError(f"{what}(runs={runs!r}): give a positive number of runs",
+                                user_location())
+        if self.lowered.sources or self.lowered.sinks:
+            raise ArgumentError(f"{what} runs the program several times without a run's "
+                                "host: it would call the program's tl.sink/tl.source "
+                                "callbacks again; profile a copy of the program without them",
+                                user_location())
+        fn, args = self._compiled(), (self._bvec(self.bounds), self._hosts())  # as a run's
+        jax.block_until_ready(fn(*args))  # compiled and warm before anything is measured
+        return lambda: jax.block_until_ready(fn(*args))
+
+    def fused_ops(self, timed) -> dict[int, tuple[str, int]]:
+        """Ops without time of their own (not in ``timed``, the ops ``op_seconds`` measured)
+        because XLA fused them into a kernel whose time is counted under another op (the op of
+        its root): op id -> (the kernel's HLO name, the op its time is counted under)."""
+        hlo = self.hlo()
+        roots = {name: _op_of(path) for name, path in
+                 instruction_scopes(hlo, lambda p: _op_of(p) is not None).items()}
+        out: dict[int, tuple[str, int]] = {}
+        for kernel, paths in sorted(kernel_members(hlo).items()):
+            root = roots.get(kernel)
+            if root in timed:
+                for op in {_op_of(p) for p in paths} - {None, root} - set(timed):
+                    out.setdefault(op, (kernel, root))
+        return out
+
+    def jaxpr(self) -> str:
+        """The traced program as a jaxpr (text)."""
+        return str(jax.make_jaxpr(self._program())(*self._args()))

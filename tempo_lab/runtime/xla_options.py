@@ -1,0 +1,58 @@
+"""``XlaOptions``: the XLA executor's own options, one frozen value that ``XlaPlan`` is built
+from: how many spans a loop is split into, and the thresholds of its decisions (which inner loops
+are unrolled, which loops have their first step traced apart, which stores start as zeros passed
+in). Each default is what was measured to pay (the fields' comments say where); a test or a
+benchmark that wants another decision builds the executor with other options
+(``XlaBackend(XlaOptions(...))``) rather than changing a module's state.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+
+from ..errors import ArgumentError
+
+
+@dataclass(frozen=True)
+class XlaOptions:
+    """The XLA executor's options (``XlaPlan``'s decisions read them, nothing else does).
+
+    split: a loop whose range reads grow with its variable is split into this many equal spans
+        (``CompileConfig.xla_split``; 1 keeps every loop whole).
+    unroll_*: an inner loop of at most ``unroll_steps`` steps may be traced once per step, when
+        it reads a point of at least ``unroll_bytes`` of a store, while the program then traces
+        at most ``unroll_statements`` copies of its statements (counted as if a loop split into
+        spans traced all of its body once per span) (``xla_loops.unrolled_loops``).
+    peel_*: a loop body of at most ``peel_small`` statements may have its first step traced
+        apart; a larger one only in a loop of at least ``peel_steps`` steps, and when it has at
+        most ``peel_statements`` statements or the branches peeling settles are a
+        ``1 / peel_share`` of them (``xla_loops.peels``).
+    zero_*: a store that starts as zeros is passed in (``XlaPlan.zero_args``) when it is at most
+        ``zero_arg_bytes`` and all of them together at most ``zero_args_bytes``, and when copying
+        them in costs a call at most ``zero_copy_share`` of its least time: a copy costs
+        ``zero_copy_seconds`` a store and its bytes at ``copy_bytes_per_second``, a statement
+        executed at least ``statement_seconds`` (as measured on the CPU).
+    """
+
+    split: int = 8
+    unroll_steps: int = 32
+    unroll_bytes: int = 256
+    unroll_statements: int = 1024
+    peel_small: int = 32
+    peel_steps: int = 16
+    peel_statements: int = 128
+    peel_share: int = 20
+    zero_arg_bytes: int = 1 << 20
+    zero_args_bytes: int = 16 << 20
+    zero_copy_seconds: float = 1.5e-6
+    copy_bytes_per_second: float = 10e9
+    statement_seconds: float = 1e-6
+    zero_copy_share: float = 0.05
+
+    def __post_init__(self):
+        for f in fields(self):
+            value = getattr(self, f.name)
+            whole = f.type == "int"
+            if isinstance(value, bool) or not isinstance(value, int if whole else (int, float)) \
+                    or (value < 1 if whole else value < 0):
+                raise ArgumentError(f"XlaOptions({f.name}={value!r}): give a "
+                                    f"{'positive int' if whole else 'number of at least 0'}")
