@@ -2,13 +2,16 @@
 trained, against the strongest plain JAX we write for the same step.
 
     python -m benchmarks.train [--quick] [--preset small|llama-3.2-1b] [--layers N] [--seq S]
-                               [--iters I] [--budget BYTES]
+                               [--iters I] [--budget BYTES] [--xla-split K]
 
-tempo_lab: one program over (iteration ``i``, batch ``b``, token ``t``, layer ``n``) with
+tempo_lab: one program over (iteration ``i``, batch ``b``, layer ``n``, token ``t``) with
 ``tl.optim.parameters(w, dim=i)``, per-layer weights taken with ``tl.take(v, n)`` and
 ``tl.optim.Adam(lr).minimize(ce, p)``: a run trains ``I`` iterations. Plain JAX: one jitted
 step (``jax.value_and_grad`` of the whole-sequence forward of ``benchmarks.llama``, Adam by
-hand, parameters and moments donated), called ``I`` times. Both minimise the summed
+hand, parameters and moments donated), called ``I`` times. The layer loop is put outside the
+token loop (the dims' order): a layer's work over all tokens is then batched (projections,
+MLP, their gradients) and only attention, which reads the tokens before, loops over them;
+with the tokens outside (as decoding needs) every op of a layer runs token by token. Both minimise the summed
 cross-entropy from the same initial weights, so their losses agree to float rounding.
 
 Each system runs in a process of its own (its peak RSS is its own). Reported per system: time
@@ -68,8 +71,8 @@ def run_tempo_lab(args) -> dict:
     tl.config.progress = False
     model = model_of(args)
     ids = tokens(args, model.vocab)
-    ctx = tl.Context(dims=("i", "b", "t", "n"))
-    i, b, t, n = ctx.dims
+    ctx = tl.Context(dims=("i", "b", "n", "t"))  # layers outside tokens: see the docstring
+    i, b, n, t = ctx.dims
     with ctx:
         p = tl.optim.parameters(model.init(seed=0), dim=i)
         params = {k: tl.take(v, n) if k.startswith("layers.") else v for k, v in p.items()}
@@ -78,8 +81,9 @@ def run_tempo_lab(args) -> dict:
         ce = tl.log(tl.exp(logits - top).sum()) + top - tl.take(
             logits, tl.from_array(ids[..., 1:], domain=(i, b, t)))
         tl.optim.Adam(lr=LR).minimize(ce, p)
-    bounds = dict(zip(ctx.bounds, (args.iters, args.batch, args.seq, model.layers)))
-    config = tl.CompileConfig(device_memory_budget=args.budget) if args.budget else None
+    bounds = dict(zip(ctx.bounds, (args.iters, args.batch, model.layers, args.seq)))
+    config = tl.CompileConfig(device_memory_budget=args.budget or None,
+                              xla_split=args.xla_split or tl.CompileConfig().xla_split)
     t0 = time.perf_counter()
     prog = ctx.compile(bounds=bounds, outputs={"ce": ce}, config=config)
     t1 = time.perf_counter()
@@ -153,6 +157,8 @@ def _child(system: str, args) -> dict:
         cmd += ["--layers", str(args.layers)]
     if args.budget:
         cmd += ["--budget", str(args.budget)]
+    if args.xla_split:
+        cmd += ["--xla-split", str(args.xla_split)]
     out = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ})
     for line in out.stdout.splitlines():
         if line.startswith(MARK):
@@ -170,6 +176,8 @@ def main(argv=None) -> int:
     ap.add_argument("--iters", type=int, default=3)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--budget", type=int, default=0, help="device_memory_budget in bytes")
+    ap.add_argument("--xla-split", type=int, default=0,
+                    help="CompileConfig.xla_split (0: its default)")
     ap.add_argument("--out", type=Path, default=RESULTS / "train.json")
     ap.add_argument("--system", choices=sorted(SYSTEMS), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -181,6 +189,7 @@ def main(argv=None) -> int:
     res = {s: _child(s, args) for s in SYSTEMS}
     out = {"preset": args.preset, "layers": args.layers or PRESETS[args.preset]["layers"],
            "seq": args.seq, "batch": args.batch, "iters": args.iters, "budget": args.budget,
+           "xla_split": args.xla_split,
            **res}
     ok = all("error" not in r for r in res.values())
     if ok:

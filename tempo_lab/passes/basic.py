@@ -220,7 +220,7 @@ def _branches_at(ed: Editor, m: Op, pins: dict) -> int | None:
 
 
 def _transposed_array(ed: Editor, e):
-    """The read of an array (a ``const`` or ``from_array``) that ``e`` reads through a
+    """The read of a value (an array, or a weight being trained) that ``e`` reads through a
     transpose of its last two axes, at the transpose's own point; else None."""
     t = ed.ops[e.src]
     if t.kind != "transpose" or e.cond != TRUE or t.type.ndim < 2:
@@ -229,12 +229,32 @@ def _transposed_array(ed: Editor, e):
     n = len(perm)
     if perm != tuple(range(n - 2)) + (n - 1, n - 2):
         return None
-    (inner,) = ed.in_edges(t.id)
+    return _at_own_point(ed, t)
+
+
+def _at_own_point(ed: Editor, op: Op):
+    """``op``'s one input edge if it reads its producer unconditionally at ``op``'s own point
+    (the same domain); else None."""
+    (inner,) = ed.in_edges(op.id)
     src = ed.ops[inner.src]
-    if (not flag(src.kind, "array") or inner.cond != TRUE or src.domain != t.domain
-            or tuple(inner.index) != tuple(src.domain)):
+    if inner.cond != TRUE or src.domain != op.domain or tuple(inner.index) != tuple(src.domain):
         return None
     return inner
+
+
+def _untransposed(ed: Editor, op: Op) -> int | None:
+    """The value a transpose of a transpose gives back (their permutations undo each other,
+    both read at their own point): a gradient's transpose of a transposed weight."""
+    e = _at_own_point(ed, op)
+    inner = ed.ops[e.src] if e else None
+    if inner is None or inner.kind != "transpose":
+        return None
+    both = tuple(inner.attrs["perm"][j] for j in op.attrs["perm"])
+    first = _at_own_point(ed, inner)
+    if both != tuple(range(op.type.ndim)) or first is None \
+            or ed.ops[first.src].type != op.type:
+        return None
+    return first.src
 
 
 @register("simplify", "simplify")
@@ -271,6 +291,10 @@ def simplify(ed: Editor):
         elif k in ("identity", "reshape", "broadcast_to", "cast") or (
                 k == "transpose" and tuple(op.attrs["perm"]) == tuple(range(op.type.ndim))):
             keep = _passthrough(ed, op, 0)
+        elif k == "transpose" and _untransposed(ed, op) is not None:
+            keep = _untransposed(ed, op)
+            ed.replace(i, keep, "undoes the transpose it reads")
+            continue
         elif k == "matmul" and _transposed_array(ed, ins[1]) is not None:
             src = _transposed_array(ed, ins[1])
             ed.rewrite(i, Op(i, k, op.domain, op.type, {**op.attrs, "tb": True}, op.loc,

@@ -228,9 +228,20 @@ def _only_whole(e, pos: int, d: Dim) -> bool:
 
 def _recurrent(ed: Editor, d: Dim, over: set[int]) -> set[int]:
     """The ops over ``d`` on a dependence cycle that reads across ``d`` (a strongly connected
-    component with such a read): the recurrence a loop over ``d`` must keep."""
-    comps = sccs(sorted(over), {i: [e.dst for e in ed.out_edges(i) if e.dst in over]
-                                for i in over})
+    component with such a read): the recurrence a loop over ``d`` must keep. A read of
+    points other than the reader's own along another dim of the ops (``h[n - 1, t]``, a
+    gradient's ``g[n + 1, t]``: groups are batched along innermost loops, so that dim's loop
+    is outside ``d``'s) is made by another iteration of that loop and closes no cycle within
+    one: a layer recurrence outside the loop over tokens leaves the tokens' projections
+    batchable. (A read that includes the reader's own point, ``k[0:t + 1, n]`` with ``t``
+    outside, may close one.)"""
+    def inner(e) -> bool:
+        src = ed.ops[e.src]
+        return not any(_elsewhere(e.index[src.domain.index(x)], x)
+                       for x in ed.ops[e.dst].domain if x != d and x in src.domain)
+
+    comps = sccs(sorted(over), {i: [e.dst for e in ed.out_edges(i) if e.dst in over
+                                    and inner(e)] for i in over})
     out: set[int] = set()
     for comp in comps:
         crossing = [e for i in comp for e in ed.in_edges(i)
@@ -238,6 +249,18 @@ def _recurrent(ed: Editor, d: Dim, over: set[int]) -> set[int]:
         if crossing:
             out |= set(comp)
     return out
+
+
+def _elsewhere(x, d: Dim) -> bool:
+    """Whether index entry ``x`` reads only points other than ``d``'s own, all before it or
+    all after it (``d - 1``, ``0:d``, ``d + 1``, ``d + 1:D``): made in another iteration of
+    a loop over ``d``."""
+    if isinstance(x, Slice):
+        end, start = x.stop - d, x.start - d
+        return isinstance(end, Const) and end.value <= 0 \
+            or isinstance(start, Const) and start.value >= 1
+    off = x - d
+    return isinstance(off, Const) and off.value != 0
 
 
 def group(ed: Editor, d: Dim, size: int, budget: int | None) -> set[int] | None:

@@ -75,7 +75,9 @@ def _broadcastable(xs, out) -> list:
     """The operands of an elementwise op, each axis that is shorter than the output's padded
     axis (and not 1) padded to it: a whole static array read where the output's axis is a
     bound padded to its size class (``x[b, 0:T]`` of a 7-point array, vectorised, beside a
-    mask of ``T`` padded to 8). The padding is past every valid point."""
+    mask of ``T`` padded to 8); and each longer one cut to it (a value batched over all of a
+    range beside a read padded to the size class of a span of the loop, 32 of 256 tokens).
+    The padding is past every valid point."""
     out = tuple(out)
     fitted = []
     for x in xs:
@@ -85,7 +87,9 @@ def _broadcastable(xs, out) -> list:
             n = out[lead + a] if lead + a >= 0 else x.shape[a]
             if isinstance(n, int) and 1 < x.shape[a] < n:
                 pads[a] = (0, n - x.shape[a])
-        fitted.append(jnp.pad(x, pads) if any(p != (0, 0) for p in pads) else x)
+            elif isinstance(n, int) and 1 < n < x.shape[a]:  # longer than the output's padded
+                x = lax.slice_in_dim(x, 0, n, axis=a)  # axis (a whole range beside a span's
+        fitted.append(jnp.pad(x, pads) if any(p != (0, 0) for p in pads) else x)  # size class)
     return fitted
 
 
