@@ -1,6 +1,6 @@
 """The package's layers, checked: every import (at module level or inside a function) goes to
-the same layer or one below, except the two façades DESIGN.md names; and the imports made when
-a module loads form no cycle. The layers, bottom first:
+the same layer or one below, except the two façades docs/architecture.md names; and the imports
+made when a module loads form no cycle. The layers, bottom first:
 
     base (errors, cache, config, files, progress, stage, executors) < symbolic < ir < frontend
     < passes < schedule < memory < runtime < program (with compile_config) < nn, optim, rl

@@ -1,6 +1,6 @@
 """The research notebooks under notebooks/ execute without a cell error (quick settings).
 
-They are not output-checked (DESIGN.md §5: research notebooks only have to execute); each is
+They are not output-checked (docs/testing.md: research notebooks only have to execute); each is
 run with nbclient in a fresh python3 kernel with TEMPO_LAB_QUICK=1 and PYTHONHASHSEED=0, the
 same way ``notebooks/refresh.py --quick`` runs them, and the stored file is left untouched.
 """

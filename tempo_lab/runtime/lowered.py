@@ -5,8 +5,8 @@ with their reads, the integers they pass (store slots, range starts, valid lengt
 expressions over loop variables and bounds, and the sizes their symbolic axes are padded to.
 The stores get their layouts from the memory plan, with the rules for allocating and growing
 them; constants and arrays, sources and sinks, and the ``While`` loops of data-dependent bounds
-are listed. Executors (``runtime/backends``) only evaluate what is resolved here:
-``lowered.compile(backend)`` gives the ``Executable``.
+are listed. The back ends (``runtime/executable.py``'s ``BACKENDS``) only evaluate what is
+resolved here: ``lowered.compile(backend)`` gives the ``Executable``.
 """
 from __future__ import annotations
 
