@@ -76,7 +76,7 @@ def test_docs_pages_are_linked_from_the_index():
 
 
 def test_no_file_cites_a_design_document_outside_the_repository():
-    """The design lives in ``docs/``; a ``DESIGN.md`` is not in the repository."""
+    """The design lives in ``docs/``; no design file outside the repository is cited."""
     files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
                            check=True).stdout.split()
     assert not (ROOT / "DESIGN.md").exists()
