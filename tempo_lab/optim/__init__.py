@@ -103,7 +103,6 @@ class _Optimizer:
                 raise ArgumentError(f"{type(self).__name__}: {name}={v!r} must be a number in "
                                     f"[{low}, {high}{']' if closed else ')'}")
 
-    @library_scope(CLASS)
     def minimize(self, loss: RecurrentTensor, params: Parameters) -> dict[str, RecurrentTensor]:
         """Define every parameter's recurrence; returns the gradients (name -> RT over i)."""
         if not isinstance(params, Parameters):
@@ -157,6 +156,7 @@ class SGD(_Optimizer):
     def _states(self, name, p):
         return {"v": _state(p, f"{name}_velocity")} if self.momentum else {}
 
+    @library_scope(CLASS)
     def _update(self, p, g, states, key, before, step, lr):
         if not self.momentum:
             return p - lr * g
@@ -180,6 +180,7 @@ class Adam(_Optimizer):
     def _states(self, name, p):
         return {"m": _state(p, f"{name}_m"), "v": _state(p, f"{name}_v")}
 
+    @library_scope(CLASS)
     def _update(self, p, g, states, key, before, step, lr):
         m = self.b1 * states["m"][before] + (1 - self.b1) * g
         v = self.b2 * states["v"][before] + (1 - self.b2) * g * g
