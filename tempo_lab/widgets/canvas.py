@@ -14,7 +14,9 @@ import traitlets
 # The scripts as text, not paths: anywidget watches a path's file and keeps every widget made
 # from it alive (a strong callback per widget for hot reloading), so that closing a view gave
 # nothing back (1.5 MiB per dashboard: its SVGs and figures).
-ESM = pathlib.Path(__file__).with_name("graph_canvas.js").read_text(encoding="utf-8")
+# search.js (plain functions, the same search as search.py) goes first: one module.
+ESM = "\n".join(pathlib.Path(__file__).with_name(f).read_text(encoding="utf-8")
+                for f in ("search.js", "graph_canvas.js"))
 CSS = pathlib.Path(__file__).with_name("graph_canvas.css").read_text(encoding="utf-8")
 
 

@@ -13,7 +13,7 @@ from .memory_view import MemoryView
 from .pass_view import PassStepper
 from .profile_view import ProfileView, recorded_run
 from .schedule_view import ScheduleView
-from .sdg_view import NONE, SDGExplorer, op_options
+from .sdg_view import NONE, SDGExplorer, op_options, set_picked
 
 TABS = ("Program", "SDG", "Passes", "Schedule", "Memory", "Profile")
 
@@ -31,6 +31,10 @@ class Dashboard:
         self.picker = W.Dropdown(options=op_options(prog.sdg), value=NONE,
                                  description="select op", layout=W.Layout(width="420px"))
         self.picker.add_class("tempo-lab-op-picker")
+        self.constants = W.Checkbox(value=False, description="show constants", indent=False,
+                                    layout=W.Layout(width="auto"))
+        self.constants.add_class("tempo-lab-constants")
+        self.constants.observe(lambda ch: self._constants_changed(ch.new), "value")
         self.overview = W.HTML(self._overview_html())
         self.overview.add_class("tempo-lab-overview")
         self.pages = {name: W.VBox() for name in TABS[1:]}
@@ -47,7 +51,8 @@ class Dashboard:
         self.export_button.add_class("tempo-lab-export")
         self.export_link = W.HTML()
         self.export_button.on_click(lambda _: self.export())
-        self.widget = W.VBox([W.HBox([self.picker, self.export_path, self.export_button,
+        self.widget = W.VBox([W.HBox([self.picker, self.constants, self.export_path,
+                                      self.export_button,
                                       self.export_link]), self.tabs])
 
     def _overview_html(self) -> str:
@@ -80,7 +85,8 @@ class Dashboard:
         if name == "Passes":
             return None if prog.passes is None else PassStepper(prog.passes)
         if name == "Schedule":
-            return None if prog.schedule is None else ScheduleView(prog.schedule, prog.bounds)
+            return None if prog.schedule is None else ScheduleView(
+                prog.schedule, prog.bounds, self.constants.value)
         if name == "Memory":
             return None if prog.memory is None else MemoryView(prog.memory, profile, prog)
         if self.run is not None:
@@ -122,11 +128,21 @@ class Dashboard:
                                   f'({out.stat().st_size // 1024} KB)')
         return out
 
+    def _constants_changed(self, shown: bool):
+        """Constants in the picker, the loop code and the schedule tree, or not."""
+        keep = () if self.selected == NONE else (self.selected,)
+        self.picker.options = op_options(self.prog.sdg, shown, keep)
+        self.picker.value = self.selected
+        view = self.views.get("Schedule")
+        if view is not None:
+            view.constants.value = shown
+
     def select(self, op_id: int | None):
         """Highlight ``op_id`` (or nothing, for None / -1) in every view."""
         op_id = NONE if op_id is None else op_id
         if self.picker.value != op_id:
-            self.picker.value = op_id   # the observer comes back here with the same id
+            # the observer comes back here with the same id
+            set_picked(self.picker, self.prog.sdg, op_id, self.constants.value)
             return
         self.selected = op_id
         for view in self.views.values():

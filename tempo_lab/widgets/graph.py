@@ -6,12 +6,14 @@ the same whichever is used."""
 from __future__ import annotations
 
 import html
+import weakref
 from dataclasses import dataclass, field
 
 from tempo_lab.ir.sdg import dot_quote
 from tempo_lab.svg import DOT_SECONDS, dot_installed, svg_of  # noqa: F401  (the views' names)
 from tempo_lab.symbolic import TRUE
 
+from . import search as S
 from .palette import (
     EDIT_COLOURS,
     HIGHLIGHT,
@@ -71,7 +73,7 @@ def edge_label(sdg, e) -> str:
 
 
 FOLDED_FRAMES = ("<genexpr>", "<listcomp>", "<dictcomp>", "<setcomp>", "<lambda>")
-INLINE_KINDS = ("const", "dimval")   # drawn inside the ops that read them, not as nodes
+INLINE_KINDS = S.INLINE_KINDS   # drawn inside the ops that read them, not as nodes
 
 
 def group_path(op) -> tuple[str, ...]:
@@ -206,35 +208,34 @@ def inlined(sdg, keep=()) -> set[int]:
 
 
 def matches(sdg, query: str) -> list[int]:
-    """Ops whose search line (``search_index``) contains every word of ``query``
-    (case-insensitive), best first: ops whose own name or kind matches a word before ops found
-    by their groups or lines only, constants last; then in program order."""
-    words = query.lower().split()
-    if not words:
+    """Ops that match every term of ``query`` (``search.py``: whole words or name
+    prefixes, ``kind:``, ``scope:``, ``line:``, ``/regex/``), best first: an exact name
+    match first, constants last, then program order."""
+    if not query.strip():
         return []
-    hits = []
-    for i, text in search_index(sdg):
-        low = text.lower()
-        if all(w in low for w in words):
-            op = sdg.ops[i]
-            own = f"{op.label} {op.kind}".lower()
-            hits.append((-sum(w in own for w in words), op.kind in INLINE_KINDS, i))
-    return [i for *_, i in sorted(hits)]
+    return S.search(search_rows(sdg), query)
 
 
 def search_index(sdg) -> list[tuple[int, str]]:
-    """One line per op for search: name, kind, domain, where the user wrote it and the
-    groups it is drawn in (scopes, functions, library calls)."""
-    paths = group_paths(sdg)
-    return [(op.id, f"{op.label} · {op.kind} · {region_of(op)} · {op.loc.place} · "
-                    f"{' / '.join(paths[op.id][:-1])}") for op in sdg.ops.values()]
+    """One line per op, as search shows it: title (name · id), kind, domain, where the user
+    wrote it and the groups it is drawn in (scopes, functions, library calls)."""
+    return [(row[0], row[1]) for row in search_rows(sdg)]
 
 
 def search_rows(sdg) -> list[list]:
-    """``search_index`` with what ``matches`` ranks by, for the browser's search box:
-    ``[op id, line, "name kind", is a constant]``."""
-    return [[i, text, f"{sdg.ops[i].label} {sdg.ops[i].kind}".lower(),
-             sdg.ops[i].kind in INLINE_KINDS] for i, text in search_index(sdg)]
+    """The rows the browser's search box and ``matches`` search (``search.search_rows``):
+    ``[op id, line, "name kind", is a constant, fields]``; made once per SDG (it is
+    immutable)."""
+    try:
+        rows = _ROWS.get(sdg)
+    except TypeError:          # not weakly referenceable: made again
+        return S.search_rows(sdg, group_paths(sdg))
+    if rows is None:
+        rows = _ROWS[sdg] = S.search_rows(sdg, group_paths(sdg))
+    return rows
+
+
+_ROWS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def graph_spec(sdg, *, highlight: int | None = None, search: str = "", kind: str | None = None,
@@ -285,7 +286,7 @@ def graph_spec(sdg, *, highlight: int | None = None, search: str = "", kind: str
             where[op.id] = key
             first.setdefault(key, op.id)
             continue
-        label = f"{op.label} {op.kind}\n{op.type}"
+        label = f"{S.op_title(op)} {op.kind}\n{op.type}"
         consts = [sdg.ops[i] for i in dict.fromkeys(reads.get(op.id, ())) if i in inline]
         label += "".join(f"\n◦ {_constant(c)}" for c in consts[:2])
         if len(consts) > 2:
@@ -297,7 +298,7 @@ def graph_spec(sdg, *, highlight: int | None = None, search: str = "", kind: str
         cluster = max((path[:j] for j in range(len(path) + 1) if path[:j] in expanded),
                       key=len, default=())
         node = Node(f"op{op.id}", label, category_colour(op.category), cluster, op.id,
-                    tooltip=f"{op.label} = {op.kind} over {region_of(op)} @ {op.loc.place}"
+                    tooltip=f"{S.op_title(op)} = {op.kind} over {region_of(op)} @ {op.loc.place}"
                     + "".join(f"\nreads {_constant(c)}" for c in consts))
         if op.id in marks:
             node.fill = EDIT_COLOURS.get(marks[op.id], node.fill)
@@ -368,8 +369,8 @@ def _constant(op) -> str:
     """A constant as written inside the op that reads it: its value when it is one number."""
     value = op.attrs.get("value")
     if op.type.shape == () and value is not None:
-        return f"{op.label} = {float(value):.6g}"
-    return f"{op.label} {op.kind} {op.type}"
+        return f"{S.op_title(op)} = {float(value):.6g}"
+    return f"{S.op_title(op)} {op.kind} {op.type}"
 
 
 def heat(fraction: float) -> str:

@@ -21,7 +21,7 @@ function render({ model, el }) {
   const search = document.createElement("input");
   search.type = "search";
   search.className = "tl-graph-search";
-  search.placeholder = "find an op: name, kind, file:line, scope  ( / )";
+  search.placeholder = "find an op: name, kind:softmax, scope:layer1, line:19, /re/  ( / )";
   search.setAttribute("data-lm-suppress-shortcuts", "true");
   const results = document.createElement("div");
   results.className = "tl-graph-results";
@@ -237,20 +237,9 @@ function render({ model, el }) {
     if (keys[e.key] && svg) { e.preventDefault(); e.stopPropagation(); keys[e.key](); }
   });
 
-  // search: every word must match (as graph.matches in Python), best first, every hit listed
+  // search: every term must match (search.js, as search.py in Python), best first
   let hits = [], active = 0;
-  function findHits(q) {
-    const words = q.toLowerCase().split(/\s+/).filter(Boolean);
-    if (!words.length) return [];
-    const out = [];
-    for (const [id, text, own, constant] of model.get("index")) {
-      const low = text.toLowerCase();
-      if (words.every((w) => low.includes(w))) {
-        out.push([-words.filter((w) => own.includes(w)).length, constant ? 1 : 0, id, text]);
-      }
-    }
-    return out.sort((a, b) => a[0] - b[0] || a[1] - b[1] || a[2] - b[2]);
-  }
+  function findHits(q) { return tlSearch(model.get("index"), q); }
   function showResults() {
     hits = findHits(search.value);
     active = 0;
@@ -322,7 +311,18 @@ function render({ model, el }) {
     }
   });
   shown.observe(view);
-  return () => shown.disconnect();
+  // the inspector's reads and readers (a.tl-op-link, data-op) beside this canvas: a click
+  // selects the op, and the graph centres on it (its groups open first if they are closed)
+  const onLink = (e) => {
+    const a = e.target && e.target.closest ? e.target.closest("a.tl-op-link") : null;
+    if (!a) return;
+    const root = a.closest(".tempo-lab-sdg");
+    if (!root || !root.contains(el)) return;
+    e.preventDefault();
+    select(Number(a.dataset.op));
+  };
+  document.addEventListener("click", onLink);
+  return () => { shown.disconnect(); document.removeEventListener("click", onLink); };
 }
 
 export default { render };

@@ -9,6 +9,7 @@ from tempo_lab.executors import timeline_backend
 
 from .base import FigureSlot, slider_grid, stage_view
 from .palette import HIGHLIGHT, STORE_COLOURS, TEMPLATE
+from .search import op_title
 from .units import byte_ticks, nbytes
 
 
@@ -18,7 +19,7 @@ def lifetime_rows(plan) -> list[dict]:
     rows = []
     for i, s in plan.storages.items():
         a, b = plan.lifetimes.get(i, (0, 0))
-        rows.append({"op": i, "label": plan.sdg.ops[i].label, "kind": s.kind, "start": a,
+        rows.append({"op": i, "label": op_title(plan.sdg.ops[i]), "kind": s.kind, "start": a,
                      "end": b, "describe": s.describe()})
     return sorted(rows, key=lambda r: (r["start"], r["op"]))
 

@@ -8,6 +8,7 @@ from tempo_lab.schedule import Exec, walk
 
 from .base import FigureSlot, stage_view
 from .palette import HIGHLIGHT, TEMPLATE, category_colour, region_of
+from .search import op_title
 
 MAX_KERNELS = 5000
 
@@ -99,10 +100,10 @@ def timeline_figure(sdg, kernels: list[Kernel], highlight: int | None = None,
     for cat, ks in sorted(by_cat.items()):
         colour = category_colour(cat)
         fig.add_trace(go.Bar(
-            orientation="h", y=[sdg.ops[k.op].label for k in ks],
+            orientation="h", y=[op_title(sdg.ops[k.op]) for k in ks],
             base=[k.start * 1e3 for k in ks], x=[max(k.end - k.start, 1e-7) * 1e3 for k in ks],
             name=cat, customdata=[k.op for k in ks], hoverinfo="text",
-            hovertext=[f"{sdg.ops[k.op].label} ({sdg.ops[k.op].kind}) at "
+            hovertext=[f"{op_title(sdg.ops[k.op])} ({sdg.ops[k.op].kind}) at "
                        f"{list(k.point)}: {(k.end - k.start) * 1e6:.0f} µs" for k in ks],
             marker=dict(color=[HIGHLIGHT if k.op == highlight else colour for k in ks],
                         line=dict(width=0.5, color="#555"))))
@@ -113,7 +114,7 @@ def timeline_figure(sdg, kernels: list[Kernel], highlight: int | None = None,
                       title=f"kernel timeline ({len(kernels)} calls, {what})",
                       xaxis_title="call number" if estimated is None
                       else "ms since the run started",
-                      yaxis=dict(categoryorder="array", categoryarray=[sdg.ops[i].label
+                      yaxis=dict(categoryorder="array", categoryarray=[op_title(sdg.ops[i])
                                                                        for i in rows],
                                  autorange="reversed"),
                       height=min(200 + 18 * len(rows), 900), margin=dict(l=70, r=10, t=40,
@@ -144,7 +145,7 @@ def icicle_data(sdg, profile) -> dict[str, list]:
         values[0] += ms
         add(region, region, "all", ms)
         add(f"{region}/{op.kind}", op.kind, region, ms)
-        add(f"{region}/{op.kind}/{op.label}", op.label, f"{region}/{op.kind}", ms)
+        add(f"{region}/{op.kind}/%{op.id}", op_title(op), f"{region}/{op.kind}", ms)
     return {"ids": ids, "labels": labels, "parents": parents, "values": values,
             "unit": "ms" if timed else "calls"}
 
@@ -158,7 +159,7 @@ def icicle_figure(sdg, profile, highlight: int | None = None):
     for ident in d["ids"]:
         parts = ident.split("/")
         if highlight is not None and highlight in sdg.ops and len(parts) == 3 \
-                and parts[2] == sdg.ops[highlight].label:
+                and parts[2] == f"%{highlight}":
             colours.append(HIGHLIGHT)
         elif len(parts) >= 2:
             kinds = [op for op in sdg.ops.values() if op.kind == parts[1]]

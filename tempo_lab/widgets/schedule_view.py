@@ -9,10 +9,12 @@ import re
 
 from tempo_lab.ir.vmap import vdims
 from tempo_lab.schedule import Exec, walk
-from tempo_lab.symbolic import Slice
+from tempo_lab.schedule.loops import Fetch, For, Free, If, Offload, Seq, While
+from tempo_lab.symbolic import TRUE, Slice
 
 from .base import FigureSlot, slider_grid, stage_view
 from .palette import HIGHLIGHT, TEMPLATE
+from .search import INLINE_KINDS, op_code_name, op_title
 
 MAX_INSTANCES = 4000
 MAX_ARROWS = 600
@@ -20,18 +22,27 @@ AGGREGATE_ABOVE = 40   # more statements than this: one marker per group and poi
 ONCE = -1.5            # the x of the column of ops that run once, outside every loop
 _STMT = re.compile(r"\bop(\d+)\[")
 _BAND = re.compile(r"\bop(\d+)\[[^\]]*\] -> \[\((.*?)\)\]")
+_CONST_LINE = re.compile(r"= (const|dimval)\(")
+OPEN_DEPTH = 2         # tree nodes open down to this depth (and wherever the selection is)
 
 
 # -- schedule tree ------------------------------------------------------------------------------
-def _labels(sdg, text: str) -> list[str]:
+def _constant(sdg, i: int) -> bool:
+    return i in sdg.ops and sdg.ops[i].kind in INLINE_KINDS
+
+
+def _labels(sdg, text: str, constants: bool = True) -> list[str]:
     ids = sorted({int(m) for m in _STMT.findall(text)})
-    return [sdg.ops[i].label if i in sdg.ops else f"op{i}" for i in ids]
+    return [op_title(sdg.ops[i]) if i in sdg.ops else f"op{i}" for i in ids
+            if constants or not _constant(sdg, i)]
 
 
-def tree_node_html(sdg, node, depth: int = 0, highlight: int | None = None) -> str:
+def tree_node_html(sdg, node, depth: int = 0, highlight: int | None = None,
+                   constants: bool = False) -> str:
     """One isl schedule-tree node (and its children) as ``<details>``; statements are named by
-    their op labels, band members grouped by the expression they schedule with. Nodes whose
-    statements include ``highlight`` are marked and open."""
+    their ops' names and ids, band members grouped by the expression they schedule with.
+    Nodes whose statements include ``highlight`` are marked and open; without
+    ``constants``, a filter of constants only is left out (and constants from the lists)."""
     import islpy as isl
 
     kind = node.get_type()
@@ -47,7 +58,9 @@ def tree_node_html(sdg, node, depth: int = 0, highlight: int | None = None) -> s
         head = (f"band: {n} member{'s' * (n != 1)}"
                 f"{', permutable' if node.band_get_permutable() else ''}, coincident {coin}")
     elif kind == T.filter:
-        labels = _labels(sdg, str(node.filter_get_filter()))
+        labels = _labels(sdg, str(node.filter_get_filter()), constants)
+        if not labels and not involved:
+            return ""       # constants only
         head = "filter: " + ", ".join(labels[:8]) + (f" … (+{len(labels) - 8})"
                                                      if len(labels) > 8 else "")
     else:
@@ -58,9 +71,10 @@ def tree_node_html(sdg, node, depth: int = 0, highlight: int | None = None) -> s
         for i in range(node.band_n_member()):
             groups: dict[str, list[str]] = {}
             for op, expr in _BAND.findall(str(mupa.get_union_pw_aff(i))):
-                groups.setdefault(expr, []).append(int(op))
+                if constants or not _constant(sdg, int(op)):
+                    groups.setdefault(expr, []).append(int(op))
             items = "; ".join(f"<code>{html.escape(e)}</code> ← "
-                              + html.escape(", ".join(sdg.ops[o].label if o in sdg.ops
+                              + html.escape(", ".join(op_title(sdg.ops[o]) if o in sdg.ops
                                                       else f"op{o}" for o in sorted(ids)))
                               for e, ids in sorted(groups.items()))
             body.append(f"<div>member {i}: {items}</div>")
@@ -68,8 +82,8 @@ def tree_node_html(sdg, node, depth: int = 0, highlight: int | None = None) -> s
         child = node.child(i)
         if child.get_type() == T.leaf:
             continue
-        body.append(tree_node_html(sdg, child, depth + 1, highlight))
-    opened = " open" if depth < 4 or involved else ""
+        body.append(tree_node_html(sdg, child, depth + 1, highlight, constants))
+    opened = " open" if depth < OPEN_DEPTH or involved else ""
     summary = f"<code>{html.escape(head)}</code>"
     if involved:
         summary = f'<mark class="tempo-lab-tree-mark" style="background:#ffd8d8">{summary}</mark>'
@@ -77,25 +91,93 @@ def tree_node_html(sdg, node, depth: int = 0, highlight: int | None = None) -> s
             f"<summary>{summary}</summary>{''.join(body)}</details>")
 
 
-def tree_html(schedule, highlight: int | None = None) -> str:
+def tree_html(schedule, highlight: int | None = None, constants: bool = False) -> str:
     tree = schedule.tree
     if not hasattr(tree, "get_root"):
         return f"<pre>{html.escape(str(tree))}</pre>"
-    root = tree_node_html(schedule.sdg, tree.get_root(), 0, highlight)
+    root = tree_node_html(schedule.sdg, tree.get_root(), 0, highlight, constants)
     return f'<div class="tempo-lab-tree">{root}</div>'
 
 
-def code_html(schedule, highlight: int | None = None) -> str:
-    """The loop code; lines that run or free the highlighted op are marked."""
-    lines = schedule.code().splitlines()
-    pat = None
-    if highlight is not None and highlight in schedule.sdg.ops:
-        label = re.escape(schedule.sdg.ops[highlight].label)
-        pat = re.compile(rf"(?:^\s*{label}[\[ ])|(?:^\s*free .*(?<![\w%]){label}(?![\w\[]))")
+def code_lines(schedule, constants: bool = False) -> list[tuple[str, frozenset]]:
+    """The loop code, one ``(line, ops it runs or frees)`` per line, ops named by their
+    names and ids (``q·%934``). Without ``constants``, constants are not statements of their
+    own: a scalar one is written as its value where it is read. A schedule read back by
+    ``tl.load`` has its code as text: constants' lines are left out of it."""
+    sdg = schedule.sdg
+    if not hasattr(schedule, "ast"):
+        return [(line, frozenset()) for line in schedule.code().splitlines()
+                if constants or not _CONST_LINE.search(line)]
+    hidden = set() if constants else {i for i in sdg.ops if _constant(sdg, i)}
+
+    def name(i: int) -> str:
+        if i not in sdg.ops:
+            return f"%{i}"
+        op = sdg.ops[i]
+        value = op.attrs.get("value") if i in hidden and op.kind == "const" else None
+        if value is not None and op.type.shape == ():
+            return f"{float(value):.6g}"
+        return op_code_name(op)
+
+    def stmt(node: Exec) -> str:
+        op = sdg.ops[node.op]
+        at = dict(zip(op.domain, node.args))
+        reads = []
+        for e in sdg.in_edges(op.id):
+            idx = ", ".join(str(x.substitute(at)) for x in e.index)
+            r = f"{name(e.src)}[{idx}]" if idx else name(e.src)
+            if e.cond != TRUE:
+                r += f" if {e.cond.substitute(at)}"
+            reads.append(r)
+        args = ", ".join(map(str, node.args))
+        head = f"{name(op.id)}[{args}]" if args else name(op.id)
+        return f"{head} = {op.kind}({', '.join(reads)})"
+
+    out: list[tuple[str, frozenset]] = []
+
+    def emit(node, depth: int):
+        pad = "  " * depth
+        if isinstance(node, Seq):
+            for n in node.body:
+                emit(n, depth)
+        elif isinstance(node, For):
+            step = f" step {node.step}" if node.step != 1 else ""
+            until = (f" until {name(node.done)}[{node.at}]" if isinstance(node, While)
+                     else "")
+            head = f"{pad}for {node.var} in {node.lo}..{node.hi}{step}{until}:"
+            if node.dim and node.dim != node.var:
+                head += f"  # {node.dim}"
+            out.append((head, frozenset([node.done]) if isinstance(node, While)
+                        else frozenset()))
+            emit(node.body, depth + 1)
+        elif isinstance(node, If):
+            out.append((f"{pad}if {node.cond}:", frozenset()))
+            emit(node.then, depth + 1)
+            if node.orelse is not None:
+                out.append((f"{pad}else:", frozenset()))
+                emit(node.orelse, depth + 1)
+        elif isinstance(node, Exec):
+            if node.op not in hidden:
+                out.append((pad + (stmt(node) if node.op in sdg.ops else
+                                   f"{name(node.op)}[{', '.join(map(str, node.args))}]"),
+                            frozenset([node.op])))
+        elif isinstance(node, (Free, Offload, Fetch)):
+            ops = [o for o in node.ops if o not in hidden]
+            if ops:
+                out.append((f"{pad}{type(node).__name__.lower()} "
+                            f"{', '.join(name(o) for o in ops)}", frozenset(ops)))
+
+    emit(schedule.ast, 0)
+    return out
+
+
+def code_html(schedule, highlight: int | None = None, constants: bool = False) -> str:
+    """The loop code (``code_lines``); lines that run or free the highlighted op are
+    marked."""
     out = []
-    for line in lines:
+    for line, ops in code_lines(schedule, constants):
         text = html.escape(line)
-        if pat is not None and pat.search(line):
+        if highlight is not None and highlight in ops:
             text = f'<mark style="background:#ffd8d8">{text}</mark>'
         out.append(text)
     return ('<pre class="tempo-lab-code" style="max-height:420px;overflow:auto;font-size:85%">'
@@ -246,7 +328,7 @@ def iteration_figure(schedule, bounds: dict[str, int], highlight: int | None = N
         op = sdg.ops[p["op"]]
         at = ", ".join(f"{d}={v}" for d, v in zip(op.domain, p["point"])) or "once"
         head = (f"{p['group']}: {len(p['ops'])} statements" if grouped else
-                f"{op.label} ({op.kind})")
+                f"{op_title(op)} ({op.kind})")
         lanes, n = p["lanes"]
         vec = f"<br>vector over {lanes} ({n} lanes at once)" if lanes else ""
         return f"{head} [{at}]{vec}<br>order {p['order']}"
@@ -291,18 +373,23 @@ def small_bounds(bounds: dict[str, int], cap: int = 6) -> dict[str, int]:
 class ScheduleView:
     """Tree, code and iteration space; ``select(op_id)`` marks the op in code and plot."""
 
-    def __init__(self, schedule, bounds: dict[str, int] | None = None):
+    def __init__(self, schedule, bounds: dict[str, int] | None = None,
+                 constants: bool = False):
         import ipywidgets as W
 
         self.schedule, self.selected = schedule, None
+        self.constants = W.Checkbox(value=constants, description="show constants",
+                                    indent=False, layout=W.Layout(width="auto"))
+        self.constants.add_class("tempo-lab-constants")
+        self.constants.observe(lambda _: self._redraw_text(), "value")
         bounds = bounds or {d.bound.name: 4 for d in schedule.sdg.dims}
         self.bounds = small_bounds(bounds)
         self.sliders = {k: W.IntSlider(value=v, min=1, max=max(12, v), description=k,
                                        continuous_update=False) for k, v in self.bounds.items()}
         for s in self.sliders.values():
             s.observe(lambda _: self._bounds_changed(), "value")
-        self.code = W.HTML(code_html(schedule))
-        self.tree = W.HTML(tree_html(schedule))
+        self.code = W.HTML(code_html(schedule, None, constants))
+        self.tree = W.HTML(tree_html(schedule, None, constants))
         self.plot = None
         if hasattr(schedule, "ast"):
             self.plot = FigureSlot(iteration_figure(schedule, self.bounds),
@@ -314,7 +401,8 @@ class ScheduleView:
         inner = W.Tab(children=[W.VBox([self.code]), W.VBox([self.tree]), space])
         for k, t in enumerate(("loop code", "isl schedule tree", "iteration space")):
             inner.set_title(k, t)
-        self.widget = W.VBox([W.HTML(f"<code>{html.escape(repr(schedule))}</code>"), inner])
+        self.widget = W.VBox([W.HBox([W.HTML(f"<code>{html.escape(repr(schedule))}</code>"),
+                                      self.constants]), inner])
         self.widget.add_class("tempo-lab-schedule")
 
     def _bounds_changed(self):
@@ -322,10 +410,13 @@ class ScheduleView:
         if self.plot is not None:
             self.plot.show(iteration_figure(self.schedule, self.bounds, self.selected))
 
+    def _redraw_text(self):
+        self.code.value = code_html(self.schedule, self.selected, self.constants.value)
+        self.tree.value = tree_html(self.schedule, self.selected, self.constants.value)
+
     def select(self, op_id: int | None):
         self.selected = None if op_id is None or op_id < 0 else op_id
-        self.code.value = code_html(self.schedule, self.selected)
-        self.tree.value = tree_html(self.schedule, self.selected)
+        self._redraw_text()
         if self.plot is not None:
             self.plot.show(iteration_figure(self.schedule, self.bounds, self.selected))
 

@@ -4,16 +4,28 @@ from __future__ import annotations
 
 from . import graph as G
 from .base import GraphPanel, stage_view, static_html
-from .inspector import facts_html, op_facts
+from .inspector import facts_html, op_facts, op_links
 from .palette import region_of
+from .search import INLINE_KINDS, op_title
 
 NONE = -1
 
 
-def op_options(sdg) -> list[tuple[str, int]]:
-    """Dropdown entries for picking an op: ``label · kind · (domain)``, in id order."""
+def op_options(sdg, constants: bool = False, keep=()) -> list[tuple[str, int]]:
+    """Dropdown entries for picking an op: ``name · %id · kind · (domain)``, in id order;
+    constants only with ``constants`` (they are most of a large program's ops), or when in
+    ``keep``."""
     return [("(no op selected)", NONE)] + [
-        (f"{op.label} · {op.kind} · {region_of(op)}", op.id) for op in sdg.ops.values()]
+        (f"{op_title(op)} · {op.kind} · {region_of(op)}", op.id) for op in sdg.ops.values()
+        if constants or op.kind not in INLINE_KINDS or op.id in keep]
+
+
+def set_picked(picker, sdg, op_id: int, constants: bool) -> None:
+    """``picker.value = op_id``, first adding the op to the options if it is a constant they
+    leave out (a link in the inspector may pick one)."""
+    if op_id not in {v for _, v in picker.options}:
+        picker.options = op_options(sdg, constants, keep=(op_id,))
+    picker.value = op_id
 
 
 class SDGExplorer:
@@ -45,6 +57,10 @@ class SDGExplorer:
         self.collapse_all.on_click(lambda _: self.set_expanded(set()))
         self.picker = W.Dropdown(options=op_options(sdg), value=NONE, description="op",
                                  layout=W.Layout(display=None if selector else "none"))
+        self.constants = W.Checkbox(value=False, description="constants in the picker",
+                                    indent=False, layout=W.Layout(
+                                        width="auto", display=None if selector else "none"))
+        self.constants.observe(lambda ch: self._constants_changed(), "value")
         self.graph = GraphPanel(on_pick=on_select or self.select, on_toggle=self.toggle,
                                 index=G.search_rows(sdg), query=self.search)
         self.inspector = W.HTML(self._inspector_html())
@@ -52,7 +68,7 @@ class SDGExplorer:
         for w in (self.search, self.kind, self.colour):
             w.observe(lambda _: self.refresh(), "value")
         self.picker.observe(lambda ch: self.select(ch.new), "value")
-        controls = [self.search, self.kind, self.colour, self.picker]
+        controls = [self.search, self.kind, self.colour, self.picker, self.constants]
         self.widget = W.VBox([W.HBox(controls), W.HBox([self.expand_all, self.collapse_all]),
                               self.graph.widget,
                               W.HTML("<b>inspector</b>"), self.inspector])
@@ -116,7 +132,8 @@ class SDGExplorer:
             return
         self.selected = op_id
         if self.picker.value != (NONE if op_id is None else op_id):
-            self.picker.value = NONE if op_id is None else op_id
+            set_picked(self.picker, self.sdg, NONE if op_id is None else op_id,
+                       self.constants.value)
         self.inspector.value = self._inspector_html()
         if op_id is not None:      # its groups open, so that it is seen among its neighbours
             path = G.group_paths(self.sdg)[op_id]
@@ -127,7 +144,12 @@ class SDGExplorer:
         if self.selected is None:
             return "<i>pick an op to see where it comes from and what it costs</i>"
         return facts_html(op_facts(self.sdg, self.selected, self.plan, self.profile,
-                                   self.bounds))
+                                   self.bounds), op_links(self.sdg, self.selected))
+
+    def _constants_changed(self):
+        keep = () if self.selected is None else (self.selected,)
+        self.picker.options = op_options(self.sdg, self.constants.value, keep)
+        self.picker.value = NONE if self.selected is None else self.selected
 
 
 def explore_sdg(sdg, plan=None, profile=None, bounds=None):
