@@ -153,3 +153,63 @@ def test_the_browser_search_agrees_with_python(prog, tmp_path):
                          check=True).stdout
     for q, js in zip(queries, json.loads(out)):
         assert js == S.search(rows, q), q
+
+
+def test_inspector_links_select_the_op_in_the_canvas(prog, tmp_path):
+    """In the browser: the canvas module (search.js + graph_canvas.js) on a page with an
+    inspector beside it, as in an SDG view: a click on a reader's link selects that op in the
+    canvas, and the search box finds a user's variable. A stand-in model, as the export
+    uses; skipped without chromium or Playwright."""
+    import os
+
+    chromium = os.environ.get("TEMPO_LAB_CHROMIUM", "/usr/bin/chromium")
+    if not os.path.exists(chromium):
+        pytest.skip("needs chromium")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    from tempo_lab.widgets.canvas import CSS, ESM
+
+    sdg = prog.sdg
+    q = G.matches(sdg, "name:q")[0]
+    links = op_links(sdg, q)
+    paths = G.group_paths(sdg)
+    shown = [q] + [i for i, _ in links["read by"]]
+    opened = G.default_expanded(sdg) | {paths[i][:j + 1] for i in shown
+                                        for j in range(len(paths[i]))}
+    svg = G.svg_of(G.to_dot(G.graph_spec(sdg, expanded=opened)))
+    if svg is None:
+        pytest.skip("needs graphviz's dot")
+    target = next(i for i, _ in links["read by"] if f'id="op{i}"' in svg)
+    data = json.dumps({"svg": svg, "selected": -1, "index": G.search_rows(sdg), "query": "",
+                       "view": [], "height": 500}).replace("</", "<\\/")
+    model = ("const data = " + data + "; const handlers = {};"
+             "const model = {get: (k) => data[k], set: (k, v) => { data[k] = v; "
+             "(handlers['change:' + k] || []).forEach((f) => f()); }, save_changes() {}, "
+             "send() {}, on: (e, f) => { (handlers[e] = handlers[e] || []).push(f); }};")
+    page = (f"<html><head><meta charset='utf-8'><style>{CSS}</style></head><body>"
+            f"<div class='tempo-lab-sdg'><div id='c'></div>"
+            f"{facts_html(op_facts(sdg, q), links)}</div>"
+            f"<script type='module'>{ESM}\n{model}"
+            f"render({{model, el: document.getElementById('c')}});</script></body></html>")
+    path = tmp_path / "page.html"
+    path.write_text(page, encoding="utf-8")
+    with sync_api.sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium, headless=True,
+                                     args=["--no-sandbox", "--disable-gpu",
+                                           "--disable-dev-shm-usage"])
+        try:
+            pg = browser.new_page(viewport={"width": 1200, "height": 900})
+            errors = []
+            pg.on("pageerror", lambda e: errors.append(str(e)))
+            pg.goto(path.as_uri())
+            pg.wait_for_selector("#c svg")
+            pg.click(f'a.tl-op-link[data-op="{target}"]')
+            pg.wait_for_function(f"document.querySelector('#c').dataset.selected === "
+                                 f"'{target}'", timeout=10_000)
+            assert pg.locator(f'#c g.node[id="op{target}"].tl-selected').count() == 1
+            pg.fill(".tl-graph-search", "q")
+            first = pg.locator(".tl-graph-hit").first
+            assert first.get_attribute("data-op") == str(G.matches(sdg, "q")[0])
+            assert first.text_content().startswith("q · %")
+            assert not errors, errors
+        finally:
+            browser.close()
