@@ -177,3 +177,30 @@ def test_a_window_program_compiles_once_for_every_T_from_its_floor():
         np.testing.assert_allclose(prog.run()["z"], np.full(13, sum(want[-4:])), rtol=1e-5)
         assert prog.executable.prepared.plan.cost_bounds() == {"T": 8}
     assert len(xla._PROGRAMS) == 1
+
+
+def test_a_split_loop_whose_run_writes_big_stores_is_not_switched():
+    """The work padded per span runs under one ``lax.switch`` only while the stores it writes
+    are small (``XlaOptions.switch_carry_bytes``): the switch carries them whole at every step
+    (a training step's attention frames made it 70x slower). Over the limit, one loop per span,
+    with the same results."""
+    from tempo_lab.runtime.xla import XlaBackend
+    from tempo_lab.runtime.xla_options import XlaOptions
+
+    ctx = tl.Context(dims=("t",))
+    (t,), (T,) = ctx.dims, ctx.bounds
+    with ctx:
+        x = tl.from_array(np.random.default_rng(0).normal(size=(256, 8)).astype(np.float32),
+                          domain=(t,))
+        s = tl.softmax(x[0:t + 1] @ x[t], axis=0)
+        y = (s @ x[0:t + 1]) * 2.0
+    prog = ctx.compile(bounds={T: 256}, outputs={"y": y},
+                       config=tl.CompileConfig(executor="xla"))
+    got = {}
+    for limit in (1 << 20, 1):
+        ex = prog.lowered.compile(XlaBackend(XlaOptions(switch_carry_bytes=limit)))
+        switched = [p for p in ex.prepared.plan.switch_plans.values() if p]
+        assert bool(switched) == (limit > 1), limit
+        got[limit] = ex.run()["y"]
+    np.testing.assert_allclose(got[1], got[1 << 20], rtol=1e-6)
+    np.testing.assert_allclose(got[1], prog.on("reference").run()["y"], rtol=1e-4, atol=1e-5)

@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
+import numpy as np
+
 from ..ir.ops import flag
 from ..schedule import Exec, For, If, Seq, While
 from ..symbolic import Dim, as_expr
@@ -144,7 +146,8 @@ def switch_plan(xp, node: For) -> dict | None:
     children in order, a ``Run`` for those whose reads are padded per segment (traced
     once per segment under one ``lax.switch`` on the segment of the step) with what
     reads what they compute, a node for the rest (traced once). None keeps one loop per
-    segment: a split loop inside, or a value computed per segment read outside its run.
+    segment: a split loop inside, a value computed per segment read outside its run, or
+    stores written by a run too big to carry through the switch at every step.
     XLA compiles each copy traced, so only the work that differs per segment is copied
     (one loop per segment compiled all of Llama's decode step eight times)."""
     segs = [((node.var, end - 1),) for _, end in xp.segments(node)]
@@ -211,12 +214,19 @@ def switch_plan(xp, node: For) -> dict | None:
     found = []
     for run, made, members in runs:
         after = set().union(*(reads(x) for x in execs(node.body) if id(x) not in members))
-        if after & made:
+        if after & made or _carried_bytes(xp, {o for n in run for o in ops(n)}) \
+                > xp.options.switch_carry_bytes:
             return None
         mine = {o for n in run for o in ops(n)} & xp.local
         found.append(Run(tuple(run), tuple(sorted(mine & after))))
     return {k: [found[p] if isinstance(p, int) else p for p in parts]
             for k, parts in plan.items()}
+
+
+def _carried_bytes(xp, ops) -> int:
+    """Bytes of the stores ``ops`` write, which a ``lax.switch`` over them carries whole."""
+    return sum(int(np.prod(shape, dtype=np.int64)) * np.dtype(dt).itemsize
+               for o, (shape, dt) in xp.shapes.items() if o in ops)
 
 
 def nodes_in_loops(node, loops: tuple = ()):
