@@ -23,7 +23,8 @@ from ..symbolic import eq as _eq
 from ..symbolic import max_, min_
 from ..symbolic import ne as _ne
 from ..symbolic.cond import not_a_bool
-from .context import call_in_scope, current_context, user_name
+from .context import _SCOPE as SCOPE
+from .context import current_context, user_name
 from .tensor import RecurrentTensor, apply, as_tensor, constant, numeric_array
 
 RT = RecurrentTensor
@@ -57,9 +58,16 @@ def library_scope(name: str | None = None):
         fixed = name or fn.__name__
 
         @functools.wraps(fn)
-        def scoped(*args, **kwargs):
+        def scoped(*args, **kwargs):   # call_in_scope written out: one frame less per op
             label = _snake(type(args[0]).__name__) if by_class and args else fixed
-            return call_in_scope(label, fn, args, kwargs)
+            path = SCOPE.get()
+            if path and path[-1] == label:
+                return fn(*args, **kwargs)
+            token = SCOPE.set(path + (label,))
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                SCOPE.reset(token)
         scoped.scope_name = None if by_class else fixed
         return scoped
     return decorate

@@ -100,7 +100,7 @@ def _entered(name: str):
 def call_in_scope(name: str, fn, args, kwargs):
     """``fn(*args, **kwargs)`` with the ops it makes in scope ``name`` (inside the scopes
     open now; not again when the innermost one has that name already, as when
-    ``MultiHeadAttention`` calls ``attention``). See ``api.library_scope``."""
+    ``MultiHeadAttention`` calls ``attention``). ``api.library_scope`` does the same inline."""
     path = _SCOPE.get()
     if path and path[-1] == name:
         return fn(*args, **kwargs)

@@ -74,7 +74,12 @@ class SourceNames:
                 self._step(levels, len(levels) - 1, chain, node.id)
                 return
             name = frame.f_code.co_filename
-            kind = kinds.get(name) or _kind(frame, name)
+            kind = kinds.get(name)
+            if kind is _PACKAGE:    # most frames: tempo_lab's own, passed over
+                callee, frame = frame, frame.f_back
+                continue
+            if kind is None:
+                kind = _kind(frame, name)
             if kind == "user":
                 chain.append((frame, frame.f_lasti, callee))
                 if len(chain) >= MAX_FRAMES:
@@ -141,13 +146,14 @@ class SourceNames:
 
 
 _KINDS: dict[str, str] = {}   # file name -> errors._file_kind, except generated methods
+_PACKAGE = "package"
 
 
 def _kind(frame, name: str) -> str:
     kind = _file_kind(name)
     if kind == "user" and name[:1] == "<":
-        return "user" if _is_user(frame) else "package"   # a dataclass's __init__
-    _KINDS[name] = kind
+        return "user" if _is_user(frame) else _PACKAGE   # a dataclass's __init__
+    kind = _KINDS[name] = _PACKAGE if kind == _PACKAGE else kind
     return kind
 
 
