@@ -58,7 +58,10 @@ def library_scope(name: str | None = None):
         fixed = name or fn.__name__
 
         @functools.wraps(fn)
-        def scoped(*args, **kwargs):   # call_in_scope written out: one frame less per op
+        def scoped(*args, **kwargs):
+            # the scope set here, not by a helper: one frame less under every op made
+            # (names.SourceNames walks them); not again when the innermost scope has this
+            # name already (MultiHeadAttention calls attention)
             label = _snake(type(args[0]).__name__) if by_class and args else fixed
             path = SCOPE.get()
             if path and path[-1] == label:

@@ -97,20 +97,6 @@ def _entered(name: str):
         _SCOPE.reset(token)
 
 
-def call_in_scope(name: str, fn, args, kwargs):
-    """``fn(*args, **kwargs)`` with the ops it makes in scope ``name`` (inside the scopes
-    open now; not again when the innermost one has that name already, as when
-    ``MultiHeadAttention`` calls ``attention``). ``api.library_scope`` does the same inline."""
-    path = _SCOPE.get()
-    if path and path[-1] == name:
-        return fn(*args, **kwargs)
-    token = _SCOPE.set(path + (name,))
-    try:
-        return fn(*args, **kwargs)
-    finally:
-        _SCOPE.reset(token)
-
-
 class Context:
     """Declares the dims (outermost first) and records the program written inside ``with ctx:``."""
 
