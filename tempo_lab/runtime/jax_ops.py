@@ -255,10 +255,16 @@ def _rows_product(cdt):
     return product
 
 
+FEW_POSITIONS = 64  # positions up to which a scatter-add is a one-hot matmul (see below)
+
+
 @rule("jax", "scatter_add")
 def _jax_scatter_add(op, xs, lens, types, out):
     """One scatter-add (XLA's), accumulated as the reference does; the padding of a range
-    read's points adds zeros."""
+    read's points adds zeros. Into at most ``FEW_POSITIONS`` rows (the layers of weights
+    stacked over a layer dim, ``tl.take(w, n)``) a one-hot matmul instead: on the CPU, for
+    two (512, 256) layers, 64 against XLA's scatter's 87 us alone, 0.7 against 1.3 ms as
+    profiled inside a training step."""
     g, index, axis = xs[0], xs[1:], op.attrs["axis"]
     if lens[0][0] is not None:
         g = _mask(g, 0, lens[0][0], 0, lens[0])
@@ -267,6 +273,10 @@ def _jax_scatter_add(op, xs, lens, types, out):
         g, i = _common_length(g, 0, i, 0)
         at.append(jnp.clip(i, 0, out[axis + k] - 1))
     at = tuple(lax.slice_in_dim(i, 0, g.shape[0]) for i in at)
+    if axis == 0 and len(at) == 1 and out[0] <= FEW_POSITIONS:  # a layer's weights: a matmul
+        hot = (at[0][:, None] == jnp.arange(out[0])[None, :]).astype(accumulator(g.dtype))
+        rows = jnp.dot(hot.T, g.reshape(g.shape[0], -1).astype(hot.dtype))
+        return rows.reshape(out).astype(g.dtype)
     acc = jnp.zeros(out, accumulator(g.dtype))
     if axis:  # the points' axis goes where the indexed axes were (NumPy's advanced indexing)
         g = jnp.moveaxis(g, 0, axis)
