@@ -70,3 +70,18 @@ def ctx2(names=("b", "t")):
 def rng(seed=0):
     return np.random.default_rng(seed)
 
+
+
+def data_over(ctx, X, recurrent: bool):
+    """``X`` over ``ctx``'s dims ``(i, b, t)`` as a tensor, or with ``recurrent`` a running sum
+    along ``t`` (``x[t] = 0.5 x[t - 1] + X[t]``, so that ``t`` stays a loop, as in a rollout);
+    the tensor and its NumPy value."""
+    data = tl.from_array(X, domain=ctx.dims)
+    if not recurrent:
+        return data, X
+    i, b, t = ctx.dims
+    x = tl.placeholder(X.shape[3:], domain=ctx.dims)
+    x[i, b, 0] = data
+    x[i, b, t] = x[i, b, t - 1] * 0.5 + data
+    return x, np.stack([sum(0.5 ** (k - j) * X[:, :, j] for j in range(k + 1))
+                        for k in range(X.shape[2])], axis=2)

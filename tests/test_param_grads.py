@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from rt_helpers import ALL
+from rt_helpers import ALL, data_over
 
 import tempo_lab as tl
 
@@ -54,15 +54,7 @@ def _build(spec):
     dims = dict(zip(DIMS, ctx.dims))
     i, b, t = ctx.dims
     with ctx:
-        data = tl.from_array(X, domain=ctx.dims)
-        if spec["recurrent"]:
-            x = tl.placeholder((3,), domain=ctx.dims)
-            x[i, b, 0] = data
-            x[i, b, t] = x[i, b, t - 1] * 0.5 + data
-            X = np.stack([sum(0.5 ** (k - j) * X[:, :, j] for j in range(k + 1))
-                          for k in range(n[2])], axis=2)
-        else:
-            x = data
+        x, X = data_over(ctx, X, spec["recurrent"])
         pdom = tuple(dims[d] for d in spec["param"])
         ps = {}
         for k, a in init.items():
