@@ -289,9 +289,9 @@ class XlaPlan(Stage):
         ``whole``: the statement's sizes for the whole run, where a segment's are not its own."""
         pads = []
 
-        def largest(p: Padded) -> int:  # for the whole run
-            return (whole[len(pads)] if whole is not None else p.cap if p.cap is not None
-                    else size_class(self._max(st.op, p)))
+        def largest(p: Padded) -> int:  # for the whole run, at most its store's extent (a
+            return (whole[len(pads)] if whole is not None else p.cap if p.cap is not None  # batch
+                    else store_extent(self._max(st.op, p)))  # of 1: not 8 weight-sized copies)
         for r in st.reads:
             src = self.memory.storages[r.src]
             for e in r.entries:
