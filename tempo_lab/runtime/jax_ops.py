@@ -268,11 +268,10 @@ def _jax_scatter_add(op, xs, lens, types, out):
     g, index, axis = xs[0], xs[1:], op.attrs["axis"]
     if lens[0][0] is not None:
         g = _mask(g, 0, lens[0][0], 0, lens[0])
-    at = []
-    for k, i in enumerate(index):
-        g, i = _common_length(g, 0, i, 0)
-        at.append(jnp.clip(i, 0, out[axis + k] - 1))
-    at = tuple(lax.slice_in_dim(i, 0, g.shape[0]) for i in at)
+    m = min(g.shape[0], *(i.shape[0] for i in index))  # as _common_length, for all of them
+    g = lax.slice_in_dim(g, 0, m)
+    at = tuple(jnp.clip(lax.slice_in_dim(i, 0, m), 0, out[axis + k] - 1)
+               for k, i in enumerate(index))
     if axis == 0 and len(at) == 1 and out[0] <= FEW_POSITIONS:  # a layer's weights: a matmul
         hot = (at[0][:, None] == jnp.arange(out[0])[None, :]).astype(accumulator(g.dtype))
         rows = jnp.dot(hot.T, g.reshape(g.shape[0], -1).astype(hot.dtype))

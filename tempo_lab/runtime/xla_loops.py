@@ -223,10 +223,14 @@ def switch_plan(xp, node: For) -> dict | None:
             for k, parts in plan.items()}
 
 
+def nbytes(shape, dtype) -> int:
+    """Bytes of a store held as ``shape`` of ``dtype`` (``XlaPlan.shapes``' entries)."""
+    return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+
+
 def _carried_bytes(xp, ops) -> int:
     """Bytes of the stores ``ops`` write, which a ``lax.switch`` over them carries whole."""
-    return sum(int(np.prod(shape, dtype=np.int64)) * np.dtype(dt).itemsize
-               for o, (shape, dt) in xp.shapes.items() if o in ops)
+    return sum(nbytes(*xp.shapes[o]) for o in ops if o in xp.shapes)
 
 
 def nodes_in_loops(node, loops: tuple = ()):

@@ -32,6 +32,7 @@ from .lowered import Lowered, Padded, Stmt
 from .xla_loops import (
     describe,
     items,
+    nbytes,
     nodes_in_loops,
     peels,
     ranged,
@@ -108,8 +109,7 @@ class XlaPlan(Stage):
                           for k, v in plan.items()}
         self.source = "\n".join(describe(self, self.schedule.ast, 0, self.floors))
         self.in_place = self._held_in_place()
-        self.static_bytes = sum(int(np.prod(shape, dtype=np.int64)) * np.dtype(dt).itemsize
-                                for i, (shape, dt) in self.shapes.items()
+        self.static_bytes = sum(nbytes(*v) for i, v in self.shapes.items()
                                 if i not in self.in_place)  # allocated by the program
         # statement counters in the program: a kernel per loop (an eighth of PPO's kernels,
         # each adding to XLA's compile time and peak memory) for what the bounds decide
@@ -487,7 +487,7 @@ class XlaPlan(Stage):
             return ()
         out, total = [], 0
         for i, (shape, dtype) in sorted(self.shapes.items()):
-            n = int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+            n = nbytes(shape, dtype)
             if (i in self.prefilled or i in self.unstacked or n > self.options.zero_arg_bytes
                     or total + n > self.options.zero_args_bytes):
                 continue
