@@ -132,3 +132,32 @@ def test_free_memory_where_the_stores_live(monkeypatch):
     assert oom.free_bytes()[0] == 50 * 2**30
     monkeypatch.setattr(oom, "_device_stats", lambda: None)
     assert oom.free_bytes() is None
+
+
+def test_a_run_that_fit_is_not_refused_again(monkeypatch):
+    """The check runs before a program's first run at some bounds; once a run at them has
+    fitted, what it needed is the process's own memory (pages its allocator freed and keeps
+    do not show as available), so a second run is not refused: a 1B-width training step ran
+    once, then its warm run was refused with the first run's pages still held."""
+    from tempo_lab.runtime import out_of_memory as oom
+
+    def program():
+        ctx = tl.Context(dims=("t",))
+        (t,), (T,) = ctx.dims, ctx.bounds
+        with ctx:
+            x = tl.placeholder((256,), "float32", domain=(t,))
+            x[0] = tl.zeros((256,))
+            x[t] = x[t - 1] + 1.0
+        return ctx.compile(bounds={T: 16}, outputs={"x": x})
+
+    monkeypatch.setattr(oom, "CHECK_FROM", 0)  # check even a small program
+    prog = program()
+    assert prog.run()["x"].shape == (16, 256)
+    monkeypatch.setattr(oom, "free_bytes", lambda: (1, "nothing free"))
+    assert prog.run()["x"][-1, 0] == 15  # the same bounds: it ran, it fits
+    try:  # a program that never ran is checked
+        program().run()
+    except tl.OutOfMemoryError as e:
+        assert "nothing free" in str(e)
+    else:
+        raise AssertionError("not refused")

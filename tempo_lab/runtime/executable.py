@@ -119,7 +119,9 @@ class Executable(Stage):
         self.program = None  # the Program it runs for (set by the Program), for its Run
         self._cached = Cached(lowered)
         self._hosts = threading.local()  # the host of each thread's runs (``host_per_run``)
-        # the bounds (the object a Program passes every run) of runs that need no memory check
+        # the bounds (the object a Program passes every run) of runs that need no memory check:
+        # too small to run out, or run once already (what that run needed the process holds
+        # now: pages its allocator freed and keeps do not show as available)
         self._unchecked: Mapping[str, int] | None = None
 
     @property
@@ -154,6 +156,7 @@ class Executable(Stage):
             host.raise_error()
             env = {**bounds, **reached} if reached else bounds
             values = self.lowered.outputs(bufs, env)
+            self._unchecked = bounds
         except (MemoryError, RuntimeError) as e:
             error = as_error(e, self, bounds)
             if error is None:
