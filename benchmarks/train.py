@@ -10,8 +10,8 @@ tempo_lab: one program over (iteration ``i``, batch ``b``, layer ``n``, token ``
 step (``jax.value_and_grad`` of the whole-sequence forward of ``benchmarks.llama``, Adam by
 hand, parameters and moments donated), called ``I`` times. The layer loop is put outside the
 token loop (the dims' order): a layer's work over all tokens is then batched (projections,
-MLP, their gradients) and only attention, which reads the tokens before, loops over them;
-with the tokens outside (as decoding needs) every op of a layer runs token by token. Both minimise the summed
+attention under a causal mask, MLP, their gradients); with the tokens outside (as decoding
+needs) every op of a layer runs token by token. Both minimise the summed
 cross-entropy from the same initial weights, so their losses agree to float rounding.
 
 Each system runs in a process of its own (its peak RSS is its own). Reported per system: time

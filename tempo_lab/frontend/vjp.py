@@ -113,13 +113,29 @@ def _matmul(node, g, xs, y):
 
 def _matmul_sum(node, g, xs, k):
     """``sum_s a[s] (x) g[s]`` for rows ``a`` (a vector at each point) read with a weight
-    ``b``: ``A^T @ G``; and for a weight ``a`` applied to a vector ``b``: ``G^T @ B``."""
+    ``b``: ``A^T @ G``; and for a weight ``a`` applied to a vector ``b``: ``G^T @ B``. For
+    matrices at each point with batch axes (attention's heads reading every token's keys),
+    the points are contracted in one batched matmul and the rows (``k = 1``) or columns
+    (``k = 0``) summed after it, as no reshape can merge a bound's points with them."""
     a, b = xs
     if k == 1 and a.ndim == 2 and b.ndim == 2:
         return _swap(a) @ g
     if k == 0 and a.ndim == 2 and b.ndim == 2:
         return _swap(g) @ b
-    return None
+    w, other = xs[k], xs[1 - k]
+    nb = w.ndim - 2  # the summed input's batch axes, which the points' matrices must share
+    if nb < 0 or other.ndim != w.ndim + 1 or g.ndim != w.ndim + 1 \
+            or tuple(other.shape[1:nb + 1]) != tuple(w.shape[:nb]) \
+            or tuple(g.shape[1:nb + 1]) != tuple(w.shape[:nb]):
+        return None
+    batch = tuple(range(1, nb + 1))
+    if k == 1:  # sum over s, m of a[s, B, m, n] g[s, B, m, p]
+        x = other.transpose((*batch, nb + 1, nb + 2, 0))    # (B, m, n, S)
+        y = g.transpose((*batch, nb + 1, 0, nb + 2))        # (B, m, S, p)
+    else:  # sum over s, p of g[s, B, m, p] b[s, B, n, p]
+        x = g.transpose((*batch, nb + 2, nb + 1, 0))        # (B, p, m, S)
+        y = other.transpose((*batch, nb + 2, 0, nb + 1))    # (B, p, S, n)
+    return (x @ y).sum(axis=nb)
 
 
 def _take_sum(node, g, xs, k):

@@ -253,6 +253,9 @@ def plan_memory(sdg: SDG, schedule, bounds: dict[str, int], block: int = 64) -> 
     for i, op in sdg.ops.items():
         readers = [e for e in sdg.out_edges(i) if not domains[e.dst].is_empty()]
         kept = i in sdg.outputs.values() or i in sdg.untils.values()
+        # an array's points are the user's array, there anyway: a ring of them copies each
+        # point out of it (every layer's weights a second time) and saves nothing
+        kept = kept or (op.kind == "from_array" and len(op.domain) > 0)
         if domains[i].is_empty() or op.kind == "sink" or (not readers and not kept):
             continue
         if kept:  # every point is returned (or checked when its dim may end)

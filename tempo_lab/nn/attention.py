@@ -100,37 +100,87 @@ def _position(pos, ctx) -> RT:
 
 # -- attention --------------------------------------------------------------------------------------
 @library_scope()
-def attention(q: RT, k: RT, v: RT, t: Dim, window: int | None = None) -> RT:
+def attention(q: RT, k: RT, v: RT, t: Dim, window: int | None = None,
+              masked: bool = False) -> RT:
     """Scaled dot-product attention of the query at each point over keys and values read along
     ``t`` over ``0:t+1``, or ``max(0, t-window+1):t+1`` (other dims of ``k``/``v`` are read at
     the current point). Shapes: ``q`` is ``(heads, d)`` or ``(d,)``, ``k`` ``(kv_heads, d)``
     and ``v`` ``(kv_heads, dv)`` (or ``(d,)``/``(dv,)``); the result is ``(heads, dv)`` or
     ``(dv,)``. With fewer key/value heads than query heads (grouped-query attention, as in
-    Llama), each key/value head serves ``heads // kv_heads`` consecutive query heads."""
+    Llama), each key/value head serves ``heads // kv_heads`` consecutive query heads.
+
+    ``masked``: read the keys and values over the whole of ``t`` (``0:T``) and mask the scores
+    of the points after ``t`` (and before the window). Every point's attention then has the
+    same shape, so the compiler batches the points into one masked attention and the
+    gradients of ``k`` and ``v`` contract over them (``Q^T``-style matmuls), as a hand-written
+    training step does; the reads over ``0:t+1`` instead run a loop over ``t``. Only where
+    every key and value is made before any query reads it (a sequence given whole: training,
+    scoring, a prompt); where the token at ``t + 1`` comes from the output at ``t``
+    (decoding) the whole read would be a cycle: keep the default there. ``tl.nn.Llama`` and
+    ``GPT2`` choose it themselves (``tokens_known``)."""
     _check_attention(q, k, v, t, window)
-    start = 0 if window is None else api.max(0, t - int(window) + 1)
-    keys, values = _read(k, t, start), _read(v, t, start)   # (steps, [kv_heads,] d)
+    if masked:
+        keys, values = _read(k, t, 0, t.bound), _read(v, t, 0, t.bound)
+    else:
+        start = 0 if window is None else api.max(0, t - int(window) + 1)
+        keys, values = _read(k, t, start), _read(v, t, start)   # (steps, [kv_heads,] d)
     scale = 1.0 / float(np.sqrt(spatial_shape(q)[-1]))
+    mask = _causal(q.ctx, t, window) if masked else None
     if q.ndim == 1:
-        weights = api.softmax((keys @ q) * scale, axis=-1)   # (steps,)
+        weights = _softmax((keys @ q) * scale, mask)                # (steps,)
         return weights @ values
     values = values.transpose(1, 0, 2)                          # (kv_heads, steps, dv)
     heads, kv_heads = spatial_shape(q)[0], spatial_shape(k)[0]
     if kv_heads == heads:
         keys = keys.transpose(1, 0, 2)                          # (heads, steps, d)
         scores = (keys @ q.expand_dims(2)).squeeze(2) * scale   # (heads, steps)
-        weights = api.softmax(scores, axis=-1)
+        weights = _softmax(scores, mask)
         return (weights.expand_dims(1) @ values).squeeze(1)
     # query heads in groups sharing a key/value head: one matmul per group, no copy of k, v
     qg = q.reshape(kv_heads, heads // kv_heads, spatial_shape(q)[-1])  # (kv, group, d)
     scores = (qg @ keys.transpose(1, 2, 0)) * scale             # (kv_heads, group, steps)
-    weights = api.softmax(scores, axis=-1)
+    weights = _softmax(scores, mask)
     return (weights @ values).reshape(heads, spatial_shape(v)[-1])
 
 
-def _read(x: RT, t: Dim, start) -> RT:
-    """``x`` over ``start:t+1`` along ``t`` and at the current point along its other dims."""
-    return x[tuple(slice(start, t + 1) if d == t else d for d in x.domain)]
+def _read(x: RT, t: Dim, start, stop=None) -> RT:
+    """``x`` over ``start:stop`` along ``t`` (``stop``: ``t+1`` by default) and at the current
+    point along its other dims."""
+    stop = t + 1 if stop is None else stop
+    return x[tuple(slice(start, stop) if d == t else d for d in x.domain)]
+
+
+def _causal(ctx, t: Dim, window: int | None) -> RT:
+    """Which of the points ``0:T`` the query at ``t`` attends to: ``s <= t`` (and
+    ``s > t - window``), a ``(T,)`` bool at each ``t``."""
+    here = as_tensor(t, ctx)
+    every = here[0:t.bound]
+    keep = every <= here
+    return keep if window is None else keep & (every > here - int(window))
+
+
+def _softmax(scores: RT, mask: RT | None) -> RT:
+    """The softmax over the last axis, of the kept points only (``-inf`` elsewhere: weight 0)."""
+    if mask is not None:
+        scores = api.where(mask, scores, float("-inf"))
+    return api.softmax(scores, axis=-1)
+
+
+def tokens_known(ids: RT, t: Dim) -> bool:
+    """Whether every token of ``ids`` is made before the model reads any: no placeholder or
+    source over ``t`` among what ``ids`` is computed from (a sequence given whole, not one fed
+    back by decoding). Then attention can read every token under a causal mask
+    (``attention(masked=True)``) and the tokens batch."""
+    seen, stack = set(), [ids.node]
+    while stack:
+        node = stack.pop()
+        if node.id in seen:
+            continue
+        seen.add(node.id)
+        if node.kind in ("merge", "source") and t in node.domain:
+            return False
+        stack.extend(inp.node for inp in node.inputs)
+    return True
 
 
 def _check_attention(q, k, v, t, window):
@@ -214,7 +264,8 @@ class MultiHeadAttention:
                 np.zeros(s, np.float32) for k, s in self.shapes.items()}
 
     @library_scope("attention")
-    def __call__(self, params, x: RT, t: Dim) -> RT:
+    def __call__(self, params, x: RT, t: Dim, masked: bool = False) -> RT:
+        """The attention of ``x`` at each point of ``t`` (``masked``: see ``attention``)."""
         me = f"MultiHeadAttention({self.embed}, {self.heads})"
         x = check_input(x, me, self.embed)
         if x.ndim != 1:
@@ -227,7 +278,7 @@ class MultiHeadAttention:
         k, v = (y.reshape(self.kv, self.head_dim) for y in (k, v))
         if self.rope:
             q, k = (rope(y, t, self.rope_base, self.rope_scaling) for y in (q, k))
-        return attention(q, k, v, t, self.window).reshape(self.heads * self.head_dim) @ w["wo"]
+        return attention(q, k, v, t, self.window, masked).reshape(self.heads * self.head_dim) @ w["wo"]
 
 
 @dataclass(frozen=True)
@@ -263,7 +314,7 @@ class TransformerBlock:
         return out
 
     @library_scope("block")
-    def __call__(self, params, x: RT, t: Dim) -> RT:
+    def __call__(self, params, x: RT, t: Dim, masked: bool = False) -> RT:
         p = self.parts
-        h = x + p["attn"](sub(params, "attn"), p["norm1"](sub(params, "norm1"), x), t)
+        h = x + p["attn"](sub(params, "attn"), p["norm1"](sub(params, "norm1"), x), t, masked)
         return h + p["mlp"](sub(params, "mlp"), p["norm2"](sub(params, "norm2"), h))

@@ -32,7 +32,7 @@ from ..frontend.tensor import as_tensor
 from ..runtime.host import aligned_empty
 from ..symbolic import Dim
 from ._params import ParamError, param, param_dims, rng, sub
-from .attention import attention
+from .attention import attention, tokens_known
 from .decoding import at, decode, over_layers
 from .layers import Embedding, LayerNorm, gelu
 from .llama import _check_dims, _draw, floating_dtype
@@ -89,8 +89,9 @@ class GPT2:
         return out
 
     @library_scope()
-    def __call__(self, params, ids: RT, t: Dim, n: Dim) -> RT:
-        """Logits ``(vocab,)`` at every point of ``ids`` (int token ids over ``(..., t)``)."""
+    def __call__(self, params, ids: RT, t: Dim, n: Dim, masked: bool | None = None) -> RT:
+        """Logits ``(vocab,)`` at every point of ``ids`` (int token ids over ``(..., t)``);
+        ``masked`` as for ``tl.nn.Llama``."""
         me = f"GPT2(layers={self.layers})"
         ctx = _check_dims(ids, t, n, me)
         shapes = self.shapes()
@@ -111,18 +112,19 @@ class GPT2:
             h_in[at(dom, {n: 0})] = (Embedding(self.vocab, self.embed)(sub(params, "embed"), ids)
                                      + pos).astype("float32")
             h_in[at(dom, {})] = h_out[at(dom, {n: n - 1})]
-            h_out[at(dom, {})] = self._block(w, h_in, t)
+            masked = tokens_known(ids, t) if masked is None else bool(masked)
+            h_out[at(dom, {})] = self._block(w, h_in, t, masked)
             last = LayerNorm(self.embed, self.eps)(sub(params, "norm"),
                                                    h_out[at(dom, {n: n.bound - 1})])
             return last @ table.transpose(1, 0)
 
-    def _block(self, w: dict, x: RT, t: Dim) -> RT:
+    def _block(self, w: dict, x: RT, t: Dim, masked: bool) -> RT:
         """One layer: ``h = x + attn(ln1(x)); h + mlp(ln2(h))``."""
         d, heads = self.embed, self.heads
         a = LayerNorm(d, self.eps)(sub(w, "norm1"), x)
         qkv = a @ w["attn.w_qkv"] + w["attn.b_qkv"]
         q, k, v = (qkv[..., k * d:(k + 1) * d].reshape(heads, d // heads) for k in range(3))
-        h = x + attention(q, k, v, t).reshape(d) @ w["attn.w_o"] + w["attn.b_o"]
+        h = x + attention(q, k, v, t, masked=masked).reshape(d) @ w["attn.w_o"] + w["attn.b_o"]
         m = LayerNorm(d, self.eps)(sub(w, "norm2"), h)
         return h + gelu(m @ w["mlp.w_fc"] + w["mlp.b_fc"]) @ w["mlp.w_proj"] + w["mlp.b_proj"]
 

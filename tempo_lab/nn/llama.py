@@ -39,7 +39,7 @@ from ..ir.ops import canonical_dtype, is_floating
 from ..runtime.host import aligned_empty
 from ..symbolic import Dim
 from ._params import ParamError, param, param_dims, rng, sub
-from .attention import RopeScaling, TransformerBlock
+from .attention import RopeScaling, TransformerBlock, tokens_known
 from .decoding import at, decode, over_layers
 from .layers import Embedding, RMSNorm
 
@@ -129,9 +129,12 @@ class Llama:
 
     # -- the program ------------------------------------------------------------------------------
     @library_scope()
-    def __call__(self, params, ids: RT, t: Dim, n: Dim) -> RT:
+    def __call__(self, params, ids: RT, t: Dim, n: Dim, masked: bool | None = None) -> RT:
         """Logits ``(vocab,)`` at every point of ``ids`` (int token ids over ``(..., t)``), from
-        a residual stream over ``ids``'s dims plus the layer dim ``n``."""
+        a residual stream over ``ids``'s dims plus the layer dim ``n``. ``masked``: attention
+        over every token under a causal mask, batched over the tokens (``attention``); by
+        default where every token is known before the model runs (``tokens_known``: training,
+        scoring), not where decoding feeds them back."""
         me = f"Llama(layers={self.layers})"
         ctx = _check_dims(ids, t, n, me)
         with ctx:
@@ -148,7 +151,8 @@ class Llama:
             h_in[at(dom, {n: 0})] = Embedding(self.vocab, self.embed)(
                 sub(params, "embed"), ids).astype("float32")
             h_in[at(dom, {})] = h_out[at(dom, {n: n - 1})]
-            h_out[at(dom, {})] = self.block(blocks, h_in, t)
+            masked = tokens_known(ids, t) if masked is None else bool(masked)
+            h_out[at(dom, {})] = self.block(blocks, h_in, t, masked)
             last = RMSNorm(self.embed, self.eps)(sub(params, "norm"),
                                                  h_out[at(dom, {n: n.bound - 1})])
             if self.tied:
