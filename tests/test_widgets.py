@@ -761,3 +761,182 @@ def test_an_exported_dashboard_without_dot_draws_its_graph_with_plotly(prog, no_
     page = dashboard_html(prog)
     assert "tl-sdg-canvas" not in page and "is not installed" in page
     assert "plotly layout instead" in page and "Plotly.newPlot" in page
+
+
+# -- costs by scope -----------------------------------------------------------------------------
+def _fake_profile(sdg, per_op=1e-6, sessions=()):
+    """A profile as an XLA run leaves it, without running: every op called once, ``per_op``
+    seconds each (a callable: of the op id)."""
+    from tempo_lab.runtime.profile import Profile
+
+    sec = per_op if callable(per_op) else (lambda i: per_op)
+    return Profile(sdg=sdg, calls={i: 1 for i in sdg.ops}, seconds={i: sec(i) for i in sdg.ops},
+                   synced=True, executor="xla", sessions=list(sessions))
+
+
+def test_profile_by_scope_lists_the_16_layers_in_program_order(decoder16):
+    """The scope chart has one bar per layer, layer2 before layer10, each the sum of its ops'
+    times; the icicle goes region -> scope -> op; both are built well within 2 s."""
+    import time
+
+    from tempo_lab.widgets import costs
+    from tempo_lab.widgets import profile_view as PV
+    from tempo_lab.widgets.palette import region_of
+
+    sdg = decoder16.sdg
+    profile = _fake_profile(sdg, lambda i: 1e-6 * (1 + i % 3))
+    start = time.perf_counter()
+    fig = PV.scope_figure(sdg, profile)
+    fig.to_json()
+    icicle = PV.icicle_figure(sdg, profile)
+    icicle.to_json()
+    assert time.perf_counter() - start < 2.0
+    layers = [f"layer{k}" for k in range(16)]
+    c = costs.scope_costs(sdg, profile)
+    assert [r["scope"] for r in c["rows"] if r["scope"] != costs.NO_SCOPE] == layers
+    assert list(fig.layout.xaxis.categoryarray)[-16:] == layers
+    for r in c["rows"]:
+        want = sum(1e-3 * (1 + i % 3) for i, op in sdg.ops.items()
+                   if costs.top_label(op.scope) == r["scope"])
+        assert r["value"] == pytest.approx(want)
+    assert sum(fig.data[0].y) == pytest.approx(c["total"])
+    assert "measured device time" in fig.layout.title.text
+    d = PV.icicle_data(sdg, profile)
+    parent = dict(zip(d["ids"], d["parents"]))
+    label = dict(zip(d["ids"], d["labels"]))
+    op = next(i for i, o in sdg.ops.items() if o.scope == ("layer3",))
+    assert label[parent[f"%{op}"]] == "layer3"            # the op's parent is its scope
+    assert parent[parent[f"%{op}"]] == region_of(sdg.ops[op])   # whose parent: the region
+    assert d["values"][0] == pytest.approx(c["total"])
+    assert "16 like scopes <b>layer#</b>" in PV.scope_notes_html(sdg, profile)
+
+
+def _scoped_program():
+    """Two blocks, each an ``attention`` scope inside a ``block<k>`` scope, names from the
+    source; block1's projection is 4x wider than block0's (unfused, so that every op keeps
+    its own scope)."""
+    import numpy as np
+
+    ctx = tl.Context(dims=("t",))
+    (t,), (T,) = ctx.dims, ctx.bounds
+    rng = np.random.default_rng(0)
+    with ctx:
+        h = tl.from_array(rng.standard_normal((4, 8)).astype(np.float32), domain=(t,))
+        for k, width in enumerate((8, 32)):
+            with tl.scope(f"block{k}"):
+                with tl.scope("attention"):
+                    q = h @ tl.constant(rng.standard_normal((8, width)).astype(np.float32))
+                    wide = tl.tanh(q)
+                back = wide @ tl.constant(rng.standard_normal((width, 8)).astype(np.float32))
+                h = h + back
+    return ctx.compile(bounds={T: 4}, outputs={"y": h}, config=tl.CompileConfig(fuse=False))
+
+
+def test_scopes_nest_and_ops_carry_their_source_names():
+    from tempo_lab.widgets import costs
+    from tempo_lab.widgets import profile_view as PV
+    from tempo_lab.widgets.search import op_title
+
+    prog = _scoped_program()
+    sdg = prog.sdg
+    d = PV.icicle_data(sdg, _fake_profile(sdg))
+    label = dict(zip(d["ids"], d["labels"]))
+    parent = dict(zip(d["ids"], d["parents"]))
+    named = [o for o in sdg.ops.values() if costs.scope_of(o) == ("block1", "attention")
+             and o.kind not in ("const",)]
+    assert named
+    for o in named:
+        leaf = f"%{o.id}"
+        assert label[leaf] == op_title(o)
+        assert [label[parent[leaf]], label[parent[parent[leaf]]]] == ["attention", "block1"]
+    assert any(" · %" in label[f"%{o.id}"] for o in named)   # a source name, then the id
+    fig = PV.scope_figure(sdg, _fake_profile(sdg))
+    assert {t.name for t in fig.data} >= {"attention", "own ops"}     # stacked one level down
+    assert list(fig.layout.xaxis.categoryarray) == ["(outside scopes)", "block0", "block1"]
+
+
+def test_like_scopes_say_whether_their_difference_is_noise(decoder16):
+    """Runs that move a layer by 2x make a 1.3x difference between layers noise; runs that
+    agree make a 3x one real."""
+    from tempo_lab.widgets import costs
+    from tempo_lab.widgets import profile_view as PV
+
+    sdg = decoder16.sdg
+    slow = {i for i, o in sdg.ops.items() if o.scope == ("layer5",)}
+    base = _fake_profile(sdg, lambda i: 1.3e-6 if i in slow else 1e-6)
+    base.sessions = [dict(base.seconds), {i: 2 * s for i, s in base.seconds.items()},
+                     dict(base.seconds)]
+    (g,) = costs.scope_costs(sdg, base)["alike"]
+    assert g["spread"] == pytest.approx(1.3) and g["run_spread"] == pytest.approx(2.0)
+    assert "within the measurement's noise" in PV.scope_notes_html(sdg, base)
+    real = _fake_profile(sdg, lambda i: 3e-6 if i in slow else 1e-6)
+    real.sessions = [dict(real.seconds)] * 3
+    assert "beyond the measurement's noise" in PV.scope_notes_html(sdg, real)
+    fig = PV.scope_figure(sdg, base)
+    assert any(t.name == "runs' range" for t in fig.data)
+
+
+def test_xla_profile_keeps_each_profiled_run():
+    """The XLA measurement drops the profiler's first run and keeps the median of the next
+    ones per op; each run's seconds are kept for the views' error bars."""
+    import statistics
+
+    from tempo_lab.widgets.profile_view import PROFILED_RUNS
+
+    prog = _prog("xla")
+    run, _ = F.recorded_run(prog)
+    p = run.profile
+    assert len(p.sessions) == PROFILED_RUNS == 3 and p.seconds
+    for i, s in p.seconds.items():
+        assert s == pytest.approx(statistics.median(r.get(i, 0.0) for r in p.sessions))
+    assert "median of 3" in p.measured
+
+
+def test_memory_rows_group_by_scope_and_open_on_selection(decoder16):
+    import time
+
+    from tempo_lab.widgets import memory_view as MV
+
+    plan = decoder16.memory
+    start = time.perf_counter()
+    fig = MV.memory_figure(plan)
+    fig.to_json()
+    assert time.perf_counter() - start < 2.0
+    layers = [f"layer{k}" for k in range(16)]
+    rows, ys = MV.gantt_rows(plan)
+    assert ys[-16:] == layers and len(ys) <= 17            # one row per scope, not per store
+    assert list(fig.layout.yaxis.categoryarray) == ys
+    assert sum(len(t.y) for t in fig.data if t.type == "bar") == len(plan.storages)
+    view = MV.MemoryView(plan, None, decoder16)
+    op = next(r["op"] for r in rows if r["scope"] == "layer7")
+    view.select(op)
+    assert view.scopes.value == ("layer7",)
+    shown = list(view.plot.figure.layout.yaxis.categoryarray)
+    inside = [y for y in shown if y.startswith("layer7: ")]
+    assert len(inside) == sum(r["scope"] == "layer7" for r in rows)
+    assert "layer7" not in shown and "layer6" in shown
+
+
+def test_largest_stores_are_sorted_by_bytes_and_named_from_the_source():
+    from tempo_lab.widgets import costs
+    from tempo_lab.widgets import memory_view as MV
+    from tempo_lab.widgets.search import op_title
+
+    prog = _scoped_program()
+    plan = prog.memory
+    rows = costs.largest_stores(plan, dict(prog.bounds))
+    assert len(rows) == min(20, len(plan.storages))
+    sizes = [r["bytes"] for r in rows]
+    assert sizes == sorted(sizes, reverse=True)
+    every = plan.store_bytes(dict(prog.bounds))
+    assert sizes[0] == max(every.values())
+    for r in rows:
+        op = prog.sdg.ops[r["op"]]
+        assert r["name"] == op_title(op) and r["dtype"] == plan.storages[r["op"]].dtype.name
+        assert r["bytes"] == every[r["op"]]
+        assert r["scope"] == "/".join(costs.scope_paths(prog.sdg, plan.storages)[r["op"]]) \
+            or r["scope"] == costs.NO_SCOPE
+    wide = next(r for r in rows if r["scope"] == "block1/attention" and " · %" in r["name"])
+    assert wide["shape"][-1] == 32
+    page = MV.largest_stores_html(plan, dict(prog.bounds))
+    assert page.count("<tr data-op=") == len(rows) and "block1/attention" in page

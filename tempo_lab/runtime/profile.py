@@ -43,6 +43,8 @@ class Profile(Stage):
     xla_memory: dict[str, int] = field(default_factory=dict)  # XLA's memory_analysis, if asked
     # ops XLA fused into a kernel whose time is counted under another op: op -> (kernel, op)
     fused: dict[int, tuple[str, int]] = field(default_factory=dict)
+    # per profiled run, its seconds per op (``seconds`` is their median), when several
+    sessions: list[dict[int, float]] = field(default_factory=list)
 
     @property
     def peak_bytes(self) -> int:
@@ -77,6 +79,7 @@ class Profile(Stage):
                 "peak_bytes": self.peak_bytes, "timeline": list(self.timeline),
                 "offloaded_bytes": self.offloaded_bytes, "xla_memory": dict(self.xla_memory),
                 "fused": {str(k): list(v) for k, v in self.fused.items()},
+                "sessions": [{str(k): v for k, v in s.items()} for s in self.sessions],
                 "wall_s": self.wall_s, "synced": self.synced, "measured": self.measured,
                 "events": [[e.op, list(e.point), e.start, e.end, e.bytes]
                            for e in self.events]}

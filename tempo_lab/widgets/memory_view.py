@@ -3,25 +3,50 @@ measured bytes over the same steps with the peaks marked. ``compare_memory`` put
 plans (say window vs causal attention) side by side in one figure."""
 from __future__ import annotations
 
+import html
 import math
 
 from tempo_lab.executors import timeline_backend
 
 from .base import FigureSlot, slider_grid, stage_view
+from .costs import largest_stores, scope_order, scope_paths, top_label
 from .palette import HIGHLIGHT, STORE_COLOURS, TEMPLATE
 from .search import op_title
 from .units import byte_ticks, nbytes
 
 
 def lifetime_rows(plan) -> list[dict]:
-    """One row per store, in order of first use: op, label, kind, first and last step, bytes
-    at the plan's peak extent."""
+    """One row per store, in order of first use: op, label (``op_title``), scope (its top-level
+    scope, ``costs.scope_paths``), kind, first and last step, and what the store is."""
+    paths = scope_paths(plan.sdg, plan.storages)
     rows = []
     for i, s in plan.storages.items():
         a, b = plan.lifetimes.get(i, (0, 0))
         rows.append({"op": i, "label": op_title(plan.sdg.ops[i]), "kind": s.kind, "start": a,
-                     "end": b, "describe": s.describe()})
+                     "end": b, "describe": s.describe(), "scope": top_label(paths[i]),
+                     "path": paths[i]})
     return sorted(rows, key=lambda r: (r["start"], r["op"]))
+
+
+def gantt_rows(plan, expanded=()) -> tuple[list[dict], list[str]]:
+    """The lifetime rows with the row (``y``) each is drawn on, and the rows in order. Where
+    the stores span two or more top-level scopes, each scope is one row holding all its
+    stores' bars (in program order, layers side by side), except the scopes in ``expanded``,
+    whose stores have a row each (``layer3: q · %934``); otherwise one row per store."""
+    rows = lifetime_rows(plan)
+    scopes = {r["scope"] for r in rows}
+    if len(scopes) < 2:
+        for r in rows:
+            r["y"] = r["label"]
+        return rows, [r["label"] for r in rows]
+    order = scope_order({r["op"]: r["path"] for r in rows})
+    rank = {r["scope"]: order.get(r["path"][:1], -1) for r in rows}
+    ys: list[str] = []
+    for r in sorted(rows, key=lambda r: (rank[r["scope"]], r["start"], r["op"])):
+        r["y"] = f"{r['scope']}: {r['label']}" if r["scope"] in expanded else r["scope"]
+        if r["y"] not in ys:
+            ys.append(r["y"])
+    return rows, ys
 
 
 def peak(timeline: list[int]) -> tuple[int, int]:
@@ -32,16 +57,18 @@ def peak(timeline: list[int]) -> tuple[int, int]:
     return timeline.index(m), m
 
 
-def _add_plan(fig, plan, profile, row: int, col: int, highlight, legend: bool, name: str = ""):
+def _add_plan(fig, plan, profile, row: int, col: int, highlight, legend: bool, name: str = "",
+              expanded=()):
     import plotly.graph_objects as go
 
-    rows = lifetime_rows(plan)
+    rows, ys = gantt_rows(plan, expanded)
+    grouped = len(ys) < len(rows)
     for kind, colour in STORE_COLOURS.items():
         rs = [r for r in rows if r["kind"] == kind]
         if not rs:
             continue
         fig.add_trace(go.Bar(
-            orientation="h", y=[r["label"] for r in rs], base=[r["start"] for r in rs],
+            orientation="h", y=[r["y"] for r in rs], base=[r["start"] for r in rs],
             x=[r["end"] - r["start"] + 1 for r in rs], name=f"{kind} store",
             legendgroup=kind, showlegend=legend, customdata=[r["op"] for r in rs],
             hovertext=[f"{r['label']}: {r['describe']}<br>steps {r['start']}..{r['end']}"
@@ -52,6 +79,9 @@ def _add_plan(fig, plan, profile, row: int, col: int, highlight, legend: bool, n
                                   width=[3 if r["op"] == highlight else 0 for r in rs]),
                         opacity=[1.0 if highlight in (None, r["op"]) else 0.45 for r in rs])),
             row=row, col=col)
+    fig.update_yaxes(categoryorder="array", categoryarray=ys, row=row, col=col)
+    if grouped:
+        fig.update_yaxes(title_text="scope", row=row, col=col)
     steps = list(range(len(plan.timeline)))
     fig.add_trace(go.Scatter(x=steps, y=plan.timeline, mode="lines", name="predicted bytes",
                              line=dict(color="#1f77b4", shape="hv"), legendgroup="pred",
@@ -87,16 +117,19 @@ def _add_plan(fig, plan, profile, row: int, col: int, highlight, legend: bool, n
                       row=row + 1, col=col)
 
 
-def memory_figure(plan, profile=None, highlight: int | None = None):
-    """Buffer lifetimes (top) and bytes per schedule step (bottom), predicted and, with a
+def memory_figure(plan, profile=None, highlight: int | None = None, expanded=()):
+    """Buffer lifetimes (top: grouped by top-level scope, the scopes in ``expanded`` one row
+    per store, see ``gantt_rows``) and bytes per schedule step (bottom), predicted and, with a
     profile, measured, peaks marked; a ``go.Figure``."""
     from plotly.subplots import make_subplots
 
-    n = len(plan.storages)
+    n = len(gantt_rows(plan, expanded)[1])
+    grouped = n < len(plan.storages)
     fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.06,
                         row_heights=[0.62, 0.38],
-                        subplot_titles=("buffer lifetimes", "live store bytes"))
-    _add_plan(fig, plan, profile, 1, 1, highlight, True)
+                        subplot_titles=("buffer lifetimes by scope" if grouped else
+                                        "buffer lifetimes", "live store bytes"))
+    _add_plan(fig, plan, profile, 1, 1, highlight, True, expanded=expanded)
     fig.update_yaxes(autorange="reversed", row=1, col=1)
     top = max([max(plan.timeline, default=0)] + list(profile.timeline if profile else []))
     vals, text = byte_ticks(top)
@@ -105,6 +138,24 @@ def memory_figure(plan, profile=None, highlight: int | None = None):
     fig.update_layout(template=TEMPLATE, barmode="overlay", height=min(300 + 16 * n, 900),
                       margin=dict(l=60, r=10, t=40, b=40), legend=dict(orientation="h"))
     return fig
+
+
+def largest_stores_html(plan, bounds=None, top: int = 20) -> str:
+    """The ``top`` largest stores as an HTML table, largest first: name · scope · shape ·
+    dtype · bytes · live range (``costs.largest_stores``)."""
+    rows = largest_stores(plan, bounds, top)
+    at = "" if bounds else "; no bounds given: a growing store counts one block"
+    head = "".join(f"<th style='text-align:left;padding:0 8px'>{h}</th>" for h in
+                   ("store", "scope", "shape", "dtype", "bytes", "kind", "live (steps)"))
+    body = []
+    for r in rows:
+        cells = (html.escape(r["name"]), html.escape(r["scope"]),
+                 "[" + ", ".join(map(str, r["shape"])) + "]", r["dtype"], nbytes(r["bytes"]),
+                 r["kind"], f"{r['live'][0]}..{r['live'][1]}")
+        body.append(f"<tr data-op='{r['op']}'>" + "".join(
+            f"<td style='padding:0 8px'>{c}</td>" for c in cells) + "</tr>")
+    return (f"<b>largest stores</b> ({len(rows)} of {len(plan.storages)}{at})"
+            f"<table class='tempo-lab-largest-stores'><tr>{head}</tr>{''.join(body)}</table>")
 
 
 def compare_memory(plans: dict, profiles: dict | None = None):
@@ -122,7 +173,7 @@ def compare_memory(plans: dict, profiles: dict | None = None):
         _add_plan(fig, plans[name], profiles.get(name), 1, k + 1, None, k == 0, name)
         fig.update_yaxes(autorange="reversed", row=1, col=k + 1)
         fig.update_xaxes(title_text="schedule step", row=2, col=k + 1)
-    n = max(len(p.storages) for p in plans.values())
+    n = max(len(gantt_rows(p)[1]) for p in plans.values())
     fig.update_layout(template=TEMPLATE, barmode="overlay", height=min(320 + 16 * n, 900),
                       margin=dict(l=60, r=10, t=40, b=40), legend=dict(orientation="h"))
     return fig
@@ -138,11 +189,22 @@ class MemoryView:
 
         self.plan, self.profile, self.prog = plan, profile, prog
         self.highlight = None
+        self.expanded: set[str] = set()    # scopes drawn one row per store
         self.plot = FigureSlot(memory_figure(plan, profile), "tempo-lab-memory-plot")
         self.summary = W.HTML(self._summary())
         self.what_if = None   # made with the sliders
         self.sliders = {}
-        parts = [self.summary, self.plot.widget]
+        rows, ys = gantt_rows(plan)
+        scopes = list(dict.fromkeys(ys)) if len(ys) < len(rows) else []
+        self.scopes = W.SelectMultiple(options=scopes, rows=min(6, max(1, len(scopes))),
+                                       description="open scopes",
+                                       layout=W.Layout(display="" if scopes else "none"))
+        self.scopes.add_class("tempo-lab-memory-scopes")
+        self.scopes.observe(lambda _: self._expand(set(self.scopes.value)), "value")
+        self.largest = W.HTML(largest_stores_html(plan, None if prog is None else
+                                                  dict(prog.bounds)))
+        self.largest.add_class("tempo-lab-largest")
+        parts = [self.summary, self.scopes, self.plot.widget, self.largest]
         if prog is not None and hasattr(prog.schedule, "ast"):
             from .schedule_view import loop_dims
 
@@ -209,7 +271,8 @@ class MemoryView:
             f"<i>estimate at {at}</i>: peak {nbytes(plan.peak_bytes)} over {plan.n_steps} steps "
             f"(compiled at {', '.join(f'{k}={v}' for k, v in self.prog.bounds.items())}: "
             f"{nbytes(self.plan.peak_bytes)}); same program and store decisions, not compiled there")
-        fig = memory_figure(plan, self.profile if plan is self.plan else None, self.highlight)
+        fig = memory_figure(plan, self.profile if plan is self.plan else None, self.highlight,
+                            self.expanded)
         if plan is not self.plan:
             fig.update_layout(title=f"estimate at {at} (re-simulated plan, not compiled)")
         self.plot.show(fig)
@@ -222,11 +285,25 @@ class MemoryView:
         if self.measure is not None:
             self.measure.disabled = True
         self.summary.value = self._summary()
-        self.plot.show(memory_figure(self.plan, self.profile, self.highlight))
+        self._redraw()
+
+    def _redraw(self):
+        self.plot.show(memory_figure(self.plan, self.profile, self.highlight, self.expanded))
+
+    def _expand(self, scopes: set[str]):
+        if scopes != self.expanded:
+            self.expanded = scopes
+            self._redraw()
 
     def select(self, op_id: int | None):
+        """Highlight the op's store; its scope opens (one row per store) so that it shows."""
         self.highlight = None if op_id is None or op_id < 0 else op_id
-        self.plot.show(memory_figure(self.plan, self.profile, self.highlight))
+        scope = next((r["y"] for r in gantt_rows(self.plan)[0] if r["op"] == self.highlight),
+                     None)
+        if scope in self.scopes.options and scope not in self.scopes.value:
+            self.scopes.value = (*self.scopes.value, scope)    # redraws (_expand)
+        else:
+            self._redraw()
 
 
 def explore_memory(plan, profile=None):

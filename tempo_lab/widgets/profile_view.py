@@ -1,12 +1,15 @@
-"""The run profile: a per-kernel timeline, an icicle chart of kernel time by region (domain),
-op kind and op, and the compile-time breakdown by stage (passes split by pass)."""
+"""The run profile: kernel time by top-level scope (the layers, side by side in program
+order), a per-kernel timeline, an icicle chart of kernel time by region (domain), scope path
+and op, and the compile-time breakdown by stage (passes split by pass)."""
 from __future__ import annotations
 
+import html
 from dataclasses import dataclass
 
 from tempo_lab.schedule import Exec, walk
 
 from .base import FigureSlot, stage_view
+from .costs import op_value, scope_costs, scope_order, scope_paths, time_unit, top_label
 from .palette import HIGHLIGHT, TEMPLATE, category_colour, region_of
 from .search import op_title
 
@@ -40,28 +43,46 @@ def recorded_run(prog, report=None):
     run = prog.run(record=True)
     events = run.profile.events[:MAX_KERNELS]
     if not events:
-        report(2, 3, "per-op device time: 3 runs under JAX's profiler")
+        report(2, 3, f"per-op device time: {PROFILED_RUNS + 1} runs under JAX's profiler")
         _xla_measurements(prog, run)
         return run, None
     return run, [Kernel(e.op, e.point, e.start, e.end) for e in events]
 
 
+PROFILED_RUNS = 3
+
+
 def _xla_measurements(prog, run):
     """The XLA program runs every statement inside one call: its per-op seconds come from
     JAX's profiler (``executable.op_seconds``), when the program has no host callbacks that
-    profiling runs would repeat, and what it allocates from XLA's ``memory_analysis``."""
+    profiling runs would repeat, and what it allocates from XLA's ``memory_analysis``.
+
+    The first profiled run is thrown away and each op's time is the median over
+    ``PROFILED_RUNS`` runs profiled one by one (``profile.sessions`` keeps each): on a small
+    program an op's kernels take well under a microsecond each, and the first run under the
+    profiler and a run that shares the CPU with other work were up to twice as slow, enough
+    to make one of 16 identical layers look 1.7x another's. The runs apart let the views say
+    how far a scope's time moves from run to run."""
+    import statistics
+
     ex = prog.executable
     if not hasattr(ex.prepared, "memory_analysis"):
         return
     run.profile.xla_memory = ex.memory_analysis()
     if ex.lowered.sources or ex.lowered.sinks:
         return
-    seconds = ex.op_seconds(runs=3)
-    run.profile.seconds = {i: s for i, s in seconds.items() if isinstance(i, int)}
+    ex.op_seconds(runs=1)    # the profiler's first run: slower, not kept
+    sessions = [{i: s for i, s in ex.op_seconds(runs=1).items() if isinstance(i, int)}
+                for _ in range(PROFILED_RUNS)]
+    ops = set().union(*sessions)
+    run.profile.seconds = {i: statistics.median(s.get(i, 0.0) for s in sessions)
+                           for i in sorted(ops)}
+    run.profile.sessions = sessions
     run.profile.fused = ex.fused_ops(set(run.profile.seconds))
     run.profile.synced = True
     run.profile.measured += ("; time: device time of each op's statements inside the XLA "
-                             "program (JAX profiler, mean of 3 runs)")
+                             f"program (JAX profiler, median of {PROFILED_RUNS} runs profiled "
+                             "one by one after one not kept)")
 
 
 def estimated_kernels(schedule, profile, bounds) -> list[Kernel]:
@@ -122,59 +143,133 @@ def timeline_figure(sdg, kernels: list[Kernel], highlight: int | None = None,
     return fig
 
 
-def icicle_data(sdg, profile) -> dict[str, list]:
-    """ids, labels, parents and values of the icicle: all → region → kind → op. Values are
-    milliseconds, or kernel calls (``unit``) when the executor measured no per-op time."""
-    timed = any(v > 0 for v in profile.seconds.values())
-    ids, labels, parents, values = ["all"], ["all kernels"], [""], [0.0]
-    seen: dict[str, int] = {"all": 0}
+SEP = "\x1f"   # joins the parts of an icicle id (scope names may hold "/")
 
-    def add(ident, label, parent, v):
+
+def icicle_data(sdg, profile) -> dict[str, list]:
+    """ids, labels, parents and values of the icicle: all → region → scope path (nested,
+    ``layer3`` → ``attention``) → op, ops named as everywhere (``q · %934``). Values are
+    milliseconds, or kernel calls (``unit``) when the executor measured no per-op time.
+    ``ops``: the op id of each entry (None for a group)."""
+    unit, _ = time_unit(profile)
+    ids, labels, parents, values, ops = ["all"], ["all kernels"], [""], [0.0], [None]
+    seen: dict[str, int] = {"all": 0}
+    paths = scope_paths(sdg, [i for i in profile.calls if i in sdg.ops])
+
+    def add(ident, label, parent, v, op=None):
         if ident not in seen:
             seen[ident] = len(ids)
             ids.append(ident)
             labels.append(label)
             parents.append(parent)
             values.append(0.0)
+            ops.append(op)
         values[seen[ident]] += v
 
-    for i in sorted(profile.calls):
+    order = scope_order(paths)
+    for i in sorted(paths, key=lambda i: (order.get(paths[i], -1) if paths[i] else -1, i)):
         op = sdg.ops[i]
-        ms = profile.seconds.get(i, 0.0) * 1e3 if timed else float(profile.calls[i])
-        region = region_of(op)
-        values[0] += ms
-        add(region, region, "all", ms)
-        add(f"{region}/{op.kind}", op.kind, region, ms)
-        add(f"{region}/{op.kind}/%{op.id}", op_title(op), f"{region}/{op.kind}", ms)
-    return {"ids": ids, "labels": labels, "parents": parents, "values": values,
-            "unit": "ms" if timed else "calls"}
+        v = op_value(profile, i, unit)
+        values[0] += v
+        parent = region_of(op)
+        add(parent, parent, "all", v)
+        for name in paths[i]:
+            ident = parent + SEP + name
+            add(ident, name, parent, v)
+            parent = ident
+        add(f"%{op.id}", op_title(op), parent, v, op.id)
+    return {"ids": ids, "labels": labels, "parents": parents, "values": values, "ops": ops,
+            "unit": unit}
 
 
 def icicle_figure(sdg, profile, highlight: int | None = None):
-    """Kernel time aggregated by region, op kind and op; a ``go.Figure``."""
+    """Kernel time aggregated by region, scope and op; a ``go.Figure``."""
     import plotly.graph_objects as go
 
     d = icicle_data(sdg, profile)
     colours = []
-    for ident in d["ids"]:
-        parts = ident.split("/")
-        if highlight is not None and highlight in sdg.ops and len(parts) == 3 \
-                and parts[2] == f"%{highlight}":
-            colours.append(HIGHLIGHT)
-        elif len(parts) >= 2:
-            kinds = [op for op in sdg.ops.values() if op.kind == parts[1]]
-            colours.append(category_colour(kinds[0].category) if kinds else "#eee")
+    for ident, op in zip(d["ids"], d["ops"]):
+        if op is not None:
+            colours.append(HIGHLIGHT if op == highlight else
+                           category_colour(sdg.ops[op].category))
         else:
-            colours.append("#f0f0f0")
+            colours.append("#f0f0f0" if ident == "all" or SEP not in ident else "#e4e4e4")
     fig = go.Figure(go.Icicle(ids=d["ids"], labels=d["labels"], parents=d["parents"],
                               values=d["values"], branchvalues="total",
                               marker=dict(colors=colours), tiling=dict(orientation="v"),
+                              customdata=[-1 if o is None else o for o in d["ops"]],
                               hovertemplate=f"%{{label}}: %{{value:.3f}} {d['unit']}"
                                             "<extra></extra>"))
     what = "time (ms)" if d["unit"] == "ms" else "calls (this executor measured no times)"
-    fig.update_layout(template=TEMPLATE, title=f"kernel {what} by region, kind and op",
+    fig.update_layout(template=TEMPLATE, title=f"kernel {what} by region, scope and op",
                       height=420, margin=dict(l=10, r=10, t=40, b=10))
     return fig
+
+
+def scope_figure(sdg, profile, highlight: int | None = None):
+    """One bar per top-level scope (the layers), in program order so that like scopes sit
+    side by side, stacked by the scopes one level down; with several profiled runs, a line
+    from the least to the most a scope took over them. The title says what was measured; a
+    ``go.Figure`` (``costs.scope_costs`` holds the numbers)."""
+    import plotly.graph_objects as go
+
+    c = scope_costs(sdg, profile)
+    rows, unit = c["rows"], c["unit"]
+    names = [r["scope"] for r in rows]
+    parts = list(dict.fromkeys(p for r in rows for p in r["parts"]))
+    mine = None
+    if highlight is not None and highlight in sdg.ops:
+        mine = top_label(scope_paths(sdg, [i for i in profile.calls if i in sdg.ops]
+                                     ).get(highlight, ()))
+    fmt = ".3f" if unit == "ms" else ".0f"
+    fig = go.Figure()
+    for part in parts:
+        ys = [r["parts"].get(part, 0.0) for r in rows]
+        fig.add_trace(go.Bar(
+            x=names, y=ys, name=part or "own ops", customdata=[r["ops"] for r in rows],
+            hovertemplate=f"%{{x}}{' / ' + part if part else ''}: %{{y:{fmt}}} {unit}"
+                          "<extra></extra>",
+            marker=dict(line=dict(color=[HIGHLIGHT if n == mine else "rgba(0,0,0,0)"
+                                         for n in names], width=3))))
+    if any(r["high"] > r["low"] for r in rows):
+        fig.add_trace(go.Scatter(
+            x=names, y=[r["value"] for r in rows], mode="markers", name="runs' range",
+            marker=dict(size=1, color="#333"), hoverinfo="skip",
+            error_y=dict(type="data", symmetric=False, color="#333", width=3,
+                         array=[r["high"] - r["value"] for r in rows],
+                         arrayminus=[r["value"] - r["low"] for r in rows])))
+    title = f"{unit} by scope: {c['what']}"
+    fig.update_layout(template=TEMPLATE, barmode="stack", title=title,
+                      xaxis=dict(categoryorder="array", categoryarray=names, tickangle=-45),
+                      yaxis_title=unit, height=360, showlegend=len(parts) > 1,
+                      margin=dict(l=60, r=10, t=40, b=80), legend=dict(orientation="h"))
+    return fig
+
+
+def scope_notes_html(sdg, profile) -> str:
+    """What the scope chart measured, and how like scopes compare: their spread, whether it
+    is within what one scope moves from run to run, and ops counted under another scope."""
+    c = scope_costs(sdg, profile)
+    unit = c["unit"]
+
+    def v(x):
+        return f"{x:.3g} ms" if unit == "ms" else f"{x:.0f} calls"
+
+    lines = [f"{len(c['rows'])} top-level scopes; {html.escape(c['what'])}"]
+    for g in c["alike"]:
+        text = (f"{len(g['names'])} like scopes <b>{html.escape(g['stem'])}</b>: median "
+                f"{v(g['median'])}, {v(g['low'])} to {v(g['high'])} "
+                f"({g['spread']:.2f}x)")
+        if unit == "ms" and g["run_spread"] is not None:
+            noise = "within" if g["spread"] <= g["run_spread"] else "beyond"
+            text += (f"; one scope moved up to {g['run_spread']:.2f}x between profiled runs: "
+                     f"the difference is {noise} the measurement's noise")
+        lines.append(text)
+    if c["elsewhere"]:
+        lines.append("ops XLA fused into a kernel counted under another scope's op (their "
+                     "time is there): " + ", ".join(
+                         f"{html.escape(k)} {n}" for k, n in c["elsewhere"].items()))
+    return "<br>".join(lines)
 
 
 def compile_rows(prog) -> list[tuple[str, float]]:
@@ -219,8 +314,12 @@ class ProfileView:
         self.kernels = kernels or []
         parts = [W.HTML(f"<code>{profile!r}</code>" if profile is not None else
                         "<i>the reference executor keeps no profile</i>")]
-        self.timeline = self.icicle = None
+        self.timeline = self.icicle = self.scopes = None
         if profile is not None:
+            self.scopes = FigureSlot(scope_figure(self.sdg, profile), "tempo-lab-scopes")
+            self.scope_notes = W.HTML(scope_notes_html(self.sdg, profile))
+            self.scope_notes.add_class("tempo-lab-scope-notes")
+            parts += [self.scopes.widget, self.scope_notes]
             self.timeline = FigureSlot(timeline_figure(self.sdg, self.kernels, None,
                                                        self.estimated), "tempo-lab-timeline")
             self.icicle = FigureSlot(icicle_figure(self.sdg, profile), "tempo-lab-icicle")
@@ -235,6 +334,7 @@ class ProfileView:
         if self.timeline is not None:
             self.timeline.show(timeline_figure(self.sdg, self.kernels, op_id, self.estimated))
             self.icicle.show(icicle_figure(self.sdg, self.run.profile, op_id))
+            self.scopes.show(scope_figure(self.sdg, self.run.profile, op_id))
 
 
 def explore_run(run, kernels=None):
@@ -246,9 +346,11 @@ def explore_run(run, kernels=None):
 
 
 def explore_profile(profile):
-    """A Profile alone (no program at hand): icicle only."""
+    """A Profile alone (no program at hand): scopes and icicle only."""
     import ipywidgets as W
 
+    scopes = FigureSlot(scope_figure(profile.sdg, profile), "tempo-lab-scopes")
     slot = FigureSlot(icicle_figure(profile.sdg, profile), "tempo-lab-icicle")
-    return stage_view([W.HTML(f"<code>{profile!r}</code>"), slot.widget],
+    return stage_view([W.HTML(f"<code>{profile!r}</code>"), scopes.widget,
+                       W.HTML(scope_notes_html(profile.sdg, profile)), slot.widget],
                       profile._repr_html_(), "tempo-lab-profile-view")
