@@ -940,3 +940,24 @@ def test_largest_stores_are_sorted_by_bytes_and_named_from_the_source():
     assert wide["shape"][-1] == 32
     page = MV.largest_stores_html(plan, dict(prog.bounds))
     assert page.count("<tr data-op=") == len(rows) and "block1/attention" in page
+
+
+def test_a_scope_around_everything_is_not_the_top_level():
+    """A ``tl.scope("model")`` around the layers: the layers are the top level, and the ops
+    made in ``model`` itself a row of their own."""
+    import numpy as np
+
+    from tempo_lab.widgets import costs
+
+    ctx = tl.Context(dims=("t",))
+    (t,), (T,) = ctx.dims, ctx.bounds
+    with ctx, tl.scope("model"):
+        h = tl.from_array(np.ones((4, 8), np.float32), domain=(t,))
+        for k in range(2):
+            with tl.scope(f"layer{k}"):
+                h = tl.tanh(h * float(k + 2))
+        out = h.sum()
+    prog = ctx.compile(bounds={T: 4}, outputs={"y": out},
+                       config=tl.CompileConfig(executor="reference", fuse=False))
+    rows = costs.scope_costs(prog.sdg, _fake_profile(prog.sdg))["rows"]
+    assert [r["scope"] for r in rows] == ["model (own ops)", "layer0", "layer1"]

@@ -36,18 +36,24 @@ def scope_of(op) -> tuple[str, ...]:
 
 
 def scope_paths(sdg, ops=None) -> dict[int, tuple[str, ...]]:
-    """Each op's scope path less the scopes every scoped op shares; ``()``: outside scopes.
-    ``ops``: the op ids to consider (all by default)."""
+    """Each op's scope path less the scopes every scoped op shares (so long as some op sits
+    deeper: the top level is where the program divides); an op made in the shared scope
+    itself is in ``"<scope> (own ops)"``; ``()``: outside scopes. ``ops``: the op ids to
+    consider (all by default)."""
     ids = list(sdg.ops) if ops is None else list(ops)
     paths = {i: scope_of(sdg.ops[i]) for i in ids}
     scoped = [p for p in paths.values() if p]
     common = 0
-    if scoped and len(paths) > 1:
+    if scoped:
         first = scoped[0]
-        while common < len(first) and all(len(p) > common + 1 and p[common] == first[common]
-                                           for p in scoped):
+        while common < len(first) and all(len(p) > common and p[common] == first[common]
+                                           for p in scoped) \
+                and any(len(p) > common + 1 for p in scoped):
             common += 1
-    return {i: p[common:] for i, p in paths.items()}
+    if not common:
+        return paths
+    own = (f"{first[common - 1]} (own ops)",)
+    return {i: (p[common:] or own) if p else () for i, p in paths.items()}
 
 
 def scope_order(paths: dict[int, tuple[str, ...]]) -> dict[tuple[str, ...], int]:
