@@ -961,3 +961,11 @@ def test_a_scope_around_everything_is_not_the_top_level():
                        config=tl.CompileConfig(executor="reference", fuse=False))
     rows = costs.scope_costs(prog.sdg, _fake_profile(prog.sdg))["rows"]
     assert [r["scope"] for r in rows] == ["model (own ops)", "layer0", "layer1"]
+
+
+def test_a_program_without_scopes_draws_no_scope_chart(prog, run):
+    from tempo_lab.widgets.profile_view import ProfileView
+
+    view = ProfileView(prog, run)
+    assert view.scopes is None and "no scopes to compare" in view.scope_notes.value
+    view.select(1)

@@ -255,7 +255,10 @@ def scope_notes_html(sdg, profile) -> str:
     def v(x):
         return f"{x:.3g} ms" if unit == "ms" else f"{x:.0f} calls"
 
-    lines = [f"{len(c['rows'])} top-level scopes; {html.escape(c['what'])}"]
+    n = len(c["rows"])
+    lines = [f"{n} top-level scopes; {html.escape(c['what'])}" if n > 1 else
+             f"no scopes to compare (no tl.scope or library call divides the program); "
+             f"{html.escape(c['what'])} per op in the icicle below"]
     for g in c["alike"]:
         text = (f"{len(g['names'])} like scopes <b>{html.escape(g['stem'])}</b>: median "
                 f"{v(g['median'])}, {v(g['low'])} to {v(g['high'])} "
@@ -316,10 +319,12 @@ class ProfileView:
                         "<i>the reference executor keeps no profile</i>")]
         self.timeline = self.icicle = self.scopes = None
         if profile is not None:
-            self.scopes = FigureSlot(scope_figure(self.sdg, profile), "tempo-lab-scopes")
             self.scope_notes = W.HTML(scope_notes_html(self.sdg, profile))
             self.scope_notes.add_class("tempo-lab-scope-notes")
-            parts += [self.scopes.widget, self.scope_notes]
+            if len(scope_costs(self.sdg, profile)["rows"]) > 1:   # one scope: nothing to chart
+                self.scopes = FigureSlot(scope_figure(self.sdg, profile), "tempo-lab-scopes")
+                parts.append(self.scopes.widget)
+            parts.append(self.scope_notes)
             self.timeline = FigureSlot(timeline_figure(self.sdg, self.kernels, None,
                                                        self.estimated), "tempo-lab-timeline")
             self.icicle = FigureSlot(icicle_figure(self.sdg, profile), "tempo-lab-icicle")
@@ -334,7 +339,8 @@ class ProfileView:
         if self.timeline is not None:
             self.timeline.show(timeline_figure(self.sdg, self.kernels, op_id, self.estimated))
             self.icicle.show(icicle_figure(self.sdg, self.run.profile, op_id))
-            self.scopes.show(scope_figure(self.sdg, self.run.profile, op_id))
+            if self.scopes is not None:
+                self.scopes.show(scope_figure(self.sdg, self.run.profile, op_id))
 
 
 def explore_run(run, kernels=None):
