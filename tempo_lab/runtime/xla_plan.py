@@ -90,6 +90,7 @@ class XlaPlan(Stage):
         self.by_point = self._by_point()
         self.pads = [self._static_pads(st) for st in lowered.stmts]
         settled = self._settled_locals(apart) if apart else set()
+        self.from_conds = settled  # those a lax.cond around their write returns
         if settled:  # traced values too, from the stores they were
             self.local = self.local | settled
             self.shapes = {i: v for i, v in self.shapes.items() if i not in settled}
@@ -528,11 +529,19 @@ class XlaPlan(Stage):
         """Those of ``ops`` (written inside an If, read after it in the same step) that are
         traced before every read as the trace runs: each If around the write is one the
         loop's range settles where a read is traced (``t >= 1`` in the steps after a peeled
-        first step), so the value is there, not inside a ``lax.cond``. PPO's rollout step
-        kept one such value (the state where the episode went on) in a store carried through
-        the loop: XLA then copied four stores of every step (164 KB each, a sixth of the
-        iteration) to keep that store's reads apart from their in-place updates."""
+        first step), so the value is there, or a ``lax.cond`` that returns it (zeros from the
+        branch that does not write it: a reader reads it only where it was written, as the
+        SDG's reads stay in their producer's domain). PPO's rollout step kept one such value
+        (the state where the episode went on) in a store carried through the loop: XLA then
+        copied four stores of every step (164 KB each, a sixth of the iteration) to keep that
+        store's reads apart from their in-place updates; an optimiser's new moments and
+        parameters (written under ``i >= 1``, read by the merge after it) were stores as big
+        as the parameters, held for the whole run. Only values of a static shape leave a
+        ``lax.cond`` (its other branch makes their zeros)."""
         bad: set[int] = set()
+
+        def static(i: int) -> bool:
+            return all(isinstance(x, (int, np.integer)) for x in self.sdg.ops[i].type.shape)
 
         def walk(node, lower, seen: set[int], sure: bool):
             """``seen``: the values traced so far in this scope; ``sure``: the trace runs this
@@ -562,8 +571,10 @@ class XlaPlan(Stage):
                         walk(sub, lower, seen, sure)
                     return
                 for sub in (node.then, node.orelse):
-                    if sub is not None:
-                        walk(sub, lower, set(seen), sure)  # a lax.cond branch: its own scope
+                    if sub is not None:  # a lax.cond branch: its own scope, which returns
+                        inner = set(seen)  # the values of static shape written in it
+                        walk(sub, lower, inner, sure)
+                        seen |= {i for i in inner - seen if static(i)}
             elif isinstance(node, Exec):
                 for k in traced_statements(self.lowered, self.lowered.of_exec[id(node)], lower):
                     bad.update(r.src for r in self.lowered.stmts[k].reads if r.src in ops and (

@@ -159,16 +159,23 @@ class _Trace:
                 return state if sub is None else self.node(sub, env, state, vals)
             keys = writes(xp, node)
             pred = ic.jax_bool(node.cond, env)
+            # values written inside and read after it (XlaPlan.from_conds): returned, with
+            # zeros from the branch that does not write them
+            out = sorted({n.op for n in node.walk() if isinstance(n, Exec)} & xp.from_conds)
 
             def branch(sub):
                 def f(carry):
-                    st = _merge(state, keys, carry)
+                    st, inner = _merge(state, keys, carry), dict(vals)
                     if sub is not None:
-                        st = self.node(sub, env, st, dict(vals))
-                    return _carry(st, keys)
+                        st = self.node(sub, env, st, inner)
+                    return _carry(st, keys), tuple(
+                        inner[i].astype(xp.sdg.ops[i].type.dtype) if i in inner else
+                        jnp.zeros(xp.sdg.ops[i].type.shape, xp.sdg.ops[i].type.dtype)
+                        for i in out)
                 return f
-            carry = lax.cond(pred, branch(node.then), branch(node.orelse),
-                             _carry(state, keys))
+            carry, got = lax.cond(pred, branch(node.then), branch(node.orelse),
+                                  _carry(state, keys))
+            vals.update(zip(out, got))
             return _merge(state, keys, carry)
         if isinstance(node, For):
             return self.loop(node, env, state, vals)
