@@ -129,6 +129,11 @@ def test_a_llama_training_program_has_no_loop_over_tokens():
         tl.optim.Adam(lr=1e-2).minimize(loss, p)
     prog = ctx.compile(bounds=dict(zip(ctx.bounds, (3, 1, 2, 16))), outputs={"loss": loss})
     assert not any(t in op.domain for op in prog.sdg.ops.values())
+    # every layer's weights taken by the layer's index, batched over the layers: the weights
+    # themselves, not a copy (passes.vectorise._identity_takes)
+    assert not [op.label for op in prog.sdg.ops.values()
+                if op.kind == "take" and op.attrs.get("vdims") == ("n",)
+                and len(op.type.shape) == 3]
     curve = prog.run()["loss"].mean(axis=(1, 2))
     assert curve[-1] < curve[0], curve
 

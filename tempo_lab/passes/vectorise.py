@@ -575,6 +575,39 @@ def vectorise(ed: Editor):
         ops = _batched_group(ed, d, size, budget)
         if ops:
             vectorise_group(ed, d, size, ops)
+    _identity_takes(ed)
+
+
+def _identity_takes(ed: Editor):
+    """A ``take`` batched over ``d`` of every row of a value that is not, in order (the index
+    ``d``'s values ``0..D-1``, the value's first axis ``D`` long): the value itself. Each
+    layer's weights taken by their layer's index (``tl.take(w, n)``), batched over the
+    layers, were a copy of all of them. Only where no reader is batched over ``d`` (which
+    would read the value row by row, not whole)."""
+    for i in sorted(ed.ops):
+        op = ed.ops.get(i)
+        if op is None or op.kind != "take" or op.attrs.get("axis") != 0 \
+                or len(op.attrs.get("vdims", ())) != 1 or set(op.attrs) != {"axis", "vdims"}:
+            continue
+        ins = ed.in_edges(i)
+        if len(ins) != 2 or any(e.cond != TRUE for e in ins):
+            continue
+        data, index = ins
+        src = ed.ops[data.src]
+        if src.attrs.get("vdims") or src.domain != op.domain or src.type != op.type \
+                or tuple(data.index) != tuple(src.domain):
+            continue
+        k = index.src
+        while ed.ops[k].kind == "identity" and tuple(ed.in_edges(k)[0].index) == tuple(
+                ed.ops[ed.in_edges(k)[0].src].domain):
+            k = ed.in_edges(k)[0].src
+        at = ed.ops[k]
+        d = op.attrs["vdims"][0]  # a batched reader would read the value per row, not whole
+        if any(d in ed.ops[e.dst].attrs.get("vdims", ()) for e in ed.out_edges(i)):
+            continue
+        if at.kind == "from_array" and at.attrs.get("vdims") == op.attrs["vdims"] \
+                and np.array_equal(at.attrs["array"], np.arange(op.type.shape[0])):
+            ed.replace(i, data.src, "takes every row in order: the value itself")
 
 
 def _batched_group(ed: Editor, d: Dim, size: int, budget: int) -> set[int] | None:
