@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 import tempo_lab as tl
-from tempo_lab.nn.attention import tokens_known
 
 T, D = 12, 8
 CASES = {  # heads, kv_heads (0: a vector query), window
@@ -104,7 +103,7 @@ def _known(ids_fed_back: bool) -> bool:
             ids = tl.placeholder((), "int32", domain=(b, t))
         else:
             ids = tl.from_array(np.zeros((1, 8), np.int32), domain=(b, t))
-        return tokens_known(ids + 1, t)
+        return tl.nn.tokens_known(ids + 1, t)
 
 
 def test_tokens_known_only_for_a_sequence_given_whole():

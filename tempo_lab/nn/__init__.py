@@ -23,6 +23,7 @@ from .attention import (
     attention,
     rope,
     rope_frequencies,
+    tokens_known,
 )
 from .auto import AutoModel
 from .checkpoint import load_llama
@@ -50,5 +51,5 @@ __all__ = [
     "ParamError", "RMSNorm", "RopeScaling", "SwiGLU", "TextStream", "Tokenizer", "TransformerBlock",
     "TreeLevels",
     "as_tensors", "attention", "gelu", "generate", "load_llama", "rope", "rope_frequencies", "sample",
-    "silu", "tree_levels",
+    "silu", "tokens_known", "tree_levels",
 ]
