@@ -13,12 +13,11 @@ from typing import Any
 import numpy as np
 
 from .errors import ArgumentError
-from .executors import CAPS, auto_backend
+from .executors import CAPS, REGISTRY, auto_backend
 from .frontend.bounds import positive_int
-from .runtime.executable import BACKENDS
 from .runtime.sharding import check_config
 
-EXECUTORS = ("auto", *BACKENDS, "reference")
+EXECUTORS = ("auto", *REGISTRY)  # every name executor= takes (executors.REGISTRY's, and "auto")
 
 
 @dataclass(frozen=True)
@@ -118,8 +117,8 @@ class CompileConfig:
         if budget is not None and not positive_int(budget):
             raise ArgumentError(f"device_memory_budget={budget!r}: give a positive number of "
                                 "bytes, or None for no budget")
-        caps = CAPS.get(self.executor)
-        if budget is not None and caps is not None and not caps.memory_budget:
+        caps = CAPS.get(self.executor)  # the reference ignores a budget: it lowers nothing
+        if budget is not None and caps is not None and caps.lowers and not caps.memory_budget:
             takes = [n for n, c in CAPS.items() if c.memory_budget]
             raise ArgumentError(f"device_memory_budget with executor={self.executor!r}: that "
                                 "executor holds every store for the whole run, so it cannot "

@@ -21,18 +21,19 @@ from .errors import (
     user_api,
     user_location,
 )
+from .executors import lowers, resolve
 from .frontend.bounds import normalise_bounds
 from .frontend.build import build_sdg
 from .frontend.context import user_name
 from .frontend.tensor import RecurrentTensor
 from .frontend.validate import validate
+from .ir.callbacks import calls_python
 from .ir.sdg import SDG
 from .memory import offload, plan_memory, with_frees
 from .passes import run_passes
 from .passes.ragged import lengths_output
+from .runtime.executable import make_backend
 from .runtime.lowered import Lowered
-from .runtime.out_of_memory import reference_error
-from .runtime.reference import reference_bounds, run_reference
 from .runtime.run import ByBound, Run
 from .runtime.sharding import Layout
 from .schedule import FALLBACK_OPTION_SETS, OPTION_SETS, IncompleteSchedule, schedule_sdg
@@ -123,12 +124,16 @@ def compile_context(ctx, bounds, outputs, config: CompileConfig | None = None) -
         if config.validate:
             with st.stage("validate"):
                 validate(sdg, bounds)
+        # "auto" resolved once, before the passes: they and the compile step read the choice
+        executor = resolve(config.executor, calls_python(sdg.ops),
+                         config.device_memory_budget is not None)
         with st.stage("passes"):
             ends = {**dynamic, **{n: r for n, r in ragged.items() if r.lengths is None}}
-            sdg, passes = run_passes(sdg, config, config.check_invariants, bounds, ends)
+            sdg, passes = run_passes(sdg, config, config.check_invariants, bounds, ends,
+                                     executor)
             bounds = {**bounds, **passes.new_bounds}  # the dims a pass added (tiling's blocks)
         schedule = plan = lowered = executable = None
-        if config.executor != "reference":
+        if lowers(executor.name):
             with st.stage("schedule"):
                 schedule, plan = _best_schedule(sdg, bounds, config, st.times)
             st.times["schedule"] -= st.times["memory"]  # its own stage, timed inside
@@ -145,8 +150,7 @@ def compile_context(ctx, bounds, outputs, config: CompileConfig | None = None) -
                           else None)
                 lowered = Lowered(sdg, schedule, plan, bounds, layout)
             with st.stage("compile"):
-                executable = lowered.compile(config.executor, config.sync_profile,
-                                             config.xla_split)
+                executable = lowered.compile(executor, config.sync_profile, config.xla_split)
                 if layout is not None:
                     layout.agree(f"{executable.name} {sorted(bounds.items())}\n{lowered.ast}",
                                  loc)
@@ -213,7 +217,7 @@ class Program(Stage):
     @property
     def executor(self) -> str:
         """The executor that runs this program (auto's choice, see ``executable.pretty()``)."""
-        return self.executable.name if self.executable is not None else "reference"
+        return self.executable.name if self.executable is not None else self.config.executor
 
     def _sections(self):
         outs = []
@@ -240,7 +244,7 @@ class Program(Stage):
         "xla", "codegen", "interpreter", "auto" or "reference"."""
         config = replace(self.config, executor=executor)
         executable = None
-        if executor != "reference":
+        if lowers(config.executor):
             if self.lowered is None:
                 raise TempoLabError("this program was compiled for the reference interpreter "
                                     "and has no schedule; compile it with another executor")
@@ -303,11 +307,7 @@ class Program(Stage):
             return run
         t0 = time.perf_counter()  # the SDG as built: no pass stands between it and NumPy
         sdg = self.passes.initial if self.passes is not None else self.sdg
-        bounds, sdg = reference_bounds(sdg, self.bounds)
-        try:
-            values = run_reference(sdg, bounds)
-        except MemoryError as e:  # without its traceback, whose frames hold the values
-            raise reference_error(e, sdg, bounds) from e.with_traceback(None)
+        values, bounds, sdg = make_backend(self.config.executor).run(sdg, self.bounds)
         run = Run(self, values, time.perf_counter() - t0, None, bounds)
         run.lengths = ByBound({name: (r.over, r.lengths) for name, r in sdg.ragged.items()})
         return run

@@ -1,14 +1,17 @@
-"""The one executor parametrisation: a test that takes an ``executor`` argument runs once on each
-executor of ``rt_helpers.ALL`` (ids: the executor names), or of the subset that
+"""The one executor parametrisation: a test that takes an ``executor`` argument (or uses the
+fixture, ``pytest.mark.usefixtures("executor")``) runs once on each executor of
+``rt_helpers.ALL`` (ids: the executor names), or of the subset that
 ``@pytest.mark.executors(SUBSET, reason=...)`` names (on the test, or as a module's
-``pytestmark``); the subsets are derived in ``rt_helpers`` from what the package registers. A
-test that parametrises ``executor`` itself with ``pytest.mark.parametrize`` keeps its own."""
+``pytestmark``); the subsets are derived in ``rt_helpers`` from the package's registry of back
+ends (``tempo_lab.executors.REGISTRY``). A test that parametrises ``executor`` together with
+other arguments (``pytest.mark.parametrize("executor,batched", ...)``) keeps its own."""
 from __future__ import annotations
 
 import importlib
 import pkgutil
 
 import pytest
+import rt_helpers
 from rt_helpers import ALL
 
 
@@ -56,5 +59,8 @@ def pytest_generate_tests(metafunc):
 
 @pytest.fixture
 def executor(request):
-    """The executor's name (parametrised by ``pytest_generate_tests``)."""
-    return request.param
+    """The executor's name (parametrised by ``pytest_generate_tests``), which
+    ``rt_helpers.compile_`` and ``run`` compile for while the test runs."""
+    rt_helpers.STATE["executor"] = request.param
+    yield request.param
+    rt_helpers.STATE["executor"] = rt_helpers.REFERENCE[0]

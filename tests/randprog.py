@@ -1,4 +1,5 @@
-"""Random small recurrent-tensor programs for differential testing (DESIGN §6).
+"""Random small recurrent-tensor programs for differential testing
+(docs/testing.md, "What the suite rests on").
 
 A program is plain data (:class:`RProgram`: dims, bounds, a list of statements, the outputs,
 and optionally a ``tl.until`` bound, a loss to differentiate and sinks) that can be

@@ -1,60 +1,64 @@
 """Helpers shared by the tests.
 
-The executors the tests run on, derived from what the package registers (every back end in
-``runtime.executable.BACKENDS`` and the reference interpreter) and from their capabilities in
-``tempo_lab.executors.CAPS``: ``conftest.py`` parametrises every test that takes an
-``executor`` argument over ``ALL`` unless ``@pytest.mark.executors(SUBSET, reason=...)`` names
-a subset.
+The executors the tests run on, derived from the package's one registry of back ends
+(``tempo_lab.executors.REGISTRY``: each one's name and capabilities): ``conftest.py``
+parametrises every test that takes an ``executor`` argument over ``ALL`` unless
+``@pytest.mark.executors(SUBSET, reason=...)`` names one of the subsets below.
 
 The semantic tests (``test_semantics``, ``test_indexing``, ``test_ops``) run on every executor;
-their expected values never come from tempo_lab. Such a module activates the parametrisation
-of ``compile_``/``run`` by importing ``executor`` (an autouse fixture)."""
+their expected values never come from tempo_lab. Such a module runs every test on each executor
+with ``pytestmark = pytest.mark.usefixtures("executor")``: the fixture (``conftest.py``) sets
+the executor ``compile_`` and ``run`` compile for."""
 import numpy as np
-import pytest
 
 import tempo_lab as tl
-from tempo_lab.executors import CAPS
-from tempo_lab.runtime.executable import BACKENDS
+from tempo_lab.executors import REGISTRY
 
-# every executor but "auto" (which runs one of the back ends): the back ends and the reference
-ALL = (*BACKENDS, "reference")
+# every executor but "auto" (which runs one of the others), in the registry's order
+ALL = tuple(REGISTRY)
 # ALL and "auto": every name CompileConfig(executor=...) takes
 WITH_AUTO = ("auto", *ALL)
-# the back ends, which lower, schedule and plan memory (the reference does none of these)
-COMPILED = tuple(BACKENDS)
+# the back ends that lower, schedule and plan memory (all but the reference interpreter)
+COMPILED = tuple(name for name in ALL if REGISTRY[name].caps.lowers)
+# the executors that do not lower: the reference interpreter, the SDG as built
+REFERENCE = tuple(name for name in ALL if not REGISTRY[name].caps.lowers)
 # the back ends that take a device memory budget (move stores to the host between phases)
-MEMORY_BUDGET = tuple(name for name in BACKENDS if CAPS[name].memory_budget)
+MEMORY_BUDGET = tuple(name for name in COMPILED if REGISTRY[name].caps.memory_budget)
 # for slow tests: one back end per set of capabilities (of those sharing one, the last
 # registered: the interpreter, which codegen runs the same kernels as, from generated code) and
 # the reference
-_ONE_PER_CAPS = {CAPS[name]: name for name in BACKENDS}
-DISTINCT = tuple(name for name in ALL if name in (*_ONE_PER_CAPS.values(), "reference"))
+_ONE_PER_CAPS = {REGISTRY[name].caps: name for name in ALL}
+DISTINCT = tuple(name for name in ALL if name in _ONE_PER_CAPS.values())
+# DISTINCT's back ends (one per set of capabilities, without the reference)
+DISTINCT_COMPILED = tuple(name for name in DISTINCT if name in COMPILED)
+# the back ends that dispatch each statement from Python (a profile with the store bytes after
+# every statement, kernel events when recording, a run's progress bar)
+PER_STATEMENT = tuple(name for name in COMPILED if REGISTRY[name].caps.store_timeline)
 
 assert set(WITH_AUTO) == set(tl.compile_config.EXECUTORS), (WITH_AUTO, tl.compile_config.EXECUTORS)
+
 
 RTOL = 1e-5
 
 ATOL = 1e-5
 
-def close(actual, expected, rtol=RTOL, atol=ATOL):
+def close(actual, expected, rtol=RTOL, atol=ATOL, msg="", same_shape=True):
+    """``actual`` equals ``expected`` to the tolerances (and has its shape, unless
+    ``same_shape=False``, which lets NumPy broadcast them)."""
     actual = np.asarray(actual)
     expected = np.asarray(expected)
-    assert actual.shape == expected.shape, (actual.shape, expected.shape)
-    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol)
+    if same_shape:
+        assert actual.shape == expected.shape, (actual.shape, expected.shape, msg)
+    np.testing.assert_allclose(actual, expected, rtol=rtol, atol=atol, err_msg=msg)
 
-_STATE = {"executor": "reference"}
 
-@pytest.fixture(autouse=True)
-def executor(request):
-    """Each test of a module that imports this runs on every executor of ``ALL`` (parametrised
-    by ``conftest.py``); ``compile_`` and ``run`` compile for it."""
-    _STATE["executor"] = request.param
-    yield request.param
-    _STATE["executor"] = "reference"
+# the executor ``compile_`` and ``run`` compile for: set by the ``executor`` fixture
+# (``conftest.py``) for the test it parametrises
+STATE = {"executor": REFERENCE[0]}
 
 def compile_(ctx, bounds, outputs):
     return ctx.compile(bounds=bounds, outputs=outputs,
-                       config=tl.CompileConfig(executor=_STATE["executor"]))
+                       config=tl.CompileConfig(executor=STATE["executor"]))
 
 def run(ctx, bounds, **outputs):
     return compile_(ctx, bounds, outputs).run()

@@ -104,7 +104,7 @@ def agree(got: np.ndarray, want: np.ndarray, dt: np.dtype) -> None:
     np.testing.assert_allclose(g[fin], w[fin], rtol=4 * eps, atol=4 * tiny)
 
 
-@pytest.mark.parametrize("executor", COMPILED)
+@pytest.mark.parametrize("executor", COMPILED)  # not the fixture: hypothesis runs the examples
 @settings(max_examples=examples(450), deadline=None, derandomize=True,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(program=programs())

@@ -1,4 +1,4 @@
-"""The bad-input corpus (DESIGN §2 "Errors", §6 "Bad input").
+"""The bad-input corpus (docs/semantics.md, "Errors"; docs/testing.md, "Bad input").
 
 Every malformed program must raise the right ``tl.TempoLabError`` subclass whose message starts
 with ``file:line`` of the offending line *in this file* -- never a crash, a hang, a wrong answer
@@ -617,7 +617,7 @@ def _first_misfit(values: list, dt: np.dtype):
                 None)
 
 
-@pytest.mark.parametrize("executor", ALL)
+@pytest.mark.parametrize("executor", ALL)  # not the fixture: hypothesis runs the examples
 @settings(max_examples=10, deadline=None, derandomize=True, database=None)
 @given(_edge_values())
 def test_source_values_that_do_not_fit_the_dtype(executor, drawn):

@@ -10,6 +10,7 @@ kernels use spatial shapes no other test uses.
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -18,7 +19,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import rt_helpers
 from hypothesis import Phase, given, settings
+from rt_helpers import COMPILED, PER_STATEMENT
 
 import tempo_lab as tl
 from tempo_lab.demo import decoder, make_weights, numpy_decoder
@@ -72,8 +75,7 @@ def kernel_counts() -> tuple[int, int]:
     return len(fns), sum(f._cache_size() for f in fns)
 
 
-def close(a, b, rtol=1e-4, atol=1e-4, msg=""):
-    np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=rtol, atol=atol, err_msg=msg)
+close = functools.partial(rt_helpers.close, rtol=1e-4, atol=1e-4, same_shape=False)
 
 
 # ================================================================================================
@@ -417,7 +419,7 @@ def counter(threshold: float):
     return ctx, T, c, done, {"c": c, "total": total, "last": last}
 
 
-@pytest.mark.parametrize("executor", ["interpreter", "reference"])
+@pytest.mark.executors(("interpreter", "reference"), reason="the reference and one back end")
 @pytest.mark.parametrize("threshold, reached", [(5.0, 6), (100.0, 20)])
 def test_until_stops_after_the_first_done_point(executor, threshold, reached):
     ctx, T, c, done, outs = counter(threshold)
@@ -456,7 +458,7 @@ def test_until_with_a_second_dim_and_a_sink():
 
 
 
-@pytest.mark.parametrize("executor", ["interpreter", "codegen", "xla"])
+@pytest.mark.executors(COMPILED, reason="a loop of the schedule")
 def test_until_loop_that_isl_shifts_by_a_bound(executor):
     """isl may run the until's dim as ``c0 = t + B`` (here: a loop over ``b`` before it): the
     loop is still the one that ends at the condition (it was refused as not a plain loop)."""
@@ -480,7 +482,6 @@ def test_until_loop_that_isl_shifts_by_a_bound(executor):
     np.testing.assert_allclose(run["v1"], [1.1, 1.25])
 
 
-@pytest.mark.parametrize("executor", ["reference", "interpreter", "codegen", "xla"])
 def test_read_of_the_until_bound_in_the_iteration_that_ends_it(executor):
     """``v0[b, T - 1]`` runs inside the until's loop, under ``if t == T - 1`` after the
     condition: the bound is set the moment the condition holds, so that guard sees the ``T``
@@ -744,7 +745,7 @@ def test_a_step_that_copies_its_own_earlier_point():
     close(ctx.compile(bounds={T: 3}, outputs={"x": x}).run()["x"], [1.0, 1.0, 1.0])
 
 
-@pytest.mark.parametrize("executor", ["interpreter", "codegen"])
+@pytest.mark.executors(PER_STATEMENT, reason="a progress bar counts the steps run from Python")
 def test_a_runs_progress_bar_is_made_only_once_the_run_is_long(executor, monkeypatch):
     """A short run makes no progress bar (a tqdm bar costs about 100 µs, most of a short run);
     one still going after ``progress.DELAY_S`` gets one that counts every outermost step."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from rt_helpers import MEMORY_BUDGET
 
 import tempo_lab as tl
 
@@ -94,7 +95,7 @@ def test_where_it_does_not_apply():
         assert any(op.domain for op in prog.sdg.ops.values())  # b stayed a loop
 
 
-@pytest.mark.parametrize("executor", ["interpreter", "codegen"])
+@pytest.mark.executors(MEMORY_BUDGET, reason="a device memory budget")
 def test_a_device_memory_budget_runs_a_dim_too_large_for_it_in_blocks(executor):
     """A value vectorised over ``b`` would take 256 KiB: under a 200 KiB device budget it may
     take half of that, so ``b`` runs in blocks of 4 points and the peak is within the budget

@@ -1,24 +1,23 @@
-"""Temporal and spatial indexing (DESIGN §1 "Symbolic indexing"): point reads, slices (causal,
-window, future window, suffix, constant), reads that remove dims from the domain, and spatial
-indices after temporal ones. Expected values come from plain NumPy.
+"""Temporal and spatial indexing (docs/semantics.md, "Symbolic indexing"): point reads, slices
+(causal, window, future window, suffix, constant), reads that remove dims from the domain, and
+spatial indices after temporal ones. Expected values come from plain NumPy.
 """
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from rt_helpers import (  # noqa: F401 (executor: the autouse parametrisation)
-    ATOL,
-    RTOL,
+from rt_helpers import (
     close,
-    compile_,
     ctx1,
     ctx2,
-    executor,
     rng,
     run,
 )
 
 import tempo_lab as tl
+
+# every test on each executor (conftest.py); compile_ and run compile for it
+pytestmark = pytest.mark.usefixtures("executor")
 
 # ------------------------------------------------------------------------------------------------
 # temporal reads: causal, window, future window, suffix, constant slices and points

@@ -75,7 +75,6 @@ def _two_outputs(w, h):
     return (z @ w[1]).sum(), (z * z).sum(), jnp.argmax(z)  # the last: no cotangent (int)
 
 
-@pytest.mark.parametrize("executor", ["reference", "interpreter", "codegen", "xla"])
 def test_a_call_with_several_differentiated_outputs_is_one_vjp_per_input(executor):
     """Both outputs of one lifted call reach the loss (a sum and a product of them): their
     cotangents go back through one ``jax.vjp`` per input, not one per output and input, and
@@ -115,7 +114,6 @@ def _cell(w, h, x):
     return n, (n * n).sum()
 
 
-@pytest.mark.parametrize("executor", ["reference", "interpreter", "codegen", "xla"])
 def test_a_recurrent_call_with_two_differentiated_outputs_equals_jax_grad(executor):
     """Back-propagation through time through a lifted cell whose state and energy both reach
     the loss, the state also through the next step's call: one vjp per input of each call."""

@@ -11,13 +11,15 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from rt_helpers import (  # noqa: F401 (executor: the autouse parametrisation)
+from rt_helpers import (
     RTOL,
     compile_,
-    executor,
 )
 
 import tempo_lab as tl
+
+# every test on each executor (conftest.py); compile_ and run compile for it
+pytestmark = pytest.mark.usefixtures("executor")
 
 T_ = 3
 ATOL = 1e-6

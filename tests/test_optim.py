@@ -51,7 +51,7 @@ CASES = {"sgd": (tl.optim.SGD(lr=0.1), sgd(0.1, 0.0)),
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-@pytest.mark.parametrize("executor", ["reference", "auto"])
+@pytest.mark.executors(("reference", "auto"), reason="the reference and what a user runs")
 def test_optimizer_matches_numpy(name, executor):
     opt, update = CASES[name]
     ctx = tl.Context(dims=("i",))
@@ -77,7 +77,8 @@ def test_parameters_need_an_iteration_dim():
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
-@pytest.mark.parametrize("executor", ["reference", "auto", "interpreter"])
+@pytest.mark.executors(("reference", "auto", "interpreter"), reason="the reference, what a "
+                        "user runs and one back end per statement")
 def test_updates_over_several_dims_run_in_lexicographic_order(name, executor):
     """Parameters over (i, e, m) take one update per point: the same sequence of N = 2·1·3
     updates as over one dim, so the same values (e.g. PPO's epochs x minibatches per

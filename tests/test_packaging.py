@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # (`graphviz` on conda-forge is the `dot` program, which the views run as a subprocess.)
 CONDA_ONLY = {"python", "pip", "graphviz"}
 
-# Modules that `import tempo_lab` must not pull in (DESIGN §2): the notebook stack lives in
+# Modules that `import tempo_lab` must not pull in (docs/architecture.md, "Layers"): the notebook stack lives in
 # tempo_lab/widgets/, which the rest of tempo_lab imports only lazily (explore()).
 FORBIDDEN_AT_IMPORT = ("IPython", "ipywidgets", "plotly", "graphviz", "tempo_lab.widgets")
 

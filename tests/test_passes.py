@@ -20,7 +20,7 @@ from tempo_lab.symbolic import Dim
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/ is not a package
 from budget import examples  # noqa: E402
 from randprog import assert_outputs_match, numpy_eval, program_strategy, run_tempo  # noqa: E402
-from rt_helpers import COMPILED  # noqa: E402
+from rt_helpers import COMPILED, DISTINCT_COMPILED  # noqa: E402
 
 SWITCHES = tuple(REGISTRY[p].switch for p in tl.CompileConfig().passes)  # every pass
 DRAWN = ("remat", "stream", "contract", "tile", "incrementalise")  # drawn, not enumerated
@@ -71,7 +71,7 @@ def test_every_pass_is_registered_with_a_switch():
         assert p.doc
 
 
-@pytest.mark.parametrize("executor", ["reference", "interpreter"])
+@pytest.mark.executors(("reference", "interpreter"), reason="the reference and one back end")
 def test_passes_shrink_the_graph_and_keep_the_result(executor):
     ctx, bounds, outs, want = redundant_program()
     prog = ctx.compile(bounds=bounds, outputs=outs, config=config(executor, fuse=False))
@@ -202,7 +202,6 @@ def test_a_read_at_a_constant_point_reads_only_the_branches_that_hold_there(exec
     assert off.schedule.method.startswith("isl")
 
 
-@pytest.mark.parametrize("executor", ["reference", "interpreter", "codegen", "xla"])
 def test_a_sum_over_a_middle_vectorised_dim(executor):
     """Vectorised over (i, b, t), a reduction over all of b reads b's axis where it sits, in
     the middle of the producer's leading axes (it used to be taken as the first)."""
@@ -216,7 +215,6 @@ def test_a_sum_over_a_middle_vectorised_dim(executor):
     assert prog.sdg.ops[prog.sdg.outputs["y"]].attrs["vdims"] == ("i", "t")
     np.testing.assert_allclose(prog.run()["y"], np.exp(data * 0.01).sum(axis=1), rtol=1e-6)
 
-@pytest.mark.parametrize("executor", ["reference", "interpreter", "codegen", "xla"])
 @pytest.mark.parametrize("order", [("s", "k"), ("k", "s")])
 def test_a_dim_read_whole_after_a_range_of_a_loop_is_batched(executor, order):
     """Each slot ``k`` of step ``s`` gathers from every slot of the steps before
@@ -253,7 +251,6 @@ def test_a_dim_read_whole_after_a_range_of_a_loop_is_batched(executor, order):
     np.testing.assert_allclose(lay(prog.run()["y"]), want, rtol=1e-5, atol=1e-6)
 
 
-@pytest.mark.parametrize("executor", ["reference", "interpreter", "codegen", "xla"])
 def test_the_ops_off_a_recurrence_are_batched_over_its_dim(executor):
     """A forward recurrence over t (h), a per-step network off it (y), and a backward
     recurrence reading y (g, GAE's shape): t stays a loop for h and g while y runs once,
@@ -296,7 +293,7 @@ def test_the_ops_off_a_recurrence_are_batched_over_its_dim(executor):
     np.testing.assert_allclose(off.run()["g"], gs, rtol=1e-5)
 
 
-@pytest.mark.parametrize("executor", ["interpreter", "codegen", "xla"])
+@pytest.mark.executors(COMPILED, reason="where the schedule runs the view")
 def test_a_per_point_view_runs_in_the_backward_loop_that_reads_it(executor):
     """GAE's shape: a value batched over t (y) that a backward recurrence (g) reads through a
     per-point view. The view's points stand alone, so it runs in g's backward loop instead of
@@ -333,7 +330,7 @@ def _rnn_over_b_t():
     return ctx, ctx.dims, ctx.bounds, arrays, tensors
 
 
-@pytest.mark.parametrize("executor", ["interpreter", "xla"])
+@pytest.mark.executors(DISTINCT_COMPILED, reason="one back end per set of capabilities")
 def test_an_input_projection_read_only_by_later_steps_is_batched(executor):
     """An RNN's ``x[t] @ w`` feeds only the steps t >= 1 (step 0 is its own branch). It has
     no looped input, so computing it at t = 0 too is safe: it leaves the loop as one matmul.
@@ -356,7 +353,6 @@ def test_an_input_projection_read_only_by_later_steps_is_batched(executor):
     np.testing.assert_allclose(prog.run()["h"], want, rtol=1e-5, atol=1e-5)
 
 
-@pytest.mark.parametrize("executor", ["reference", "interpreter", "codegen", "xla"])
 def test_a_read_at_one_point_of_a_batched_op_takes_it_from_the_batch(executor):
     """A bidirectional RNN's boundary steps read the batched input projection at t = 0 and
     t = T - 1: each takes its point out of the batch where it is read. Through the per-point
@@ -416,7 +412,7 @@ def test_an_index_value_only_the_batch_reads_is_batched_with_it(executor):
         assert sum(isinstance(n, For) for n in prog.schedule.ast.walk()) == 1
 
 
-@pytest.mark.parametrize("executor", ["interpreter", "xla"])
+@pytest.mark.executors(DISTINCT_COMPILED, reason="one back end per set of capabilities")
 def test_an_op_read_at_one_point_of_the_recurrence_stays_at_that_point(executor):
     """``exp(x)`` off a recurrence whose only reader wants ``T - 1``: it is computed there,
     as without groups, not batched over every step and held for all of them (memory growing
@@ -468,7 +464,7 @@ def test_noise_read_through_a_window_stays_in_the_loop_and_its_plan_is_flat():
     assert any("stays in the loop over t: made from t's index alone" in n for n in notes)
 
 
-@pytest.mark.parametrize("executor", ["interpreter", "xla"])
+@pytest.mark.executors(DISTINCT_COMPILED, reason="one back end per set of capabilities")
 def test_noise_kept_in_the_loop_gives_the_reference_results(executor):
     want = _windowed_noise(40, "reference").run()["last"]
     np.testing.assert_allclose(_windowed_noise(40, executor).run()["last"], want, rtol=1e-5)
@@ -507,7 +503,7 @@ def jnp_tanh(v):
     return jnp.tanh(v)
 
 
-@pytest.mark.parametrize("executor", ["reference", "interpreter"])
+@pytest.mark.executors(("reference", "interpreter"), reason="the reference and one back end")
 def test_fusion_runs_a_chain_as_one_op(executor):
     ctx, bounds, outs, want = redundant_program()
     prog = ctx.compile(bounds=bounds, outputs=outs, config=config(executor))

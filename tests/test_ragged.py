@@ -9,7 +9,7 @@ import pytest
 from budget import examples
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from rt_helpers import ALL, COMPILED
+from rt_helpers import ALL, COMPILED, DISTINCT_COMPILED
 
 import tempo_lab as tl
 
@@ -420,7 +420,7 @@ def test_instances_stay_one_box_when_one_op_reads_across_them():
 
 
 # -- trees ----------------------------------------------------------------------------------------
-@pytest.mark.parametrize("executor", ["reference", "xla"])
+@pytest.mark.executors(("reference", "xla"), reason="for time: trees of several levels")
 def test_gradient_through_ragged_trees_matches_jax_grad(executor):
     """A binary TreeLSTM over random trees in post-order: each node gathers its children's
     states out of the earlier nodes; node counts are ragged."""
@@ -582,7 +582,7 @@ def test_a_program_of_hundreds_of_ops_matches_the_reference_and_each_instance_al
     ctx, bounds, outs = stacked(data, lengths, weights)
     want = ctx.compile(bounds=bounds, outputs=outs,
                        config=tl.CompileConfig(executor="reference")).run()["pooled"]
-    for executor in ("xla", "interpreter"):
+    for executor in DISTINCT_COMPILED:
         prog = ctx.compile(bounds=bounds, outputs=outs,
                            config=tl.CompileConfig(executor=executor, ragged_buckets=4))
         assert len(prog.passes.initial.ops) > 200 and len(prog.sdg.ops) > 400  # 4 groups

@@ -47,7 +47,7 @@ from randprog import (  # noqa: E402
     run_tempo,
     to_source,
 )
-from rt_helpers import ALL  # noqa: E402
+from rt_helpers import ALL, DISTINCT_COMPILED  # noqa: E402
 
 # Budget (2 cores): compiling a program costs ~150 ms (isl schedule, memory plan), more with a
 # gradient; a run on the interpreter or generated code ~100 ms (JAX kernels, most cached across
@@ -120,7 +120,7 @@ def test_random_programs_with_group_vectorisation(program):
     want = expected(program)
     calls: dict = {}
     prog = compile_program(program, calls, config=config)
-    for executor in ("xla", "interpreter"):
+    for executor in DISTINCT_COMPILED:
         got = run_tempo(program, prog.on(executor), calls)
         got.pop("_peak", None)
         got.pop("_calls", None)

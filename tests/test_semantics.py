@@ -1,4 +1,4 @@
-"""Semantics of recurrent-tensor programs on every executor (DESIGN §1–§2).
+"""Semantics of recurrent-tensor programs on every executor (docs/semantics.md).
 
 Every expected value is computed independently with plain NumPy loops inside the test; nothing
 is taken from tempo_lab except the value under test.
@@ -9,19 +9,19 @@ import itertools
 
 import numpy as np
 import pytest
-from rt_helpers import (  # noqa: F401 (executor: the autouse parametrisation)
-    ATOL,
-    RTOL,
+from rt_helpers import (
     close,
     compile_,
     ctx1,
     ctx2,
-    executor,
     rng,
     run,
 )
 
 import tempo_lab as tl
+
+# every test on each executor (conftest.py); compile_ and run compile for it
+pytestmark = pytest.mark.usefixtures("executor")
 
 
 # ------------------------------------------------------------------------------------------------

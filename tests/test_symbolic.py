@@ -218,7 +218,7 @@ def test_float_arithmetic_on_index_expressions_says_how_to_lift():
             bad()
 
 
-@pytest.mark.parametrize("executor", ["interpreter", "reference"])
+@pytest.mark.executors(("interpreter", "reference"), reason="the reference and one back end")
 def test_conditions_on_dims_are_bool_values(executor):
     ctx = tl.Context(dims=("t",))
     (tt,), (TT,) = ctx.dims, ctx.bounds

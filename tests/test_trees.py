@@ -137,7 +137,8 @@ def test_treelstm_level_by_level_equals_numpy(executor):
         assert "i_k" not in prog.executable.source
 
 
-@pytest.mark.parametrize("executor", ["reference", "xla", "codegen"])
+@pytest.mark.executors(("xla", "codegen", "reference"), reason="for time: the interpreter runs "
+                        "codegen's kernels")
 def test_gradient_through_trees_level_by_level_matches_jax_grad(executor):
     from benchmarks.autobatch import treelstm_numpy, treelstm_problem
 

@@ -11,6 +11,7 @@ import jax
 import ml_dtypes
 import numpy as np
 import pytest
+from rt_helpers import COMPILED
 
 import tempo_lab as tl
 from tempo_lab.runtime.host import ALIGN, aligned_empty
@@ -148,7 +149,7 @@ def test_llama_init_is_aligned_in_the_dtype_asked_and_deterministic():
         model.init(0, "int32")
 
 
-@pytest.mark.parametrize("executor", ["xla", "codegen", "interpreter"])
+@pytest.mark.executors(COMPILED, reason="the arrays a compiled program holds")
 def test_a_dropped_program_returns_its_arrays(executor):
     model = tl.nn.Llama(vocab=1024, embed=64, layers=2, heads=4, kv_heads=2, hidden=96)
 

@@ -1,6 +1,7 @@
 """Payload tests of the notebook views, without a browser: what each view would draw (DOT,
 SVG, plotly figures, HTML) and that selecting an op reaches every tab of the dashboard."""
 import pytest
+from rt_helpers import PER_STATEMENT
 
 import tempo_lab as tl
 import tempo_lab.svg
@@ -366,7 +367,7 @@ def test_profile_payloads(prog, run):
     assert len(F.compile_figure(prog).data) == len(rows)
 
 
-@pytest.mark.parametrize("executor", ["interpreter", "codegen"])
+@pytest.mark.executors(PER_STATEMENT, reason="kernel events are per statement")
 def test_recorded_run_times_every_op(executor):
     prog = _prog(executor)
     run, kernels = F.recorded_run(prog)

@@ -10,6 +10,13 @@ from .ops import cast_array
 from .sdg import Op
 
 
+def calls_python(ops) -> bool:
+    """Whether a program (its ops: ``sdg.ops`` or an editor's) calls the user's Python at
+    every point of an op: it has a ``tl.source`` or a ``tl.sink`` (what ``executor="auto"``
+    decides by, ``executors.resolve``)."""
+    return any(op.kind in ("source", "sink") for op in ops.values())
+
+
 def source_value(op: Op, point: dict[str, int]) -> np.ndarray:
     """``tl.source``'s function at one point, checked against the op's shape and dtype: a
     value that does not fit the dtype (``2**40`` for int32, ``1e300`` for float32) is a

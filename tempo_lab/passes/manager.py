@@ -16,6 +16,8 @@ from types import MappingProxyType
 import numpy as np
 
 from ..errors import ArgumentError, InternalError, TempoLabError, user_api, user_location
+from ..executors import resolve
+from ..ir.callbacks import calls_python
 from ..ir.ops import TensorType, flag, infer, norm_dim
 from ..ir.sdg import SDG, Edge, Op, read_type
 from ..ir.vmap import base_op, in_axes, vdims
@@ -61,9 +63,11 @@ class Editor:
     """A mutable copy of an SDG that a pass edits through its methods (``ops``, ``edges`` and
     ``dims`` are read-only views), so that every edit is recorded; ``result()`` freezes it."""
 
-    def __init__(self, sdg: SDG, pass_name: str, config=None, bounds=None, dynamic=()):
+    def __init__(self, sdg: SDG, pass_name: str, config=None, bounds=None, dynamic=(),
+                 executor=None):
         self.sdg0, self.pass_name = sdg, pass_name
         self.config, self.dynamic = config, set(dynamic)
+        self.executor = executor  # the executors.Choice the compilation resolved (or None)
         self._bounds = dict(bounds or {})
         self._dims = sdg.dims
         self._ops: dict[int, Op] = dict(sdg.ops)
@@ -423,16 +427,21 @@ class PassTrace(Stage):
 
 
 def run_passes(sdg: SDG, config, check: bool = False, bounds=None,
-               dynamic=()) -> tuple[SDG, PassTrace]:
+               dynamic=(), executor=None) -> tuple[SDG, PassTrace]:
     """Run every enabled pass in ``config.passes`` order, recording a PassTrace. ``bounds`` are
-    the compiled bound values; ``dynamic`` names the data-dependent ones."""
+    the compiled bound values; ``dynamic`` names the data-dependent ones; ``executor`` is the
+    ``executors.Choice`` the compilation resolved ``config.executor`` to (``ed.executor``;
+    None: resolved here, the same way)."""
+    if executor is None:
+        executor = resolve(config.executor, calls_python(sdg.ops),
+                           config.device_memory_budget is not None)
     records, bounds = [], dict(bounds or {})
     first = ["ragged"] if sdg.ragged else []  # not optional: executors run boxes only
     for name in first + list(config.passes):
         p = REGISTRY[name]
         if p.switch is not None and not getattr(config, p.switch):
             continue
-        ed = Editor(sdg, name, config, bounds, dynamic)
+        ed = Editor(sdg, name, config, bounds, dynamic, executor)
         t0 = time.perf_counter()
         try:
             p.fn(ed)

@@ -545,7 +545,8 @@ def bucket(ed: Editor, name: str, r: Ragged) -> bool:
     groups = groupable(ed, name, r)
     if not groups:
         return False
-    _Lower(Editor(ed.result(), ed.pass_name, ed.config, ed.bounds, ed.dynamic), name, r).run()
+    _Lower(Editor(ed.result(), ed.pass_name, ed.config, ed.bounds, ed.dynamic, ed.executor),
+           name, r).run()
     _groups(ed, name, r, groups)
     return True
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 
-from ..executors import CAPS, auto_backend
+from ..executors import CAPS
 from ..ir.ops import CATALOG, TensorType, accumulator, flag, infer
 from ..ir.sdg import Edge, Op, read_type
 from ..ir.vmap import vdims
@@ -42,7 +42,7 @@ def auto_block(longest: int) -> int:
 
 def _padded_per_span(ed: Editor) -> bool:
     """Whether the automatic block is left out: the program runs on an executor (chosen, or
-    what "auto" picks, ``auto_backend``) that pads a growing read to the end of its span of
+    what "auto" picks: ``ed.executor``, resolved once before the passes) that pads a growing read to the end of its span of
     the loop (``xla_split``; ``Caps.pads_per_span``: the XLA executor), so every kernel is
     static already, and a loop over blocks adds a loop iteration per block. Measured on the decode benchmark (T = 1024, causal, CPU, ms/token,
     blocks of 32 / untiled): GPT-2-style 1.60 / 1.36, Llama-style 1.82 / 1.72."""
@@ -50,10 +50,8 @@ def _padded_per_span(ed: Editor) -> bool:
     if c.tile_block is not None or c.xla_split < 2:
         return False
     # a device memory budget may or may not make offloads: tiled is the safe side there
-    calls = any(op.kind in ("source", "sink") for op in ed.ops.values())
-    chosen = (c.executor if c.executor != "auto" else
-              auto_backend(calls, c.device_memory_budget is not None))
-    return chosen in CAPS and CAPS[chosen].pads_per_span
+    # (``Choice.planned``: auto's fallback under a budget)
+    return CAPS[ed.executor.planned].pads_per_span
 
 
 class Region:

@@ -4,7 +4,8 @@
 A back end turns a ``Lowered`` program into something that runs on a ``Host`` (the one place
 that owns stores, host values, callbacks and measurements): the loop-AST interpreter, a
 generated Python program, or one XLA program. Adding an executor is one module that implements
-``Backend`` plus a line in ``BACKENDS``.
+``Backend`` plus its ``register(...)`` line in ``executors.py`` (the one registry: name,
+capabilities, class, options class); ``make_backend`` makes one from its name.
 """
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Protocol
 
 from ..errors import TempoLabError
-from ..executors import CAPS, auto_backend
+from ..executors import REGISTRY, Choice, lowering, resolve
 from ..schedule import Offload
 from ..stage import Stage
 from .host import Cached, Host
@@ -52,61 +53,85 @@ class Backend(Protocol):
         """Compile-time work for ``lowered`` (no bound values beyond ``lowered.bounds``)."""
 
 
-# executor name -> (module of this package, class implementing Backend): the one list of back
-# ends; their modules are imported on first use
-BACKENDS = {"xla": ("xla", "XlaBackend"), "codegen": ("codegen", "CodegenBackend"),
-            "interpreter": ("interpreter", "InterpreterBackend")}
+def make_backend(name: str, options=None) -> Backend:
+    """The back end registered as ``name`` (``executors.REGISTRY``), made with ``options`` (an
+    instance of its registered options class; None: its defaults)."""
+    import importlib
+
+    info = REGISTRY[name]
+    mod, cls = info.cls.split(":")
+    made = getattr(importlib.import_module(f".{mod}", __package__), cls)
+    return made() if options is None else made(options)
+
+
+def options_class(name: str) -> type | None:
+    """The options dataclass the back end registered as ``name`` takes, or None."""
+    import importlib
+
+    info = REGISTRY[name]
+    if info.options is None:
+        return None
+    mod, cls = info.options.split(":")
+    return getattr(importlib.import_module(f".{mod}", __package__), cls)
 
 
 def backends() -> dict[str, Backend]:
-    import importlib
+    """Every back end that runs a lowered program, by name, in the registry's order."""
+    return {name: make_backend(name) for name in lowering()}
 
-    return {name: getattr(importlib.import_module(f".{mod}", __package__), cls)()
-            for name, (mod, cls) in BACKENDS.items()}
+
+def _choice_text(lowered: Lowered, chosen: Choice, backend: str, offloads: bool) -> list[str]:
+    if not chosen.auto:
+        return [f"CompileConfig(executor={backend!r})"]
+    reasons = [f"{lowered.stmts[k].op.label} is a tl.{lowered.stmts[k].op.kind} at "
+               f"{lowered.stmts[k].op.loc}: it calls Python at every point"
+               for k in lowered.sources + lowered.sinks]
+    return (["auto chose codegen: under device_memory_budget some stores move to the "
+             "host between phases, which the XLA program (every store held for the "
+             "whole run) cannot do"] if offloads else
+            ["auto chose codegen: a Python callback at every point would serialise "
+             "the XLA program"] + reasons if reasons else
+            ["auto chose xla: every loop nest runs inside one XLA program (static "
+             "store shapes for these bounds, no host callbacks)"])
 
 
 def compile_lowered(lowered: Lowered, backend, sync: bool = False, split: int = 8
                     ) -> Executable:
     """``backend``: a name ("auto" picks "xla" unless the program calls Python at every
-    point, then "codegen") or a ``Backend`` object."""
-    found = backends()
-    choice: list[str] = []
-    prepared = None  # made already when auto checked it against a budget
-    if backend == "auto":
-        reasons = [f"{lowered.stmts[k].op.label} is a tl.{lowered.stmts[k].op.kind} at "
-                   f"{lowered.stmts[k].op.loc}: it calls Python at every point"
-                   for k in lowered.sources + lowered.sinks]
-        offloads = any(isinstance(n, Offload) for n in lowered.ast.walk())
-        backend = auto_backend(bool(reasons), offloads)
-        choice = (["auto chose codegen: under device_memory_budget some stores move to the "
-                   "host between phases, which the XLA program (every store held for the "
-                   "whole run) cannot do"] if offloads else
-                  ["auto chose codegen: a Python callback at every point would serialise "
-                   "the XLA program"] + reasons if reasons else
-                  ["auto chose xla: every loop nest runs inside one XLA program (static "
-                   "store shapes for these bounds, no host callbacks)"])
+    point, then "codegen"), the ``executors.Choice`` a compilation resolved before its passes,
+    or a ``Backend`` object."""
+    if not isinstance(backend, (str, Choice)):
+        return Executable(lowered, backend, backend.prepare(lowered, sync, split), sync, [])
+    chosen = backend
+    if isinstance(chosen, str):
+        if chosen != "auto" and (chosen not in REGISTRY or not REGISTRY[chosen].caps.lowers):
+            raise TempoLabError(f"unknown executor {chosen!r}; choose one of "
+                                f"{', '.join(['auto', *lowering()])}")
+        chosen = resolve(chosen, bool(lowered.sources or lowered.sinks),
+                         lowered.plan.budget is not None)
+    name, prepared = chosen.name, None
+    offloads = chosen.auto and any(isinstance(n, Offload) for n in lowered.ast.walk())
+    if offloads and chosen.fallback is not None:  # a store moves to the host: only the
+        name = chosen.fallback                     # fallback can do that
+    choice = _choice_text(lowered, chosen, name, offloads)
+    made = make_backend(name)
+    if chosen.fallback is not None and not offloads:  # auto under a budget: does it fit?
         budget = lowered.plan.budget
-        if budget is not None and not CAPS[backend].memory_budget:
-            prepared = found[backend].prepare(lowered, sync, split)
-            held = prepared.predicted_peak_bytes
-            if held <= budget:
-                choice.append(f"its stores, held for the whole run ({held} B), fit "
-                              f"device_memory_budget ({budget} B)")
-            else:
-                prepared, whole, backend = None, backend, auto_backend(bool(reasons), True)
-                choice = [f"auto chose {backend}: {whole} holds every store for the whole run, "
-                          f"{held} B, above device_memory_budget ({budget} B); {backend} frees "
-                          f"stores as the memory plan says (predicted peak "
-                          f"{lowered.plan.peak_bytes} B)"]
-    if isinstance(backend, str):
-        if backend not in found:
-            raise TempoLabError(f"unknown executor {backend!r}; choose one of "
-                                f"{', '.join(['auto', *found])}")
-        choice = choice or [f"CompileConfig(executor={backend!r})"]
-        backend = found[backend]
+        prepared = made.prepare(lowered, sync, split)
+        held = prepared.predicted_peak_bytes
+        if held <= budget:
+            choice.append(f"its stores, held for the whole run ({held} B), fit "
+                          f"device_memory_budget ({budget} B)")
+        else:
+            prepared, whole, name = None, name, chosen.fallback
+            made = make_backend(name)
+            choice = [f"auto chose {name}: {whole} holds every store for the whole run, "
+                      f"{held} B, above device_memory_budget ({budget} B); {name} frees "
+                      f"stores as the memory plan says (predicted peak "
+                      f"{lowered.plan.peak_bytes} B)"]
     if prepared is None:
-        prepared = backend.prepare(lowered, sync, split)
-    return Executable(lowered, backend, prepared, sync, choice)
+        prepared = made.prepare(lowered, sync, split)
+    return Executable(lowered, made, prepared, sync, choice)
 
 
 class Executable(Stage):

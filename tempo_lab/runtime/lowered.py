@@ -5,7 +5,7 @@ with their reads, the integers they pass (store slots, range starts, valid lengt
 expressions over loop variables and bounds, and the sizes their symbolic axes are padded to.
 The stores get their layouts from the memory plan, with the rules for allocating and growing
 them; constants and arrays, sources and sinks, and the ``While`` loops of data-dependent bounds
-are listed. The back ends (``runtime/executable.py``'s ``BACKENDS``) only evaluate what is
+are listed. The back ends (``executors.REGISTRY``) only evaluate what is
 resolved here: ``lowered.compile(backend)`` gives the ``Executable``.
 """
 from __future__ import annotations
@@ -211,7 +211,7 @@ class Lowered(Stage):
 
     def compile(self, backend="auto", sync: bool = False, split: int = 8):
         """The ``Executable`` of this program on ``backend`` ("auto", "xla", "codegen",
-        "interpreter", or a ``Backend`` object)."""
+        "interpreter", an ``executors.Choice``, or a ``Backend`` object)."""
         from .executable import compile_lowered
 
         return compile_lowered(self, backend, sync, split)

@@ -22,6 +22,7 @@ from ..ir.sdg import SDG, Edge, Op
 from ..ir.vmap import base_op, in_axes, vdims
 from ..symbolic import Slice
 from . import counter_rng
+from .out_of_memory import reference_error
 
 
 def _np_softmax(x, axis):
@@ -406,3 +407,23 @@ def run_reference(sdg: SDG, bounds: Mapping[str, int]) -> dict[str, np.ndarray]:
     out = {name: ref.evaluate(i) for name, i in sdg.outputs.items()}
     ref.run_sinks()
     return out
+
+
+class ReferenceBackend:
+    """The reference interpreter as a back end of the registry (``executors.REGISTRY``). Its
+    capabilities say it does not lower (``Caps.lowers``): a compilation for it stops after the
+    passes, and a run evaluates the SDG as built (``PassTrace.initial``), with no schedule,
+    memory plan or ``Executable``."""
+
+    name = "reference"
+
+    def run(self, sdg: SDG, bounds: Mapping[str, int]
+            ) -> tuple[dict[str, np.ndarray], dict[str, int], SDG]:
+        """(every output's value, the bounds reached, ``sdg`` with the lengths each
+        per-instance ``tl.until`` reached)."""
+        bounds, sdg = reference_bounds(sdg, bounds)
+        try:
+            values = run_reference(sdg, bounds)
+        except MemoryError as e:  # without its traceback, whose frames hold the values
+            raise reference_error(e, sdg, bounds) from e.with_traceback(None)
+        return values, bounds, sdg

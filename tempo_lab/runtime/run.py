@@ -71,7 +71,7 @@ class Run(Stage):
 
     @property
     def executor(self) -> str:
-        return self.profile.executor if self.profile is not None else "reference"
+        return self.profile.executor if self.profile is not None else self.program.executor
 
     def __getitem__(self, key) -> np.ndarray:
         if isinstance(key, RecurrentTensor) and self.program is None:
