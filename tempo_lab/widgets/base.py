@@ -110,18 +110,26 @@ class GraphPanel:
         self._slot: FigureSlot | None = None
         self._dot: str | None = None
 
-    def show(self, spec: G.GraphSpec, selected: int | None = None):
+    def show(self, spec: G.GraphSpec, selected: int | None = None, fit: bool = False):
+        """Draw ``spec``; ``fit``: the canvas fits the new drawing (expand or collapse all)
+        rather than keeping its view."""
+        from .layout import svg as nested_svg
+
         self.spec = spec
         too_big = len(spec.nodes) > G.DOT_LIMIT
         head = f"<b>{html.escape(self.title)}</b> " if self.title else ""
         self.note.value = head + G.legend_html(spec) + G.hidden_html(spec)
         dot = None if too_big else G.to_dot(spec)
         if dot is not None and dot != self._dot:
-            self.svg = G.svg_of(dot)
+            self.svg = nested_svg(spec)      # each group laid out on its own (layout.py)
         self._dot = dot
         if dot is not None and self.svg is not None:
             self.figure = None
-            self._canvas().svg = self.svg
+            canvas = self._canvas()
+            with canvas.hold_sync():
+                if fit:
+                    canvas.refit += 1
+                canvas.svg = self.svg
             self.canvas.selected = -1 if selected is None else selected
             self.box.children = (self.canvas,)
             return

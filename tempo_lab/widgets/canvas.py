@@ -24,7 +24,8 @@ class GraphCanvas(anywidget.AnyWidget):
     """``svg``: graphviz output; ``selected``: the op id picked (-1: none), set by a click in the
     graph or from Python; ``index``: ``graph.search_rows`` for the search box; ``query``: words
     whose hits the graph keeps drawn and marked (Shift+Enter in the box); ``view``: the view
-    box the browser shows, kept across redraws. A click on a group calls the ``on_toggle``
+    box the browser shows, kept across redraws (but when ``refit`` changes with the drawing:
+    then the new drawing is fitted). A click on a group calls the ``on_toggle``
     callbacks with the group's key (``g3``)."""
 
     _esm = ESM
@@ -35,6 +36,7 @@ class GraphCanvas(anywidget.AnyWidget):
     query = traitlets.Unicode("").tag(sync=True)
     view = traitlets.List([]).tag(sync=True)
     height = traitlets.Int(600).tag(sync=True)
+    refit = traitlets.Int(0).tag(sync=True)   # bumped with a new svg: fit it, not keep the view
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)

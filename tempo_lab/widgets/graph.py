@@ -51,6 +51,9 @@ class GraphSpec:
     hidden: list[str] = field(default_factory=list)         # what is not drawn, in words
     legend: dict[str, str] = field(default_factory=dict)    # what a fill means -> its colour
     heat: str = ""      # the white-to-red scale's top, when nodes are coloured by a cost
+    # every drawn group's label as a closed node (open ones too: the nested layout keeps the
+    # room of a group's closed node in its parent, so that opening it moves nothing above it)
+    closed: dict[tuple[str, ...], str] = field(default_factory=dict)
 
     @property
     def ops(self) -> list[int]:
@@ -309,16 +312,20 @@ def graph_spec(sdg, *, highlight: int | None = None, search: str = "", kind: str
         spec.nodes.append(node)
         where[op.id] = node.key
         first[node.key] = op.id
-    for path, ids in folded.items():
+    def closed_label(path, ids) -> str:
         kinds: dict[str, int] = {}
         for i in ids:
             kinds[sdg.ops[i].kind] = kinds.get(sdg.ops[i].kind, 0) + 1
         top = ", ".join(f"{k}×{n}" for k, n in sorted(kinds.items(), key=lambda kv: -kv[1])[:3])
-        key = f"g{order[path]}"
-        spec.groups[key] = path
         total = "" if weights is None else \
             f"\n{amount(sum(weights.get(i, 0.0) for i in ids), unit)} in all"
-        spec.nodes.append(Node(key, f"{path[-1]}: {spec.sizes[path]} ops\n{top}{total}",
+        return f"{path[-1]}: {spec.sizes[path]} ops\n{top}{total}"
+
+    for path, ids in folded.items():
+        key = f"g{order[path]}"
+        spec.groups[key] = path
+        spec.closed[path] = closed_label(path, ids)
+        spec.nodes.append(Node(key, spec.closed[path],
                                "#f4f4f4", path[:-1], border=_group_colour(path), width=2.0,
                                tooltip=f"{'/'.join(path)}: {spec.sizes[path]} ops "
                                        "(click to expand)"))
@@ -341,8 +348,18 @@ def graph_spec(sdg, *, highlight: int | None = None, search: str = "", kind: str
                                        op.category, n.fill)
     if folded:
         spec.legend["a closed group: click to open"] = "#f4f4f4"
-    for path in {n.cluster[:j] for n in spec.nodes for j in range(1, len(n.cluster) + 1)}:
+    opened = {n.cluster[:j] for n in spec.nodes for j in range(1, len(n.cluster) + 1)}
+    for path in opened:
         spec.groups[f"g{order[path]}"] = path
+    if opened:
+        under: dict[tuple[str, ...], list[int]] = {}
+        for i, path in paths.items():
+            if i not in inline:
+                for j in range(1, len(path) + 1):
+                    if path[:j] in opened:
+                        under.setdefault(path[:j], []).append(i)
+        for path in opened:
+            spec.closed[path] = closed_label(path, under.get(path, []))
     spec.groups = dict(sorted(spec.groups.items(), key=lambda kv: int(kv[0][1:])))
     if inline:
         spec.hidden.append(f"{len(inline)} constants written inside the ops that read them")

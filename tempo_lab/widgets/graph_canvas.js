@@ -1,5 +1,5 @@
-// The SDG drawing as a navigable canvas: graphviz lays the graph out (the SVG arrives in the
-// `svg` trait); this module only moves the view box (zoom, pan, fit, centre), reports clicks
+// The SDG drawing as a navigable canvas: layout.py lays the graph out, each group on its own
+// (the SVG arrives in the `svg` trait); this module only moves the view box (zoom, pan, fit, centre), reports clicks
 // (a node selects its op, a grey group node expands, a group's title collapses it) and offers
 // a type-ahead search over `index` ([op id, "name kind file:line scope"]).
 
@@ -74,14 +74,27 @@ function render({ model, el }) {
     svg.classList.toggle("tl-far", far);
     el.dataset.far = far ? "1" : "0";
     const size = far ? `${(READ + 2) / s}px` : "";
-    svg.querySelectorAll("g.node[id^='g'] text:first-of-type, g.cluster text")
-      .forEach((t) => { t.style.fontSize = size; });
+    const titles = svg.querySelectorAll("g.cluster > text, g.node[id^='g'] > text:first-of-type");
+    titles.forEach((t) => { t.style.fontSize = size; });
     if (names === null) measure();   // sizes exist only once the SVG is on screen
     for (const { text, width, chars } of names) {
       const fits = far && width * s >= chars * READ * 0.62;
       text.classList.toggle("tl-name", fits);
       text.style.fontSize = fits ? `${READ / s}px` : "";
     }
+    if (s === detail.scale) return;
+    detail.scale = s;
+    // Titles drawn larger than their boxes (far) would run into each other: outer groups
+    // first (document order), a title that overlaps one already shown gives way.
+    const shown = [];
+    titles.forEach((t) => {
+      t.classList.remove("tl-hide");
+      if (!far) return;
+      const r = t.getBoundingClientRect();
+      if (shown.some((q) => r.left < q.right && q.left < r.right && r.top < q.bottom &&
+                     q.top < r.bottom)) t.classList.add("tl-hide");
+      else shown.push(r);
+    });
   }
   let names = null;   // op nodes' first lines, with their boxes' widths (graph units)
   function measure() {
@@ -138,9 +151,9 @@ function render({ model, el }) {
     }
     setBox([(a.x + b.x) / 2 - w / 2, (a.y + b.y) / 2 - h / 2, w, h]);
   }
-  function centreOf(e) {
-    const r = e.getBoundingClientRect();
-    return { x: r.left + r.width / 2, y: r.top + r.height / 2 };
+  function cornerOf(g) {   // a node's or group's box (its outline, not its title)
+    const r = (g.querySelector(":scope > path, :scope > polygon") || g).getBoundingClientRect();
+    return { x: r.left, y: r.top };
   }
   function draw() {
     const before = box ? box.slice() : null, s0 = scale();
@@ -154,13 +167,20 @@ function render({ model, el }) {
     const vb = svg.viewBox.baseVal;
     full = [vb.x, vb.y, vb.width, vb.height];
     names = null;
+    detail.scale = null;
     const kept = model.get("view");
-    if (anchor && before && s0) {
-      // the group opened or closed stays under the pointer, at the same zoom
+    const refit = model.get("refit") !== draw.refit;
+    draw.refit = model.get("refit");
+    if (refit && before) {
+      size();                                 // expand or collapse all: fit what is drawn
+      fit();
+    } else if (anchor && before && s0) {
+      // the group opened or closed keeps its top-left corner under the pointer, at the same
+      // zoom: it grows or shrinks in place (layout.py), so nothing above or left of it moves
       const g = svg.querySelector(`[id="${anchor.id}"]`);
       setBox(before);
       if (g) {
-        const c = centreOf(g), p = toSvg(c.x, c.y), q = toSvg(anchor.x, anchor.y);
+        const c = cornerOf(g), p = toSvg(c.x, c.y), q = toSvg(anchor.x, anchor.y);
         if (p && q) setBox([before[0] + p.x - q.x, before[1] + p.y - q.y, before[2], before[3]]);
       }
     } else if (before) {
@@ -218,7 +238,7 @@ function render({ model, el }) {
     view.focus();
     const node = e.target.closest("g.node");
     if (node && node.id.startsWith("op")) return select(Number(node.id.slice(2)));
-    const toggle = (g) => { anchor = { id: g.id, ...centreOf(g) }; model.send({ toggle: g.id }); };
+    const toggle = (g) => { anchor = { id: g.id, ...cornerOf(g) }; model.send({ toggle: g.id }); };
     if (node && node.id.startsWith("g")) return toggle(node);
     const cluster = e.target.closest("g.cluster");
     if (cluster && e.target.tagName === "text") toggle(cluster);
@@ -302,6 +322,7 @@ function render({ model, el }) {
     if (nodeOf(model.get("selected"))) centre(true);
     else pending = model.get("selected") >= 0;  // its group opens: the new drawing centres
   });
+  draw.refit = model.get("refit");
   draw();
   const shown = new IntersectionObserver((entries) => {
     if (entries.some((x) => x.isIntersecting) && svg && !el.dataset.shown) {

@@ -53,8 +53,8 @@ class SDGExplorer:
         self.colour.add_class("tempo-lab-colour")
         self.expand_all = W.Button(description="expand all", layout=W.Layout(width="auto"))
         self.collapse_all = W.Button(description="collapse all", layout=W.Layout(width="auto"))
-        self.expand_all.on_click(lambda _: self.set_expanded(self._all_groups()))
-        self.collapse_all.on_click(lambda _: self.set_expanded(set()))
+        self.expand_all.on_click(lambda _: self.set_expanded(self._all_groups(), fit=True))
+        self.collapse_all.on_click(lambda _: self.set_expanded(set(), fit=True))
         self.picker = W.Dropdown(options=op_options(sdg), value=NONE, description="op",
                                  layout=W.Layout(display=None if selector else "none"))
         self.constants = W.Checkbox(value=False, description="constants in the picker",
@@ -105,9 +105,9 @@ class SDGExplorer:
                             keep=() if self.selected is None else (self.selected,),
                             weights=weights, unit=unit)
 
-    def refresh(self):
+    def refresh(self, fit: bool = False):
         self.drawn = self.spec()
-        self.graph.show(self.drawn, self.selected)
+        self.graph.show(self.drawn, self.selected, fit=fit)
 
     def toggle(self, key: str):
         """Expand a collapsed group, or collapse an expanded one (and what is inside it)."""
@@ -119,9 +119,11 @@ class SDGExplorer:
         else:
             self.set_expanded(G.open_group(self.sdg, self.expanded, path))
 
-    def set_expanded(self, groups):
+    def set_expanded(self, groups, fit: bool = False):
+        """Open ``groups``; ``fit``: the view fits the new drawing (expand or collapse all), else
+        it stays where it is (a group opened by a click stays under the pointer)."""
         self.expanded = set(groups)
-        self.refresh()
+        self.refresh(fit)
 
     def _all_groups(self) -> set:
         return {p[:j + 1] for p in G.group_paths(self.sdg).values() for j in range(len(p))}

@@ -1,0 +1,194 @@
+"""The graph view's nested layout (``tempo_lab.widgets.layout``) on a 16-layer Llama-style
+decoder written layer by layer: the layers read top to bottom, opening or closing one group
+moves nothing above or to the left of it (what is below moves down by exactly what it grew),
+titles never overlap, a toggle lays out one group, and every view lays out in well under 2 s."""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+import tempo_lab as tl
+from tempo_lab.widgets import graph as G
+from tempo_lab.widgets import layout as L
+
+pytestmark = pytest.mark.skipif(not G.dot_installed(), reason="graphviz's dot is not installed")
+
+LAYERS, D, HEADS = 16, 16, 2
+
+
+def _rms_norm(x, w):
+    return x / tl.sqrt((x * x).mean(axis=-1, keepdims=True) + 1e-6) * w
+
+
+@pytest.fixture(scope="module")
+def sdg():
+    """One tl.scope per layer, tl.nn.rope, tl.nn.attention, tl.nn.silu, a user rms_norm (the
+    decoder of test_search: 1289 traced ops, 473 after the passes)."""
+    rng = np.random.default_rng(0)
+    ctx = tl.Context(dims=("t",))
+    (t,), (T,) = ctx.dims, ctx.bounds
+    dh = D // HEADS
+    with ctx:
+        h = tl.from_array(rng.normal(size=(6, D)).astype(np.float32), domain=(t,))
+        for layer in range(LAYERS):
+            with tl.scope(f"layer{layer}"):
+                w = {k: rng.normal(size=(D, D)).astype(np.float32) * 0.3
+                     for k in ("wq", "wk", "wv", "wo", "w1", "w2", "w3")}
+                g = rng.uniform(0.5, 1.5, size=D).astype(np.float32)
+                x = _rms_norm(h, g)
+                q = tl.nn.rope((x @ w["wq"]).reshape(HEADS, dh), t)
+                k = tl.nn.rope((x @ w["wk"]).reshape(HEADS, dh), t)
+                v = (x @ w["wv"]).reshape(HEADS, dh)
+                att = tl.nn.attention(q, k, v, t)
+                h = h + att.reshape(D) @ w["wo"]
+                x = _rms_norm(h, g)
+                h = h + (tl.nn.silu(x @ w["w1"]) * (x @ w["w3"])) @ w["w2"]
+        logits = _rms_norm(h, np.ones(D, np.float32))
+    prog = ctx.compile(bounds={T: 6}, outputs={"logits": logits})
+    assert len(prog.sdg.ops) > 400
+    return prog.sdg
+
+
+def _every_group(sdg):
+    return {p[:j + 1] for p in G.group_paths(sdg).values() for j in range(len(p))}
+
+
+def _views(sdg):
+    return {"default": G.default_expanded(sdg), "collapsed": set(), "expanded": _every_group(sdg)}
+
+
+def _layer_boxes(spec, lay):
+    boxes = lay.boxes()
+    key = {path: k for k, path in spec.groups.items()}
+    return [boxes[key[(f"layer{k}",)]] for k in range(LAYERS)]
+
+
+@pytest.mark.parametrize("view", ["default", "collapsed", "expanded"])
+def test_the_layers_read_top_to_bottom(sdg, view):
+    """Layer k's box starts below layer k-1's bottom, whatever the layers share (layer0 makes
+    the rope table every layer reads) and whichever groups are open."""
+    spec = G.graph_spec(sdg, expanded=_views(sdg)[view])
+    lay = L.layout(spec)
+    layers = _layer_boxes(spec, lay)
+    for (_, y0, _, h0), (_, y1, _, _) in zip(layers, layers[1:]):
+        assert y1 > y0 + h0
+    assert lay.height > 2 * lay.width          # a chain, not side by side
+
+
+def _overlap(a, b) -> bool:
+    return a[0] < b[0] + b[2] and b[0] < a[0] + a[2] and a[1] < b[1] + b[3] and b[1] < a[1] + a[3]
+
+
+@pytest.mark.parametrize("view", ["default", "collapsed", "expanded"])
+def test_titles_and_boxes_never_overlap(sdg, view):
+    """Titles (their boxes estimated from text length and font size) never overlap one
+    another; siblings' boxes never overlap; a title fits in its box."""
+    spec = G.graph_spec(sdg, expanded=_views(sdg)[view])
+    lay = L.layout(spec)
+    titles = list(lay.titles().items())
+    assert len(titles) >= 16
+    for k, (a, ra) in enumerate(titles):
+        for b, rb in titles[k + 1:]:
+            assert not _overlap(ra, rb), (a, b)
+    boxes = lay.boxes()
+    for key, (x, _, w, _) in lay.titles().items():
+        bx, by, bw, bh = boxes[key]
+        assert bx <= x and x + w <= bx + bw + 0.5, key
+
+    def siblings(items):
+        for k, a in enumerate(items):
+            for b in items[k + 1:]:
+                assert not _overlap((a.x, a.y, a.w, a.h), (b.x, b.y, b.w, b.h)), (a.key, b.key)
+            siblings(a.children)
+    siblings(lay.items)
+
+
+def _inside(path, toggled):
+    return path[:len(toggled)] == toggled
+
+
+@pytest.mark.parametrize("which", [("layer5",), ("layer0", "attention"), ("layer15",)])
+def test_a_toggle_moves_nothing_above_or_left_of_the_group(sdg, which):
+    """Opening one group (then closing it again): every box above or to the left of it keeps
+    its coordinates, every other box outside it keeps its x and size and moves down by what
+    the group's layer grew, and closing it gives back the first layout exactly."""
+    opened = G.default_expanded(sdg) - {p for p in _every_group(sdg) if _inside(p, which)}
+    if which[:-1]:
+        opened |= {which[:-1]}
+    before_spec = G.graph_spec(sdg, expanded=opened)
+    key = next(k for k, p in before_spec.groups.items() if p == which)
+    after_spec = G.graph_spec(sdg, expanded=G.open_group(sdg, opened, which))
+    before, after = L.layout(before_spec).boxes(), L.layout(after_spec).boxes()
+    tx, ty, tw, th = before[key]
+    assert after[key][:2] == (tx, ty)           # grows in place from its top-left corner
+    assert after[key][3] > th
+    paths = {**{k: p for k, p in before_spec.groups.items()},
+             **{n.key: G.group_paths(sdg)[n.op] for n in before_spec.nodes if n.op is not None}}
+    ancestors = {k for k, p in after_spec.groups.items() if which[:len(p)] == p and p != which}
+    top = which[:1]
+    grew = after[next(k for k, p in after_spec.groups.items() if p == top)][3] - \
+        before[next(k for k, p in before_spec.groups.items() if p == top)][3]
+    assert grew > 0
+    moved = 0
+    for k, (x, y, w, h) in before.items():
+        if k == key or k not in after or _inside(paths.get(k, ()), which) or k in ancestors:
+            continue
+        if y + h <= ty or x + w <= tx:
+            assert after[k] == (x, y, w, h), k           # above or left: not moved at all
+        else:
+            ax, ay, aw, ah = after[k]
+            assert (ax, aw, ah) == (x, w, h), k
+            assert ay >= y, k
+            if paths.get(k, ("",))[0] != which[0]:       # other layers: by what it grew
+                assert ay - y == pytest.approx(grew), k
+            moved += ay != y
+    if which != ("layer15",):
+        assert moved >= 1
+    assert L.layout(G.graph_spec(sdg, expanded=opened)).boxes() == before
+
+
+def test_a_toggle_lays_out_one_group(sdg, monkeypatch):
+    """Every group's inside is cached: opening a group runs dot on that group alone."""
+    import tempo_lab.svg
+
+    opened = G.default_expanded(sdg)
+    L._SKELETONS.clear()
+    L.svg(G.graph_spec(sdg, expanded=opened))
+    calls = []
+    real = tempo_lab.svg._dot
+
+    def counting(source, timeout):
+        calls.append(source.count("digraph"))
+        return real(source, timeout)
+
+    monkeypatch.setattr(L, "_RUNNER", counting)   # the cache stays valid for this runner
+    monkeypatch.setattr(tempo_lab.svg, "_dot", counting)
+    closed = next(p for p in G.graph_spec(sdg, expanded=opened).groups.values()
+                  if p not in opened and p[0] == "layer7")
+    assert L.svg(G.graph_spec(sdg, expanded=G.open_group(sdg, opened, closed))) is not None
+    assert calls == [1]
+    assert L.svg(G.graph_spec(sdg, expanded=opened)) is not None   # closed again: all cached
+    assert calls == [1]
+
+
+@pytest.mark.parametrize("view", ["default", "collapsed", "expanded"])
+def test_every_view_lays_out_quickly(sdg, view):
+    """graph_spec, the layout (nothing cached) and the SVG in under 2 s at 473 ops."""
+    L._SKELETONS.clear()
+    start = time.perf_counter()
+    svg = L.svg(G.graph_spec(sdg, expanded=_views(sdg)[view]))
+    took = time.perf_counter() - start
+    assert svg is not None and svg.startswith("<svg")
+    assert took <= 2.0, f"{view}: {took:.2f} s"
+
+
+def test_the_svg_has_what_the_canvas_reads(sdg):
+    """Nodes and groups with their keys as ids (``g.node``, ``g.cluster``), edges, a view box."""
+    spec = G.graph_spec(sdg)
+    svg = L.svg(spec)
+    assert svg.count('class="node"') == len(spec.nodes)
+    opened = {k for k, p in spec.groups.items() if k not in {n.key for n in spec.nodes}}
+    assert all(f'<g id="{k}" class="cluster">' in svg for k in opened)
+    assert svg.count('class="edge"') >= 16 and 'viewBox="0 0 ' in svg
