@@ -79,6 +79,41 @@ print("compiled", ppo, len(ppo.passes.initial.ops))
 """
 
 
+# A Llama-style decoder written layer by layer (one tl.scope per layer, tl.nn.rope,
+# tl.nn.attention, tl.nn.silu, the user's own rms_norm): 473 ops after the passes.
+LLAMA = """\
+def llama_decoder(layers=16, d=16, heads=2):
+    rng = np.random.default_rng(0)
+    ctx = tl.Context(dims=("t",))
+    (t,), (T,) = ctx.dims, ctx.bounds
+    dh = d // heads
+
+    def rms_norm(x, w):
+        return x / tl.sqrt((x * x).mean(axis=-1, keepdims=True) + 1e-6) * w
+
+    with ctx:
+        h = tl.from_array(rng.normal(size=(6, d)).astype(np.float32), domain=(t,))
+        for layer in range(layers):
+            with tl.scope(f"layer{layer}"):
+                w = {k: rng.normal(size=(d, d)).astype(np.float32) * 0.3
+                     for k in ("wq", "wk", "wv", "wo", "w1", "w2", "w3")}
+                g = rng.uniform(0.5, 1.5, size=d).astype(np.float32)
+                x = rms_norm(h, g)
+                q = tl.nn.rope((x @ w["wq"]).reshape(heads, dh), t)
+                k = tl.nn.rope((x @ w["wk"]).reshape(heads, dh), t)
+                v = (x @ w["wv"]).reshape(heads, dh)
+                att = tl.nn.attention(q, k, v, t)
+                h = h + att.reshape(d) @ w["wo"]
+                x = rms_norm(h, g)
+                h = h + (tl.nn.silu(x @ w["w1"]) * (x @ w["w3"])) @ w["w2"]
+        logits = rms_norm(h, np.ones(d, np.float32))
+    return ctx.compile(bounds={T: 6}, outputs={"logits": logits})
+
+
+llama = llama_decoder()
+print("compiled", llama, len(llama.sdg.ops))
+llama.explore()"""
+
 # A dashboard opened with the time explore() took printed above it (test_explore_is_quick).
 EXPLORE = """\
 import time
@@ -93,7 +128,7 @@ pytestmark = pytest.mark.xdist_group("browser")
 
 def _notebook(path: Path, cells=None):
     cells = cells or [SETUP, "view = prog.explore()\nview", BIG, EXPLORE.format("big"), PPO,
-                      EXPLORE.format("ppo")]
+                      EXPLORE.format("ppo"), LLAMA]
     nb = {"nbformat": 4, "nbformat_minor": 5,
           "metadata": {"kernelspec": {"name": "python3", "display_name": "Python 3",
                                       "language": "python"}},
@@ -197,7 +232,8 @@ def page(lab):
 
 
 def _dash(page, k: int = 0):
-    """The k-th dashboard of the notebook: 0 the demo decoder, 1 the 16-layer one, 2 PPO."""
+    """The k-th dashboard of the notebook: 0 the demo decoder, 1 the 16-layer one, 2 PPO,
+    3 the 16-layer Llama-style one."""
     return page.locator(".tempo-lab-dashboard").nth(k)
 
 
@@ -529,6 +565,93 @@ def test_graph_reads_at_every_zoom_and_keeps_its_view(page):
     assert inside
     assert page.evaluate(LABEL_HEIGHT, el) >= 7
     _shot(page, "16_collapsed_fit", 1)
+
+
+# Every drawn node's and group's box on screen (its outline, not its title), by id.
+BOXES = """(el) => Object.fromEntries([...el.querySelectorAll('svg g.node, svg g.cluster')]
+  .map((g) => { const r = g.querySelector(':scope > path, :scope > polygon')
+                             .getBoundingClientRect();
+                return [g.id, [r.left, r.top, r.width, r.height]]; }))"""
+
+# The pairs of titles on show (open groups' titles, closed groups' names) that overlap.
+TITLE_OVERLAPS = """(el) => {
+  const ts = [...el.querySelectorAll("svg g.cluster > text, svg g.node[id^='g'] > "
+                                     + "text:first-of-type")]
+    .map((t) => [t.textContent, t.getBoundingClientRect()]).filter(([, r]) => r.width > 0);
+  const out = [];
+  ts.forEach(([a, r], i) => ts.slice(i + 1).forEach(([b, q]) => {
+    if (r.left < q.right - 0.5 && q.left < r.right - 0.5 && r.top < q.bottom - 0.5
+        && q.top < r.bottom - 0.5) out.push([a, b]); }));
+  return out; }"""
+
+# Each layer's box on screen, [k, top, bottom], found by its title or closed node's name.
+LAYERS = """(el) => [...el.querySelectorAll("svg g.cluster, svg g.node[id^='g']")].map((g) => {
+  const m = /^layer(\\d+)[ :]/.exec(g.querySelector('text').textContent);
+  if (!m) return null;
+  const r = g.querySelector(':scope > path, :scope > polygon').getBoundingClientRect();
+  return [Number(m[1]), r.top, r.bottom]; }).filter(Boolean).sort((a, b) => a[0] - b[0])"""
+
+
+def _reads_well(page, el, what: str):
+    """The view fits, the layers read top to bottom, labels read and no titles overlap."""
+    assert el.get_attribute("data-zoom") == "100", what
+    layers = page.evaluate(LAYERS, el)
+    assert [k for k, _, _ in layers] == list(range(16)), what
+    assert all(b[1] >= a[2] - 0.5 for a, b in zip(layers, layers[1:])), (what, layers)
+    assert page.evaluate(LABEL_HEIGHT, el) >= 8, what
+    assert page.evaluate(TITLE_OVERLAPS, el) == [], what
+
+
+def test_nested_layout_is_stable_and_reads(page):
+    """The 16-layer Llama-style decoder (473 ops): at the default view the layers read top to
+    bottom, labels read and titles do not overlap; opening one group keeps its corner and
+    everything above or left of it where they were on screen (within 2 px; what is below moves
+    down by what it grew); expand-all and collapse-all each paint within 2 s and fit."""
+    dash = _wait(_dash(page, 3), 240_000)
+    _tab(page, "SDG", 3)
+    canvas = _wait(dash.locator(".tl-graph"))
+    el = canvas.first.element_handle()
+    _wait(canvas.locator(".tl-graph-view svg g.node"))
+    canvas.locator(".tl-fit").first.click()
+    page.wait_for_function("(el) => Number(el.dataset.scale) > 0", arg=el)
+    _reads_well(page, el, "default view")
+    _shot(page, "18_llama_default", 3)
+
+    canvas.locator(".tl-zoom-in").first.click()
+    key = _in_view(page, el, "g")
+    before = page.evaluate(BOXES, el)
+    tx, ty = before[key][:2]
+    canvas.locator(f"svg g.node[id='{key}']").first.click()
+    page.wait_for_function("([el, k]) => el.querySelector(`svg g.cluster[id='${k}']`)",
+                           arg=[el, key])
+    after = page.evaluate(BOXES, el)
+    assert abs(after[key][0] - tx) <= 2 and abs(after[key][1] - ty) <= 2
+    kept = moved = 0
+    for k, (x, y, w, h) in before.items():
+        if k == key or k not in after:
+            continue
+        ax, ay = after[k][:2]
+        if y + h <= ty or x + w <= tx or (x <= tx and y <= ty and x + w >= tx + before[key][2]):
+            assert abs(ax - x) <= 2 and abs(ay - y) <= 2, (k, before[k], after[k])
+            kept += 1
+        else:     # below, or right of it in its rank: moved down or right only
+            assert ax >= x - 2 and ay >= y - 2, (k, before[k], after[k])
+            moved += ay > y + 2
+    assert kept >= 1 and moved >= 1, (kept, moved)
+    _shot(page, "19_llama_opened_one", 3)
+
+    for button, least, name in (("expand all", 300, "20_llama_expanded"),
+                                ("collapse all", 0, "21_llama_collapsed")):
+        start = time.monotonic()
+        dash.locator(".tempo-lab-sdg button").filter(has_text=button).first.click()
+        page.wait_for_function("([el, n]) => { const k = el.querySelectorAll("
+                               "\"svg g.node[id^='op']\").length; return n ? k >= n : k < 10; }",
+                               arg=[el, least], timeout=30_000)
+        took = time.monotonic() - start
+        page.wait_for_timeout(400)
+        _shot(page, name, 3)
+        assert took <= 2.0, f"{button} took {took:.1f} s"
+        _reads_well(page, el, button)
 
 
 def test_charts_draw_on_ten_fresh_kernels(page, lab):
