@@ -46,10 +46,12 @@ def _canvas(svg: str, index) -> str:
 
 
 def _graph(sdg, spec) -> str:
-    """The SDG's picture: graphviz's SVG on the graph canvas, else (no ``dot``, or ``dot``
-    failing on this graph) the plotly layout the views fall back to, with the reason; the
-    page had no graph at all then, and said nothing."""
-    svg = G.svg_of(G.to_dot(spec))
+    """The SDG's picture: the nested layout's SVG (``layout.py``, as on screen) on the graph
+    canvas, else (no ``dot``, or ``dot`` failing on this graph) the plotly layout the views
+    fall back to, with the reason; the page had no graph at all then, and said nothing."""
+    from .layout import svg as nested_svg
+
+    svg = nested_svg(spec)
     if svg:
         return _canvas(svg, G.search_rows(sdg))
     return (f"<p><i>{G.no_svg_reason(spec)}: plotly layout instead.</i></p>"
