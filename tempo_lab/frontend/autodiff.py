@@ -217,8 +217,11 @@ class _Backward:
         Summing one dim here leaves the outer ones to ``_reverse``, as it sums any."""
         rule = CATALOG[n.kind].vjp_sum
         index = n.inputs[k].index
-        if rule is None or any(isinstance(e, Slice) and e.dims() for e in index):
-            return None  # (a whole range, x[0:T], is read alike at every point: a weight)
+        # a whole range, x[0:T], is read alike at every point: a weight (for matmul: the
+        # take of a whole range lost a clamped position's cotangent unvectorised)
+        if rule is None or any(isinstance(e, Slice) and (e.dims() or n.kind != "matmul")
+                               for e in index):
+            return None
         varies = set().union(*(e.dims() for e in index))
         free = [u for u in n.domain if u not in varies]
         if not free:
