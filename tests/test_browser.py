@@ -630,8 +630,10 @@ def test_nested_layout_is_stable_and_reads(page, lab):
         dash = panel.locator(".tempo-lab-dashboard")
         _wait(dash, 240_000)
         _check_nested_layout(page, dash.first)
-    finally:
-        page.evaluate("() => { window.jupyterapp.commands.execute('application:close'); }")
+    finally:  # saved first: a dialog asking to save would block the next notebook's checks
+        page.evaluate("async () => { const c = window.jupyterapp.commands; "
+                      "await c.execute('docmanager:save'); "
+                      "await c.execute('application:close'); }")
 
 
 def _check_nested_layout(page, dash):
