@@ -1,13 +1,21 @@
 """The XLA executor's decisions as a plan of their own (``runtime/xla_plan.py``): readable,
 frozen, and built without JAX code, so that a decision can be checked without tracing."""
 import ast
+import functools
 import pathlib
+import sys
+from unittest import mock
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
 
 import tempo_lab as tl
 from tempo_lab.runtime import xla_plan
+
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # tests/ is not a package
+from budget import examples  # noqa: E402
+from randprog import assert_outputs_match, compile_program, program_strategy, run_tempo  # noqa: E402
 
 
 def _decoder_step():
@@ -204,3 +212,56 @@ def test_a_split_loop_whose_run_writes_big_stores_is_not_switched():
         got[limit] = ex.run()["y"]
     np.testing.assert_allclose(got[1], got[1 << 20], rtol=1e-6)
     np.testing.assert_allclose(got[1], prog.on("reference").run()["y"], rtol=1e-4, atol=1e-5)
+
+
+def test_stores_kept_between_runs_are_written_in_place_and_give_the_same_results():
+    """Stores that no read relies on starting as zeros are kept from one run for the next and
+    passed in donated (``XlaOptions.carry_stores``): XLA writes them in place instead of filling
+    them with zeros at every run. A recurrence's store and a batched value's are kept; the
+    output is not (its undemanded points must stay zeros). Runs after the first, and a run
+    whose first stores are NaN (``carry_poison``), give the first run's results; so does the
+    program without carrying, and the reference."""
+    from tempo_lab.runtime.xla import XlaBackend
+    from tempo_lab.runtime.xla_options import XlaOptions
+
+    ctx = tl.Context(dims=("t",))
+    (t,), (T,) = ctx.dims, ctx.bounds
+    rng = np.random.default_rng(0)
+    with ctx:
+        x = tl.from_array(rng.normal(size=(40, 8)).astype(np.float32), domain=(t,), name="x")
+        h = tl.placeholder((8,), "float32", domain=(t,), name="h")
+        h[0] = tl.tanh(x[0])
+        h[t] = tl.tanh(h[t - 1] * 0.5 + x[t])
+        att = tl.softmax(x[0:t + 1] @ h[t], axis=0) @ x[0:t + 1]
+        y = (att * 2.0).sum()
+    prog = ctx.compile(bounds={T: 40}, outputs={"y": y}, config=tl.CompileConfig(executor="xla"))
+    want = prog.on("reference").run()["y"]
+    plan = prog.executable.prepared.plan
+    kept = {plan.sdg.ops[i].label for i in plan.carried}
+    assert "h" in kept and set(plan.sdg.outputs.values()).isdisjoint(plan.carried), kept
+    assert "stores kept from one run for the next" in prog.executable.pretty()
+    for options in (XlaOptions(), XlaOptions(carry_poison=True), XlaOptions(carry_stores=False)):
+        ex = prog.lowered.compile(XlaBackend(options))
+        assert bool(ex.prepared.plan.carried) == options.carry_stores
+        for _ in range(3):
+            np.testing.assert_allclose(ex.run()["y"], want, rtol=1e-4, atol=1e-5)
+    # the program's compiled module aliases each kept store to what it returns
+    assert "input_output_alias" in prog.executable.hlo()
+
+
+@settings(max_examples=examples(40), deadline=None, derandomize=True, database=None)
+@given(program_strategy())
+def test_random_programs_read_no_kept_store_before_writing_it(program):
+    """Every random program (recurrences, ranges, ragged bounds, ``tl.until``, gradients) on
+    the XLA executor with its kept stores starting as NaN (``carry_poison``), run twice: the
+    results are the independent evaluation's, so no read relies on a kept store's zeros."""
+    from tempo_lab.runtime import xla
+    from tempo_lab.runtime.xla_options import XlaOptions
+
+    poisoned = functools.partial(XlaOptions, carry_poison=True)
+    with mock.patch.object(xla, "XlaOptions", poisoned):
+        calls: dict = {}
+        prog = compile_program(program, calls, config=tl.CompileConfig(executor="xla"))
+        for _ in range(2):
+            assert_outputs_match(program, run_tempo(program, prog, calls),
+                                 what="xla, kept stores starting as NaN")

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import threading
 import time
 from collections.abc import Mapping
 
@@ -107,6 +108,8 @@ class _Xla(XlaInspection):
         # still cost the call: 6 of the BiRNN's 9)
         self._host_ops = tuple(i for i in plan.lowered.hosts if i not in plan.baked)
         self._zero_arrays: tuple | None = None
+        self._kept: tuple | None = None  # the carried stores as the last run left them
+        self._keep_lock = threading.Lock()  # runs in threads take them in turn
         self._outs = tuple(i for i in dict.fromkeys(self.sdg.outputs.values())
                            if i in plan.shapes)  # the output stores the program returns
 
@@ -139,7 +142,8 @@ class _Xla(XlaInspection):
 
             def make():
                 use_persistent_cache()
-                return jax.jit(self._program()).lower(*args).compile(
+                donate = (2,) if self.plan.carried else ()
+                return jax.jit(self._program(), donate_argnums=donate).lower(*args).compile(
                     compiler_options=COMPILER_OPTIONS)
 
             self._fn = _PROGRAMS.get((self._key(), str(avals), precision), make)
@@ -161,9 +165,24 @@ class _Xla(XlaInspection):
 
     def _args(self) -> tuple:
         """The program's arguments for the compiled bounds: bound values (and run 0: no host
-        to call back) and host inputs."""
+        to call back), host inputs and the carried stores' shapes."""
         bvec = np.asarray([self.bounds.get(p, 1) for p in self.sdg.params] + [0], np.int32)
-        return bvec, self._hosts()
+        kept = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype),
+                            tuple(self.plan.fresh_store(i) for i in self.plan.carried))
+        return bvec, self._hosts(), kept
+
+    def _call(self, fn, bvec, hosts) -> tuple:
+        """One call of the compiled program: it is given the carried stores as the last run
+        left them (fresh ones where there are none: the first run, or another thread's run
+        holds them) and keeps what it leaves for the next."""
+        with self._keep_lock:
+            kept, self._kept = self._kept, None
+        if kept is None:
+            kept = tuple(jax.device_put(self.plan.fresh_store(i)) for i in self.plan.carried)
+        got, kept = fn(bvec, hosts, kept)
+        _ready(got)
+        self._kept = kept
+        return got
 
     def run(self, host: Host, bounds: Mapping[str, int]):
         host.t0 = time.perf_counter()  # the first run compiles: its time says so
@@ -172,12 +191,12 @@ class _Xla(XlaInspection):
             run_id = next(_RUN_IDS) % 2**31
             _RUNS[run_id] = host
             try:  # waits for the program; one transfer of everything it returns
-                got = to_host(_ready(fn(self._bvec(bounds, run_id), hosts)))
+                got = to_host(self._call(fn, self._bvec(bounds, run_id), hosts))
             finally:
                 del _RUNS[run_id]
             host.raise_error()
         else:
-            got = _ready(fn(self._bvec(bounds), hosts))
+            got = self._call(fn, self._bvec(bounds), hosts)
             # on one CPU each array is whole here, and a copy costs less than a start
             got = tuple(map(np.asarray, got)) if self._local_cpu else to_host(got)
         n = len(self._outs)
@@ -231,7 +250,7 @@ class _Xla(XlaInspection):
                 tuple(sorted((i, s.slots) for i, s in self.plan.memory.storages.items())),
                 tuple(sorted((i, sh, str(dt)) for i, (sh, dt) in self.plan.shapes.items())),
                 tuple(sorted(self.plan.perms.items())), tuple(sorted(self.plan.unstacked.items())),
-                tuple(sorted(self.plan.by_point)),
+                tuple(sorted(self.plan.by_point)), self.plan.carried,
                 tuple(sorted(self.plan.local)), tuple(sorted(self.sdg.untils.items())),
                 tuple((i, np.asarray(self.sdg.ops[i].attrs["value"]).tobytes())
                       for i in sorted(self.plan.baked)),

@@ -116,6 +116,7 @@ class XlaPlan(Stage):
         # each adding to XLA's compile time and peak memory) for what the bounds decide
         # without a tl.until loop (host_counts)
         self.counts_on_device = any(isinstance(n, While) for n in self.schedule.ast.walk())
+        self.carried = self._carried_stores()
         self.zero_args = self._zero_stores()
 
     def _floors(self) -> dict:
@@ -177,7 +178,9 @@ class XlaPlan(Stage):
                   + (" (the host array in place: not allocated)" if i in self.in_place else "")
                   for i, (sh, dt) in sorted(self.shapes.items())]
         local = [self.sdg.ops[i].label for i in sorted(self.local)]
+        kept = [self.sdg.ops[i].label for i in self.carried]
         return [("static stores (allocated for the whole run)", stores),
+                ("stores kept from one run for the next (written in place, not zeroed)", kept),
                 ("values kept in registers (written and read in one iteration)", local),
                 ("source", self.source.splitlines())]
 
@@ -474,6 +477,37 @@ class XlaPlan(Stage):
         ``lax.cond``, where the branches it settles were a ``lax.cond`` at every step)."""
         return node.step == 1 and not self.segments(node) and peels(self, node, lower)
 
+    def _carried_stores(self) -> tuple[int, ...]:
+        """The stores kept from one run for the next (``XlaOptions.carry_stores``), passed in
+        donated: XLA then writes them in place, where a store the program makes is filled with
+        zeros first at every run (XLA:CPU has no uninitialised buffer). Only stores that no read
+        relies on starting as zeros: not one read with its padding unmasked (``zeroed``), nor
+        a prefilled one, nor an output (its points outside the demanded set must be zeros).
+        Every other read is of a point this run wrote, or of padding that its op masks (with
+        ``where``, which a stale NaN does not reach). Not on a mesh, whose stores are made
+        sharded."""
+        if not self.options.carry_stores or self.lowered.layout is not None:
+            return ()
+        unmasked = {self.lowered.stmts[k].reads[r].src for k, r in self.zeroed}
+        outputs = set(self.sdg.outputs.values())
+        return tuple(i for i in sorted(self.shapes) if i not in self.prefilled
+                     and i not in unmasked and i not in outputs)
+
+    def fresh_store(self, i: int):
+        """A carried store as the first run gets it, on the host: zeros (NaN, the largest int
+        or true where ``XlaOptions.carry_poison``; ml_dtypes' 16-bit floats are of kind V),
+        as one array, or one per point of its axis where it is unstacked."""
+        shape, dtype = self.shapes[i]
+        dtype = np.dtype(dtype)
+        fill = 0
+        if self.options.carry_poison:
+            fill = (np.nan if dtype.kind in "fcV" else True if dtype.kind == "b"
+                    else np.iinfo(dtype).max)
+        if i not in self.unstacked:
+            return np.full(shape, fill, dtype)
+        a = self.held_axis(i)
+        return tuple(np.full(shape[:a] + shape[a + 1:], fill, dtype) for _ in range(shape[a]))
+
     def _zero_stores(self) -> tuple[int, ...]:
         """The stores that start as zeros passed in, made once: XLA copies each into place
         (a memcpy), where zeros made in the program were a broadcast kernel each, and every
@@ -489,7 +523,8 @@ class XlaPlan(Stage):
         out, total = [], 0
         for i, (shape, dtype) in sorted(self.shapes.items()):
             n = nbytes(shape, dtype)
-            if (i in self.prefilled or i in self.unstacked or n > self.options.zero_arg_bytes
+            if (i in self.prefilled or i in self.unstacked or i in self.carried
+                    or n > self.options.zero_arg_bytes
                     or total + n > self.options.zero_args_bytes):
                 continue
             out.append(i)
@@ -522,6 +557,7 @@ class XlaPlan(Stage):
                 "static_stores": {str(i): list(sh) for i, (sh, _) in sorted(self.shapes.items())},
                 "store_axis_order": {str(i): list(p) for i, p in sorted(self.perms.items())},
                 "unstacked": {str(i): a for i, a in sorted(self.unstacked.items())},
+                "carried": list(self.carried),
                 "local": sorted(self.local), "source": self.source.splitlines(),
                 "bounds_at_least": {str(b): f.value for b, (f, _) in self.floors.items()}}
 

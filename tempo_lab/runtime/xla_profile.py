@@ -212,7 +212,7 @@ class XlaInspection:
     XLA executor's prepared program, which gives ``_compiled()`` (the compiled program),
     ``_program()`` and ``_args()`` (what it traces, and the arguments for the compiled
     bounds), ``_bvec`` and ``_hosts`` (a run's arguments), ``lowered``, ``plan`` and
-    ``bounds``."""
+    ``bounds``; ``_call(fn, bvec, hosts)`` calls it as a run does."""
 
     def hlo(self) -> str:
         """The compiled XLA program as HLO text (after SPMD partitioning on a mesh: the shapes
@@ -270,8 +270,8 @@ class XlaInspection:
                                 "callbacks again; profile a copy of the program without them",
                                 user_location())
         fn, args = self._compiled(), (self._bvec(self.bounds), self._hosts())  # as a run's
-        jax.block_until_ready(fn(*args))  # compiled and warm before anything is measured
-        return lambda: jax.block_until_ready(fn(*args))
+        self._call(fn, *args)  # compiled and warm before anything is measured
+        return lambda: self._call(fn, *args)
 
     def fused_ops(self, timed) -> dict[int, tuple[str, int]]:
         """Ops without time of their own (not in ``timed``, the ops ``op_seconds`` measured)

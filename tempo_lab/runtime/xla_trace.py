@@ -38,18 +38,21 @@ _RUNS: dict[int, Host] = {}  # the runs in progress by id: a callback gets its r
 
 
 def make_program(plan: XlaPlan, host_ops: tuple[int, ...], outs: tuple[int, ...]):
-    """The program to trace: ``(bvec, hosts)`` (the bound values, then the run's id; the host
-    arrays of ``host_ops``, then the zero stores ``plan.zero_args``) -> what the trace found,
-    as values: the stores ``outs`` (a flat tuple: a dict of them cost a tenth of a one-op
-    program's call), then in one array what it counted (where ``plan.counts_on_device``), its
-    bounds as reached and, where it met a max/min over a range that can be empty, that error;
-    or the outputs alone where there is none of these (an output costs a buffer and a
-    transfer: a third of a one-op program's run)."""
+    """The program to trace: ``(bvec, hosts, carried)`` (the bound values, then the run's id;
+    the host arrays of ``host_ops``, then the zero stores ``plan.zero_args``; the stores
+    ``plan.carried`` as the last run left them, donated) -> ``(found, carried)``: what the
+    trace found, as values: the stores ``outs`` (a flat tuple: a dict of them cost a tenth of
+    a one-op program's call), then in one array what it counted (where
+    ``plan.counts_on_device``), its bounds as reached and, where it met a max/min over a range
+    that can be empty, that error; or the outputs alone where there is none of these (an output
+    costs a buffer and a transfer: a third of a one-op program's run); and the carried stores
+    as this run leaves them, for the next."""
     names = list(plan.sdg.params)
 
-    def program(bvec, hosts):  # jax names the compiled module after it (jit_program)
+    def program(bvec, hosts, carried):  # jax names the compiled module after it (jit_program)
         env = {ic.bound(p): bvec[k] for k, p in enumerate(names)}
         zeros = dict(zip(plan.zero_args, hosts[len(host_ops):]))
+        zeros.update(zip(plan.carried, carried))
         trace = _Trace(plan, dict(zip(host_ops, hosts)), bvec[len(names)])
         calls = jnp.zeros(len(plan.ops), jnp.int32) if plan.counts_on_device else None
         err = jnp.zeros(2 + plan.ndom, jnp.int32)
@@ -67,7 +70,8 @@ def make_program(plan: XlaPlan, host_ops: tuple[int, ...], outs: tuple[int, ...]
         ints = ([_calls(state)] if plan.counts_on_device else []) + [
             jnp.asarray(state["b"][p], jnp.int32)[None] for p in plan.sdg.untils] + (
             [state["err"]] if met else [])
-        return (*values, jnp.concatenate(ints)) if ints else values
+        kept = tuple(state["s"][i] for i in plan.carried)
+        return ((*values, jnp.concatenate(ints)) if ints else values), kept
 
     return program
 
