@@ -2,6 +2,8 @@
 what ``transformers`` generates (the fixtures' greedy tokens) and to each row decoded alone."""
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -122,7 +124,7 @@ def test_sampling_controls(llama):
     wide = tl.nn.generate(model, params, prompts, max_new_tokens=8, temperature=5.0, seed=3,
                           top_k=96, top_p=1.0)
     assert wide == hot
-    for bad, match in ((dict(top_k=0), "top_k must be"), (dict(top_p=1.5), "top_p must be"),
+    for bad, match in ((dict(top_k=-1), "top_k must be"), (dict(top_p=1.5), "top_p must be"),
                        (dict(repetition_penalty=0), "repetition_penalty must be"),
                        (dict(temperature=float("nan")), "temperature must be")):
         with pytest.raises(tl.ArgumentError, match=match):
@@ -142,3 +144,110 @@ def test_the_same_program_from_another_line_compiles_once(llama, monkeypatch):
     a = tl.nn.generate(model, params, [[5, 6, 7]], max_new_tokens=3)
     b = tl.nn.generate(model, params, [[5, 6, 7]], max_new_tokens=3)
     assert a == b and len(made) <= 1
+
+
+GENERATION = FIXTURES / "generation"   # made by fixtures/make_generation_configs.py
+
+
+@pytest.mark.parametrize("case", sorted(p.name for p in GENERATION.iterdir() if p.is_dir()))
+def test_generation_config_defaults_are_transformers(llama, case):
+    """Each prompt's tokens and settings as transformers' generate gives them with the
+    checkpoint's generation_config.json: the call's arguments win, then the file's fields,
+    then transformers' defaults; greedy when do_sample is false, max_length per prompt."""
+    from tempo_lab.nn.generate import _generation_config, _settings
+
+    model, params, _ = llama
+    expected = json.loads((GENERATION / case / "expected.json").read_text())
+    prompts = expected["prompts"]
+    for call in expected["calls"]:
+        kwargs = call["kwargs"]
+        gen, where = _generation_config(GENERATION / case, None, model.vocab)
+        args = dict(do_sample=None, temperature=None, top_k=None, top_p=None,
+                    repetition_penalty=None, max_new_tokens=None)
+        sample, limits = _settings({**args, **kwargs}, gen, where, list(map(len, prompts)), 96)
+        for want, n in zip(call["resolved"], limits):
+            assert n == want["new_tokens"]
+            assert sample["repetition_penalty"] == want["repetition_penalty"]
+            if want["do_sample"]:
+                assert (sample["temperature"], sample["top_k"], sample["top_p"] or 1.0) == \
+                    (want["temperature"], want["top_k"], want["top_p"])
+            else:
+                assert sample["temperature"] == 0
+        if "tokens" in call:
+            got = tl.nn.generate(model, params, prompts, generation_config=GENERATION / case,
+                                 **kwargs)
+            assert got == call["tokens"], kwargs
+
+
+def test_the_tokenizers_generation_config_is_applied(llama, tmp_path):
+    model, params, _ = llama
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(FIXTURES / "tokenizer" / f, tmp_path)
+    shutil.copy(GENERATION / "greedy_penalised" / "generation_config.json", tmp_path)
+    expected = json.loads((GENERATION / "greedy_penalised" / "expected.json").read_text())
+    tok = tl.nn.Tokenizer.from_pretrained(tmp_path)
+    assert tok.generation_config["repetition_penalty"] == 3.0
+    assert set(tok.eos_token_ids) == {1, 25}
+    prompts, want = expected["prompts"], expected["calls"][0]["tokens"]
+    assert tl.nn.generate(model, params, prompts, tokenizer=tok) == want
+    # the call wins; {} sets no field (transformers' defaults: 20 greedy tokens)
+    assert tl.nn.generate(model, params, prompts, tokenizer=tok, max_new_tokens=4,
+                          repetition_penalty=1.0) == expected["calls"][1]["tokens"]
+    plain = tl.nn.generate(model, params, prompts, tokenizer=tok, generation_config={})
+    assert [len(r) for r in plain] == [20, 20, 20]
+    assert tl.nn.generate(model, params, prompts, generation_config={
+        "repetition_penalty": 3.0, "max_new_tokens": 9, "eos_token_id": 25}) == want
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    (dict(generation_config={"num_beams": 4}), tl.CheckpointError,
+     "generation_config: num_beams is 4, which asks for beam search; .* cannot honour"),
+    (dict(generation_config={"do_sample": True, "min_p": 0.1}), tl.CheckpointError,
+     "min_p is 0.1"),
+    (dict(generation_config={"top_k": -1}), tl.ArgumentError,
+     r"generation_config: top_k is -1; give an int >= 0"),
+    (dict(generation_config={"eos_token_id": [3, 500]}), tl.ArgumentError,
+     r"eos_token_id is \[3, 500\]; give an id or a list of ids in \[0, 96\)"),
+    (dict(generation_config=5), tl.ArgumentError, "generation_config must be a checkpoint"),
+    (dict(generation_config=FIXTURES / "tokenizer"), tl.CheckpointError,
+     "no generation_config.json"),
+    (dict(generation_config={"max_length": 3}), tl.ArgumentError,
+     "prompt 0 has 5 tokens, not fewer than max_length 3"),
+    (dict(do_sample=True, temperature=0), tl.ArgumentError, "at temperature 0"),
+    (dict(do_sample="yes"), tl.ArgumentError, "do_sample must be True, False or None"),
+])
+def test_bad_generation_configs_are_located(llama, kwargs, error, match):
+    model, params, expected = llama
+    with pytest.raises(error, match=match) as err:
+        tl.nn.generate(model, params, expected["prompt"].tolist(), **kwargs)
+    assert str(err.value).startswith(f"{__file__}:")
+
+
+def test_chat_messages_are_rendered_by_the_chat_template(llama):
+    model, params, _ = llama
+    tok = tl.nn.Tokenizer.from_pretrained(FIXTURES / "tokenizer")
+    talk = [{"role": "system", "content": "be brief"}, {"role": "user", "content": "the cat?"}]
+    other = [{"role": "user", "content": "a dog ran"}]
+    by_hand = tl.nn.generate(model, params, [tok.apply_chat_template(m) for m in (talk, other)],
+                             max_new_tokens=6, eos=[])
+    want = [tok.decode(r, skip_special_tokens=True) for r in by_hand]
+    assert tl.nn.generate(model, params, [talk, other], tokenizer=tok, max_new_tokens=6,
+                          eos=[]) == want
+    assert tl.nn.generate(model, params, talk, tokenizer=tok, max_new_tokens=6, eos=[]) == want[0]
+    assert tl.nn.generate(model, params, ["a dog ran"], tokenizer=tok, chat=True,
+                          max_new_tokens=6, eos=[]) == want[1:]
+    assert tl.nn.generate(model, params, "a dog ran", tokenizer=tok, chat=True,
+                          max_new_tokens=6, eos=[]) == want[1]
+    for kwargs, error, match in (
+            (dict(prompts=[talk]), tl.ArgumentError, "a chat needs tokenizer"),
+            (dict(prompts=[talk], tokenizer=tok, chat=False), tl.ArgumentError,
+             "chat messages but chat=False"),
+            (dict(prompts=[[1, 2]], tokenizer=tok, chat=True), tl.ArgumentError,
+             "chat=True takes a string"),
+            (dict(prompts=[[{"role": "robot", "content": "hi"}]], tokenizer=tok),
+             tl.ArgumentError, "refused the messages: unknown role robot"),
+            (dict(prompts="hi", tokenizer=tok, chat="yes"), tl.ArgumentError,
+             "chat must be True, False or None")):
+        with pytest.raises(error, match=match) as err:
+            tl.nn.generate(model, params, **kwargs)
+        assert str(err.value).startswith(f"{__file__}:")

@@ -11,31 +11,51 @@ until the longest prompt's row has ``max_new_tokens``.
 from __future__ import annotations
 
 import dataclasses
+import os
 import sys
+from pathlib import Path
 
 import numpy as np
 
 from ..compile_config import CompileConfig
-from ..errors import ArgumentError
+from ..errors import ArgumentError, CheckpointError
 from ..frontend.api import from_array, sink
 from ..frontend.context import Context
 from .decoding import decode
-from .tokenizer import Tokenizer
+from .hub import resolve
+from .tokenizer import GENERATION, Tokenizer, check_generation_config, read_generation_config
 
 
-def generate(model, params, prompts, max_new_tokens: int = 16, tokenizer: Tokenizer | None = None,
-             temperature: float = 0.0, top_k: int | None = None, top_p: float | None = None,
-             repetition_penalty: float = 1.0, seed: int = 0, eos=None, stream=None,
-             config=None):
-    """New tokens for each prompt, greedy unless ``temperature > 0`` (then sampled, keyed by
-    ``seed``, among the ``top_k`` most likely tokens and the smallest set of probability
-    ``top_p``); ``repetition_penalty`` makes tokens the row already holds less likely, as in
+def generate(model, params, prompts, max_new_tokens: int | None = None,
+             tokenizer: Tokenizer | None = None, temperature: float | None = None,
+             top_k: int | None = None, top_p: float | None = None,
+             repetition_penalty: float | None = None, seed: int = 0, eos=None, stream=None,
+             config=None, *, do_sample: bool | None = None, generation_config=None,
+             chat: bool | None = None):
+    """New tokens for each prompt: greedy, or sampled (keyed by ``seed``) at ``temperature``
+    among the ``top_k`` most likely tokens and the smallest set of probability ``top_p``;
+    ``repetition_penalty`` makes tokens the row already holds less likely, as in
     ``transformers``.
+
+    Settings the call leaves out (None) come from the checkpoint's ``generation_config.json``
+    as ``transformers`` takes them: ``do_sample`` (false: greedy, whatever the temperature),
+    ``temperature``, ``top_k``, ``top_p``, ``repetition_penalty``, ``max_new_tokens`` (else
+    ``max_length``, prompt included, each row's own), ``eos_token_id``; what neither gives is
+    transformers' default (20 new tokens, ``top_k`` 50 when sampling). The file is the
+    tokenizer's (``tok.generation_config``) or ``generation_config`` (a checkpoint directory,
+    its ``generation_config.json``, a cached Hub id or a dict of its fields: ``{}`` sets none).
+    With no such file: greedy unless ``temperature > 0`` or ``do_sample``, 16 new tokens,
+    no top-k. ``temperature > 0`` asks for sampling, ``0`` for greedy; ``top_k=0`` and
+    ``top_p=1`` turn those filters off.
 
     ``prompts``: a string or a list of strings (needs ``tokenizer``; gives new text, special
     tokens skipped), or a list of token-id lists of any lengths (gives a list of new id lists).
+    Chat: a conversation (a list of ``{"role": ..., "content": ...}`` dicts) or a list of
+    them, or strings with ``chat=True`` (each a user's message), is rendered by the
+    tokenizer's chat template with the assistant's turn opened
+    (``tok.apply_chat_template(messages)``) and gives the assistant's new text.
     ``eos``: an id or ids that end a row (default: the tokenizer's ``eos_token_ids``, its EOS
-    and those of the checkpoint's ``generation_config.json``; none without a tokenizer).
+    and those of the generation config; none without either).
     ``stream``: a function ``stream(row, piece)`` called while the program runs with each
     row's new text as it comes (its new token id without a tokenizer), in order, up to the
     row's end; ``tl.nn.TextStream()`` shows the text live in a notebook. ``config``: the
@@ -44,18 +64,25 @@ def generate(model, params, prompts, max_new_tokens: int = 16, tokenizer: Tokeni
     if not callable(getattr(model, "generate", None)) or not hasattr(model, "vocab"):
         raise ArgumentError(f"tl.nn.generate: model must be a tl.nn decoder such as tl.nn.Llama, "
                             f"got {type(model).__name__}")
-    if not isinstance(max_new_tokens, (int, np.integer)) or isinstance(max_new_tokens, bool) \
-            or max_new_tokens < 1:
+    if max_new_tokens is not None and (
+            not isinstance(max_new_tokens, (int, np.integer))
+            or isinstance(max_new_tokens, bool) or max_new_tokens < 1):
         raise ArgumentError(f"tl.nn.generate: max_new_tokens must be an int >= 1, got "
                             f"{max_new_tokens!r}")
     if tokenizer is not None and not isinstance(tokenizer, Tokenizer):
         raise ArgumentError(f"tl.nn.generate: tokenizer must be a tl.nn.Tokenizer, got "
                             f"{type(tokenizer).__name__}")
-    single = isinstance(prompts, str)
+    single = isinstance(prompts, str) or _is_conversation(prompts)
     texts = [prompts] if single else prompts
-    is_text = single or (isinstance(texts, (list, tuple)) and texts
-                         and all(isinstance(p, str) for p in texts))
-    if is_text:
+    chats = _conversations(texts, chat)
+    is_text = chats is not None or (isinstance(texts, (list, tuple)) and texts
+                                    and all(isinstance(p, str) for p in texts))
+    if chats is not None:
+        if tokenizer is None:
+            raise ArgumentError("tl.nn.generate: a chat needs tokenizer=tl.nn.Tokenizer."
+                                "from_pretrained(path), whose chat template renders it")
+        rows = [tokenizer.apply_chat_template(c) for c in chats]
+    elif is_text:
         if tokenizer is None:
             raise ArgumentError("tl.nn.generate: text prompts need tokenizer=tl.nn.Tokenizer."
                                 "from_pretrained(path); or give token ids (a list of int lists)")
@@ -66,24 +93,23 @@ def generate(model, params, prompts, max_new_tokens: int = 16, tokenizer: Tokeni
                                 "no tokens; give it some text")
     else:
         rows = _id_rows(prompts, model.vocab)
-    stops = _eos(eos, tokenizer, model.vocab)
-    steps = max(map(len, rows)) + int(max_new_tokens)
+    gen, where = _generation_config(generation_config, tokenizer, model.vocab)
+    sampling, limits = _settings(
+        dict(do_sample=do_sample, temperature=temperature, top_k=top_k, top_p=top_p,
+             repetition_penalty=repetition_penalty, max_new_tokens=max_new_tokens),
+        gen, where, [len(r) for r in rows], model.vocab)
+    stops = _eos(eos, tokenizer, model.vocab, gen)
+    steps = max(len(r) + n for r, n in zip(rows, limits))
     if steps > getattr(model, "positions", steps):
-        raise ArgumentError(f"tl.nn.generate: the longest prompt and max_new_tokens need "
-                            f"{steps} positions but {type(model).__name__} has "
-                            f"{model.positions}; shorten them")
-    if isinstance(repetition_penalty, bool) or not isinstance(
-            repetition_penalty, (int, float)) or not 0 < repetition_penalty < float("inf"):
-        raise ArgumentError(f"tl.nn.generate: repetition_penalty must be a finite number > 0 "
-                            f"(1: none), got {repetition_penalty!r}")
+        raise ArgumentError(f"tl.nn.generate: the prompts and their new tokens need {steps} "
+                            f"positions but {type(model).__name__} has {model.positions}; "
+                            "shorten them or lower max_new_tokens")
     if stream is not None and not callable(stream):
         raise ArgumentError(f"tl.nn.generate: stream must be a function stream(row, piece), got "
                             f"{type(stream).__name__}")
     if stream is not None:
-        stream = _Stream(stream, rows, int(max_new_tokens), stops, tokenizer if is_text else None)
-    sampling = dict(temperature=temperature, seed=seed, top_k=top_k, top_p=top_p,
-                    repetition_penalty=repetition_penalty)
-    out = _decode_batch(model, params, rows, int(max_new_tokens), sampling, config, stream)
+        stream = _Stream(stream, rows, limits, stops, tokenizer if is_text else None)
+    out = _decode_batch(model, params, rows, limits, dict(sampling, seed=seed), config, stream)
     out = [_until_eos(r, stops) for r in out]
     if not is_text:
         return out
@@ -91,10 +117,165 @@ def generate(model, params, prompts, max_new_tokens: int = 16, tokenizer: Tokeni
     return new[0] if single else new
 
 
-def _decode_batch(model, params, rows, new: int, sampling: dict, config,
+def _is_conversation(x) -> bool:
+    """A list of chat messages: a non-empty list of dicts."""
+    return isinstance(x, (list, tuple)) and bool(x) and all(isinstance(m, dict) for m in x)
+
+
+def _conversations(prompts, chat) -> list | None:
+    """The conversations to render with the chat template (``prompts`` as a list), or None
+    when the prompts are not a chat."""
+    if chat is not None and not isinstance(chat, (bool, np.bool_)):
+        raise ArgumentError(f"tl.nn.generate: chat must be True, False or None, got {chat!r}"
+                            [:200])
+    given = isinstance(prompts, (list, tuple)) and bool(prompts) and all(
+        _is_conversation(c) for c in prompts)
+    if given and chat is False:
+        raise ArgumentError("tl.nn.generate: the prompts are chat messages but chat=False; "
+                            "drop chat=False, or give the text or ids of the prompts")
+    if given:
+        return list(prompts)
+    if not chat:
+        return None
+    if isinstance(prompts, (list, tuple)) and prompts and all(isinstance(p, str) for p in prompts):
+        return [[{"role": "user", "content": p}] for p in prompts]
+    raise ArgumentError(f"tl.nn.generate: chat=True takes a string, a list of strings (each a "
+                        f"user's message) or conversations (lists of {{'role', 'content'}} "
+                        f"dicts), got {type(prompts).__name__} {prompts!r}"[:300])
+
+
+# transformers' defaults for what neither the call nor generation_config.json sets
+HF_DEFAULTS = dict(do_sample=False, temperature=1.0, top_k=50, top_p=1.0, repetition_penalty=1.0,
+                   max_new_tokens=20)
+# tl.nn.generate's own, with no generation config in effect
+OWN_DEFAULTS = dict(do_sample=False, temperature=1.0, top_k=0, top_p=1.0, repetition_penalty=1.0,
+                    max_new_tokens=16)
+# generation_config.json fields tl.nn.generate cannot honour: name -> (neutral, what it asks,
+# whether it matters only when sampling)
+UNHONOURED = {
+    "num_beams": ((None, 1), "beam search", False),
+    "num_return_sequences": ((None, 1), "several sequences per prompt", False),
+    "penalty_alpha": ((None, 0, 0.0), "contrastive search", False),
+    "min_length": ((None, 0), "a minimum length", False),
+    "min_new_tokens": ((None, 0), "a minimum length", False),
+    "no_repeat_ngram_size": ((None, 0), "a ban on repeated n-grams", False),
+    "bad_words_ids": ((None, []), "banned words", False),
+    "suppress_tokens": ((None, []), "suppressed tokens", False),
+    "begin_suppress_tokens": ((None, []), "suppressed tokens", False),
+    "forced_bos_token_id": ((None,), "a forced first token", False),
+    "forced_eos_token_id": ((None,), "a forced last token", False),
+    "sequence_bias": ((None, {}), "biased sequences", False),
+    "stop_strings": ((None, [], ""), "stop strings", False),
+    "exponential_decay_length_penalty": ((None,), "a length penalty", False),
+    "guidance_scale": ((None, 1, 1.0), "classifier-free guidance", False),
+    "dola_layers": ((None,), "DoLa decoding", False),
+    "min_p": ((None, 0, 0.0), "min-p sampling", True),
+    "typical_p": ((None, 1, 1.0), "typical sampling", True),
+    "epsilon_cutoff": ((None, 0, 0.0), "epsilon sampling", True),
+    "eta_cutoff": ((None, 0, 0.0), "eta sampling", True),
+    "top_h": ((None,), "top-h sampling", True),
+}
+
+
+def _generation_config(given, tokenizer, vocab: int) -> tuple[dict | None, str]:
+    """The generation config in effect (None: none) and where it comes from, for errors."""
+    if given is None:
+        if tokenizer is None or tokenizer.generation is None:
+            return None, ""
+        return tokenizer.generation, str(Path(tokenizer.source).parent / GENERATION)
+    if isinstance(given, dict):
+        if not all(isinstance(k, str) for k in given):
+            raise ArgumentError(f"tl.nn.generate: generation_config's keys must be field names "
+                                f"(str), got {list(given)[:6]!r}")
+        return check_generation_config(given, vocab, "tl.nn.generate: generation_config",
+                                       ArgumentError), "generation_config"
+    if isinstance(given, (str, os.PathLike)) and not isinstance(given, bytes):
+        path = resolve(given, "tl.nn.generate: generation_config")
+        file = path / GENERATION if path.is_dir() else path
+        if not file.is_file():
+            raise CheckpointError(f"{file}: no {GENERATION}; give generation_config as a "
+                                  "checkpoint directory that holds one, or as a dict")
+        return read_generation_config(file, vocab), str(file)
+    raise ArgumentError(f"tl.nn.generate: generation_config must be a checkpoint directory, a "
+                        f"generation_config.json path, a Hub id or a dict, got "
+                        f"{type(given).__name__}")
+
+
+def _settings(call: dict, gen: dict | None, where: str, lengths: list[int],
+              vocab: int) -> tuple[dict, list[int]]:
+    """The sampling settings of ``decode`` and each row's count of new tokens: the call's,
+    else the generation config's (``gen``, from ``where``), else the defaults
+    (transformers' with a generation config, ``OWN_DEFAULTS`` without)."""
+    _check_call(call)
+    defaults = OWN_DEFAULTS if gen is None else HF_DEFAULTS
+    gen = gen or {}
+
+    def pick(name):
+        return call[name] if call[name] is not None else gen.get(name, defaults[name])
+
+    if call["do_sample"] is not None:
+        sampling = call["do_sample"]
+    elif call["temperature"] is not None:
+        sampling = call["temperature"] > 0
+    else:
+        sampling = gen.get("do_sample", False)
+    for name, (neutral, what, only_sampling) in UNHONOURED.items():
+        value = gen.get(name)
+        if (sampling or not only_sampling) and value not in neutral:
+            raise CheckpointError(f"{where}: {name} is {str(value)[:60]}, which asks for {what}; "
+                                  "tl.nn.generate cannot honour it: give the settings with "
+                                  "generation_config={...} ({} for none)")
+    temperature = float(pick("temperature"))
+    if sampling and temperature == 0:
+        source = "the call" if call["temperature"] is not None else where
+        raise ArgumentError(f"tl.nn.generate: sampling (do_sample) at temperature 0 (from "
+                            f"{source}); give temperature > 0, or do_sample=False for greedy")
+    top_k, top_p = int(pick("top_k")), float(pick("top_p"))
+    if top_p == 0:             # transformers keeps the most likely token
+        top_k, top_p = 1, 1.0
+    sample = dict(temperature=temperature if sampling else 0.0,
+                  top_k=top_k if sampling and 0 < top_k < vocab else None,
+                  top_p=top_p if sampling and top_p < 1 else None,
+                  repetition_penalty=float(pick("repetition_penalty")))
+    if call["max_new_tokens"] is not None or "max_new_tokens" in gen or "max_length" not in gen:
+        return sample, [int(pick("max_new_tokens"))] * len(lengths)
+    most = gen["max_length"]
+    short = next((k for k, n in enumerate(lengths) if n >= most), None)
+    if short is not None:
+        raise ArgumentError(f"tl.nn.generate: prompt {short} has {lengths[short]} tokens, not "
+                            f"fewer than max_length {most} ({where}); give max_new_tokens")
+    return sample, [most - n for n in lengths]
+
+
+def _check_call(call: dict) -> None:
+    """The sampling arguments of a call, each None or of its kind."""
+    def bad(name, what):
+        raise ArgumentError(f"tl.nn.generate: {name} must be {what}, got {call[name]!r}")
+
+    v = call["do_sample"]
+    if v is not None and not isinstance(v, (bool, np.bool_)):
+        bad("do_sample", "True, False or None")
+    v = call["temperature"]
+    if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
+                          or not 0 <= v < float("inf")):
+        bad("temperature", "a finite number >= 0 (0: greedy)")
+    v = call["top_k"]
+    if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < 0):
+        bad("top_k", "an int >= 1, 0 for no top-k, or None")
+    v = call["top_p"]
+    if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
+                          or not 0 < v <= 1):
+        bad("top_p", "a number in (0, 1] (1: no top-p) or None")
+    v = call["repetition_penalty"]
+    if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))
+                          or not 0 < v < float("inf")):
+        bad("repetition_penalty", "a finite number > 0 (1: none)")
+
+
+def _decode_batch(model, params, rows, limits: list[int], sampling: dict, config,
                   stream) -> list[list[int]]:
-    """Each row's ``new`` tokens, all rows in one program: prompts padded at the end to the
-    longest, each row reading its own length (see ``decoding.decode``)."""
+    """Each row's ``limits[row]`` new tokens, all rows in one program: prompts padded at the
+    end to the longest, each row reading its own length (see ``decoding.decode``)."""
     lengths = np.array([len(r) for r in rows], dtype=np.int32)
     prompt = np.zeros((len(rows), lengths.max()), dtype=np.int32)
     for k, r in enumerate(rows):
@@ -112,10 +293,11 @@ def _decode_batch(model, params, rows, new: int, sampling: dict, config,
     config = config or CompileConfig()
     if stream is not None and config.executor == "auto":  # "auto" takes a sink to codegen
         config = dataclasses.replace(config, executor="xla")
-    prog = ctx.compile(bounds={B: len(rows), T: int(lengths.max()) + new, N: model.layers},
+    steps = max(int(p) + n for p, n in zip(lengths, limits))
+    prog = ctx.compile(bounds={B: len(rows), T: steps, N: model.layers},
                        outputs={"ids": ids}, config=config)
     got = prog.run()["ids"]
-    return [[int(i) for i in got[k, p:p + new]] for k, p in enumerate(lengths)]
+    return [[int(i) for i in got[k, p:p + n]] for k, (p, n) in enumerate(zip(lengths, limits))]
 
 
 def _id_rows(prompts, vocab: int) -> list[list[int]]:
@@ -144,10 +326,13 @@ def _id_rows(prompts, vocab: int) -> list[list[int]]:
     return rows
 
 
-def _eos(eos, tokenizer, vocab: int) -> frozenset[int]:
-    """The ids that end a row: ``eos`` (an id or ids), else the tokenizer's EOS, else none."""
+def _eos(eos, tokenizer, vocab: int, gen: dict | None) -> frozenset[int]:
+    """The ids that end a row: ``eos`` (an id or ids), else the tokenizer's EOS and the
+    generation config's ``eos_token_id``, else none."""
     if eos is None:
-        return frozenset(() if tokenizer is None else tokenizer.eos_token_ids)
+        own = gen.get("eos_token_id", ()) if gen else ()
+        own = (own,) if isinstance(own, int) else tuple(own)
+        return frozenset(own + (() if tokenizer is None else tokenizer.eos_token_ids))
     ids = [eos] if isinstance(eos, (int, np.integer)) else eos
     if not isinstance(ids, (list, tuple, set, frozenset)) or not all(
             isinstance(i, (int, np.integer)) and not isinstance(i, bool) and 0 <= i < vocab
@@ -170,8 +355,8 @@ class _Stream:
     row's new tokens, in order, up to its end. With a tokenizer a piece is the text the token
     adds (the row decoded anew each time, so that a character split over tokens comes whole)."""
 
-    def __init__(self, fn, rows, new: int, stops: frozenset, tokenizer):
-        self.fn, self.new, self.stops, self.tokenizer = fn, new, stops, tokenizer
+    def __init__(self, fn, rows, limits: list[int], stops: frozenset, tokenizer):
+        self.fn, self.limits, self.stops, self.tokenizer = fn, limits, stops, tokenizer
         self.__name__ = f"{getattr(fn, '__name__', type(fn).__name__)} (tl.nn.generate's stream)"
         self.lengths = [len(r) for r in rows]
         self.tokens: list[list[int]] = [[] for _ in rows]
@@ -180,7 +365,7 @@ class _Stream:
     def __call__(self, point: dict, value) -> None:
         row = point["b"]
         got = self.tokens[row]
-        if point["t"] - self.lengths[row] != len(got) or len(got) == self.new or (
+        if point["t"] - self.lengths[row] != len(got) or len(got) == self.limits[row] or (
                 got and got[-1] in self.stops):
             return          # a prompt step, or past the row's end
         got.append(int(value))
@@ -188,7 +373,7 @@ class _Stream:
             self.fn(row, got[-1])
             return
         text = self.tokenizer.decode(got, skip_special_tokens=True)
-        if text.endswith("\ufffd") and len(got) < self.new:
+        if text.endswith("\ufffd") and len(got) < self.limits[row]:
             return          # a character not yet complete
         piece, self.text[row] = text[len(self.text[row]):], text
         if piece:

@@ -9,13 +9,16 @@ normaliser, pre-tokeniser, merges and post-processor (a Llama 3 tokenizer prepen
 chat template (also read from ``chat_template.jinja``, where newer transformers save it), which
 ``apply_chat_template`` renders with jinja2 in a sandbox with the globals transformers gives a
 template (``raise_exception``, ``strftime_now``, the ``tojson`` filter). From
-``generation_config.json`` beside them it takes the ids that end a generation.
+``generation_config.json`` beside them it takes the ids that end a generation and the
+checkpoint's sampling defaults (``do_sample``, ``temperature``, ``top_k``, ...), which
+``tl.nn.generate`` applies when given this tokenizer (``generation_settings``).
 
 Both packages are imported when a tokenizer is made, never when ``tempo_lab`` is imported.
 """
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -47,6 +50,7 @@ class Tokenizer:
     clean_up_spaces: bool = False
     source: str = ""
     generation_eos: tuple[int, ...] = ()   # generation_config.json's eos_token_id(s)
+    generation: dict | None = None        # its fields, checked; None without the file
 
     @classmethod
     def from_pretrained(cls, path) -> Tokenizer:
@@ -88,8 +92,11 @@ class Tokenizer:
         if not isinstance(clean, bool):
             raise CheckpointError(f"{folder / CONFIG}: clean_up_tokenization_spaces is "
                                   f"{clean!r}; give true or false")
+        generation = None if not (folder / GENERATION).is_file() else read_generation_config(
+            folder / GENERATION, backend.get_vocab_size(with_added_tokens=True))
+        eos = (generation or {}).get("eos_token_id", ())
         return cls(backend, specials, template, clean, str(file),
-                   _generation_eos(folder, backend.get_vocab_size(with_added_tokens=True)))
+                   (eos,) if isinstance(eos, int) else tuple(eos), generation)
 
     # -- ids --------------------------------------------------------------------------------------
     @property
@@ -122,6 +129,14 @@ class Tokenizer:
         well as at ``<|end_of_text|>``); what ``tl.nn.generate`` stops at by default."""
         own = () if self.eos_token_id is None else (self.eos_token_id,)
         return tuple(dict.fromkeys(own + self.generation_eos))
+
+    @property
+    def generation_config(self) -> dict:
+        """The fields of the checkpoint's ``generation_config.json`` (``{}`` without one), as
+        ``tl.nn.generate(..., tokenizer=tok)`` applies them: ``do_sample``, ``temperature``,
+        ``top_k``, ``top_p``, ``repetition_penalty``, ``max_new_tokens``, ``max_length``,
+        ``eos_token_id``, ``pad_token_id`` and any other field it holds."""
+        return dict(self.generation or {})
 
     @property
     def pad_token_id(self) -> int | None:
@@ -182,18 +197,57 @@ def _read_object(file: Path) -> dict:
     return read_object(file) if file.is_file() else {}
 
 
-def _generation_eos(folder: Path, vocab: int) -> tuple[int, ...]:
-    """``eos_token_id`` of the checkpoint's ``generation_config.json`` (an id or a list)."""
-    file = folder / GENERATION
-    eos = _read_object(file).get("eos_token_id")
-    ids = [eos] if isinstance(eos, int) and not isinstance(eos, bool) else eos
-    if ids is None:
-        return ()
-    if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool)
-                                            and 0 <= i < vocab for i in ids):
-        raise CheckpointError(f"{file}: eos_token_id is {str(eos)[:60]}; give an id or a list "
-                              f"of ids in [0, {vocab})")
-    return tuple(ids)
+# generation_config.json's fields tl.nn.generate reads: name -> (check, what to give)
+GENERATION_FIELDS = {
+    "do_sample": (lambda v, n: isinstance(v, bool), "true or false"),
+    "temperature": (lambda v, n: _num(v) and 0 <= v < math.inf, "a finite number >= 0"),
+    "top_k": (lambda v, n: _int(v) and v >= 0, "an int >= 0 (0: no top-k)"),
+    "top_p": (lambda v, n: _num(v) and 0 <= v <= 1, "a number in [0, 1]"),
+    "repetition_penalty": (lambda v, n: _num(v) and 0 < v < math.inf,
+                           "a finite number > 0 (1: none)"),
+    "max_new_tokens": (lambda v, n: _int(v) and v >= 1, "an int >= 1"),
+    "max_length": (lambda v, n: _int(v) and v >= 1, "an int >= 1"),
+    "eos_token_id": (lambda v, n: _id(v, n) or isinstance(v, list) and all(_id(i, n) for i in v),
+                     None),
+    "pad_token_id": (lambda v, n: _id(v, n), None),
+    "bos_token_id": (lambda v, n: _id(v, n), None),
+}
+
+
+def _num(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v
+
+
+def _int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _id(v, vocab: int | None) -> bool:
+    return _int(v) and 0 <= v and (vocab is None or v < vocab)
+
+
+def check_generation_config(cfg: dict, vocab: int | None, where: str, error) -> dict:
+    """``cfg`` (a ``generation_config.json``'s object) with its null fields dropped, each field
+    ``tl.nn.generate`` reads checked (``GENERATION_FIELDS``): a field of the wrong kind is
+    ``error`` (a ``TempoLabError`` class) naming it, its value and what to give. Fields it
+    does not read are kept, for ``tl.nn.generate`` to refuse those it cannot honour."""
+    out = {}
+    for name, value in cfg.items():
+        if value is None:
+            continue
+        check = GENERATION_FIELDS.get(name)
+        if check is not None and not check[0](value, vocab):
+            what = check[1] or (f"an id in [0, {vocab})" if name != "eos_token_id" else
+                                f"an id or a list of ids in [0, {vocab})")
+            raise error(f"{where}: {name} is {str(value)[:60]}; give {what}")
+        out[name] = value
+    return out
+
+
+def read_generation_config(file: Path, vocab: int | None) -> dict:
+    """The checked fields of a ``generation_config.json`` (``check_generation_config``),
+    ``{}`` when there is none."""
+    return check_generation_config(_read_object(file), vocab, str(file), CheckpointError)
 
 
 def _token_text(value, name: str, folder: Path) -> str | None:
