@@ -4,12 +4,18 @@ against cold.
 
     python -m benchmarks.generate --quick          # a small Llama; --preset llama-3.2-1b
     python -m benchmarks.generate --layers 2 --embed 512 --lengths 5 200 --batch 8
+    python -m benchmarks.generate --quick --eos-after 8 --new 64   # early stop at EOS
 
 Each call is timed whole, as a user waits for it: tempo_lab's compile of the program (every
 call builds one for its prompts' shape), the XLA compile (warm after the first call of a shape,
 and across processes through ``tl.config.compilation_cache``) and the run. Both ways give every
 row the same tokens (checked before timing). Medians of ``--runs`` rounds taking turns; JSON
 to ``benchmarks/results/generate.json``.
+
+``--eos-after K``: the batch's ids that end a row are each row's K-th greedy token (so every
+row ends by its K-th new token), and the same call is timed with the program stopping where
+every row has ended (``early_stop=True``, a ``tl.until``) and running to the longest row's
+limit (``early_stop=False``): the steps each runs and its median time.
 """
 from __future__ import annotations
 
@@ -71,6 +77,8 @@ def main(argv=None) -> int:
     ap.add_argument("--lengths", type=int, nargs=2, default=(5, 200))
     ap.add_argument("--new", type=int, default=16, help="max_new_tokens")
     ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--eos-after", type=int, help="each row ends by its K-th new token; "
+                    "time the early stop against none")
     ap.add_argument("--out", type=Path, default=RESULTS / "generate.json")
     ap.add_argument("--first-token", help=argparse.SUPPRESS)  # the child of first_token()
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -90,6 +98,8 @@ def main(argv=None) -> int:
     model = model_of(args)
     params = model.init(0)
     prompts = prompts_of(args, model.vocab)
+    if args.eos_after:
+        return early_stop(args, model, params, prompts)
     batched = tl.nn.generate(model, params, prompts, max_new_tokens=args.new)
     alone = [tl.nn.generate(model, params, [p], max_new_tokens=args.new)[0] for p in prompts]
     assert batched == alone, "a row's tokens differ batched and alone"
@@ -115,6 +125,53 @@ def main(argv=None) -> int:
           f"{med['one_at_a_time']:.2f} s: {record['throughput_x']:.2f}x the throughput\n"
           f"  first token in a new process: {cold:.2f} s cold, {warm:.2f} s with the cache "
           f"({record['first_token_ratio']:.2f}x)\n  -> {args.out}")
+    return 0
+
+
+def early_stop(args, model, params, prompts) -> int:
+    """Steps and time with the program ending where every row has met its EOS, and without."""
+    import tempo_lab as tl
+    from tempo_lab.program import Program
+
+    full = tl.nn.generate(model, params, prompts, max_new_tokens=args.new)
+    stops = sorted({r[min(args.eos_after, len(r)) - 1] for r in full})
+    steps, ran, run = [], [], Program.run
+
+    def counted(self, *a, **k):
+        t0 = time.perf_counter()
+        out = run(self, *a, **k)
+        ran.append(time.perf_counter() - t0)
+        steps.append(out.bounds["T"])
+        return out
+
+    Program.run = counted
+    record = {"model": repr(model), "batch": args.batch, "lengths": list(args.lengths),
+              "new_tokens": args.new, "eos_after": args.eos_after, "runs": args.runs}
+    got = {}
+    for early in (False, True):
+        def call(early=early):
+            return tl.nn.generate(model, params, prompts, max_new_tokens=args.new, eos=stops,
+                                  early_stop=early)
+        got[early] = call()
+        times = [timed(call) for _ in range(args.runs)]
+        record[f"early_stop_{early}"] = {"steps": steps[-1], "seconds": times,
+                                         "median_s": statistics.median(times),
+                                         "run_median_s": statistics.median(ran[-args.runs:])}
+    Program.run = run
+    assert got[True] == got[False], "the early stop changed the tokens"
+    record["new_tokens_per_row"] = [len(r) for r in got[True]]
+    out = args.out.with_name("generate_early_stop.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(record, indent=1) + "\n")
+    off, on = record["early_stop_False"], record["early_stop_True"]
+    print(f"{record['model']}\n  {args.batch} prompts of {args.lengths[0]}-{args.lengths[1]} "
+          f"tokens, up to {args.new} new, rows ending after {record['new_tokens_per_row']} "
+          f"tokens (a call, compile included; the program's run):\n"
+          f"  to the longest row's limit: {off['steps']} steps, {off['median_s']:.3f} s; "
+          f"{off['run_median_s']:.3f} s\n  stopping when every row has ended: {on['steps']} "
+          f"steps, {on['median_s']:.3f} s; {on['run_median_s']:.3f} s "
+          f"({off['median_s'] / on['median_s']:.2f}x; "
+          f"{off['run_median_s'] / on['run_median_s']:.2f}x)\n  -> {out}")
     return 0
 
 

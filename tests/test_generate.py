@@ -251,3 +251,33 @@ def test_chat_messages_are_rendered_by_the_chat_template(llama):
         with pytest.raises(error, match=match) as err:
             tl.nn.generate(model, params, **kwargs)
         assert str(err.value).startswith(f"{__file__}:")
+
+
+def test_the_batch_stops_when_every_row_has_ended(llama, monkeypatch):
+    """With ids that end a row, the program's steps end where the last row has ended (a
+    tl.until over the steps), not at the longest row's limit; the tokens are those of the
+    full run cut at each row's EOS, streamed or not."""
+    from tempo_lab.program import Program
+
+    model, params, expected = llama
+    prompts = [expected["prompt"][0].tolist(), expected["prompt"][1, :3].tolist()]
+    full = tl.nn.generate(model, params, prompts, max_new_tokens=12)
+    stops = sorted({full[0][2], full[1][4]})
+    want = [r[:next(k for k, i in enumerate(r) if i in stops) + 1] for r in full]
+    steps = []
+    run = Program.run
+    monkeypatch.setattr(Program, "run", lambda self, *a, **k: (
+        lambda out: steps.append(out.bounds["T"]) or out)(run(self, *a, **k)))
+    for early in (True, None, False):
+        assert tl.nn.generate(model, params, prompts, max_new_tokens=12, eos=stops,
+                              early_stop=early) == want
+    last = max(len(p) + len(r) for p, r in zip(prompts, want))
+    assert steps == [last, last, 5 + 12]
+    seen = []
+    assert tl.nn.generate(model, params, prompts, max_new_tokens=12, eos=stops, early_stop=True,
+                          stream=lambda row, i: seen.append((row, i))) == want
+    assert [[i for r, i in seen if r == row] for row in (0, 1)] == want
+    assert steps[-1] == last
+    with pytest.raises(tl.ArgumentError, match="early_stop must be True, False or None") as err:
+        tl.nn.generate(model, params, prompts, eos=stops, early_stop="yes")
+    assert str(err.value).startswith(f"{__file__}:")

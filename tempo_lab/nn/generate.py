@@ -5,8 +5,11 @@ over a batch dim ``b``, the step ``t`` and the layer dim ``n``), compiles it for
 shape and runs it. Prompts of different lengths are decoded in one program: each is padded at
 its end and reads its own length, so each row's positions, attention and tokens are those it
 gets decoded alone (``decoding.decode``). A row ends at its first end-of-sequence token (kept in
-the ids, dropped from the text), or after ``max_new_tokens``; the program runs every row
-until the longest prompt's row has ``max_new_tokens``.
+the ids, dropped from the text), or after its ``max_new_tokens``; the program's steps end
+where every row has ended (``tl.until``, see ``generate``'s ``early_stop``), else where the
+longest row's limit is. Settings the call leaves out come from the checkpoint's
+``generation_config.json`` as ``transformers`` applies them; chat messages go through the
+tokenizer's chat template.
 """
 from __future__ import annotations
 
@@ -19,8 +22,10 @@ import numpy as np
 
 from ..compile_config import CompileConfig
 from ..errors import ArgumentError, CheckpointError
-from ..frontend.api import from_array, sink
+from ..frontend.api import eq, from_array, placeholder, sink
+from ..frontend.bounds import until
 from ..frontend.context import Context
+from ..frontend.tensor import as_tensor
 from .decoding import decode
 from .hub import resolve
 from .tokenizer import GENERATION, Tokenizer, check_generation_config, read_generation_config
@@ -31,7 +36,7 @@ def generate(model, params, prompts, max_new_tokens: int | None = None,
              top_k: int | None = None, top_p: float | None = None,
              repetition_penalty: float | None = None, seed: int = 0, eos=None, stream=None,
              config=None, *, do_sample: bool | None = None, generation_config=None,
-             chat: bool | None = None):
+             chat: bool | None = None, early_stop: bool | None = None):
     """New tokens for each prompt: greedy, or sampled (keyed by ``seed``) at ``temperature``
     among the ``top_k`` most likely tokens and the smallest set of probability ``top_p``;
     ``repetition_penalty`` makes tokens the row already holds less likely, as in
@@ -60,7 +65,15 @@ def generate(model, params, prompts, max_new_tokens: int | None = None,
     row's new text as it comes (its new token id without a tokenizer), in order, up to the
     row's end; ``tl.nn.TextStream()`` shows the text live in a notebook. ``config``: the
     ``tl.CompileConfig`` of the program (with ``stream``, the XLA executor unless it names
-    another: its host callbacks run inside the compiled program)."""
+    another: its host callbacks run inside the compiled program).
+
+    ``early_stop``: with ids that end a row, the program stops at the step where every row
+    has ended (a ``tl.until`` over the steps), not at the longest row's limit. Its bound is
+    then data-dependent, which keeps the compiler from batching the prompt steps every row
+    shares (the prefix split of ``tempo_lab.passes.prefix``), so by default (None) it stops
+    early only where the new tokens it may save outnumber those steps (the largest
+    ``max_new_tokens`` above the shortest prompt's length), or where that split is off;
+    True: always, False: never."""
     if not callable(getattr(model, "generate", None)) or not hasattr(model, "vocab"):
         raise ArgumentError(f"tl.nn.generate: model must be a tl.nn decoder such as tl.nn.Llama, "
                             f"got {type(model).__name__}")
@@ -109,7 +122,11 @@ def generate(model, params, prompts, max_new_tokens: int | None = None,
                             f"{type(stream).__name__}")
     if stream is not None:
         stream = _Stream(stream, rows, limits, stops, tokenizer if is_text else None)
-    out = _decode_batch(model, params, rows, limits, dict(sampling, seed=seed), config, stream)
+    if early_stop is not None and not isinstance(early_stop, (bool, np.bool_)):
+        raise ArgumentError(f"tl.nn.generate: early_stop must be True, False or None, got "
+                            f"{early_stop!r}"[:200])
+    out = _decode_batch(model, params, rows, limits, dict(sampling, seed=seed), config, stream,
+                        stops, early_stop)
     out = [_until_eos(r, stops) for r in out]
     if not is_text:
         return out
@@ -272,29 +289,60 @@ def _check_call(call: dict) -> None:
         bad("repetition_penalty", "a finite number > 0 (1: none)")
 
 
+def _stops_early(early_stop, stops, lengths, limits: list[int], config) -> bool:
+    """Whether the program ends when every row has ended (``early_stop``; None: see
+    ``generate``)."""
+    if not stops or early_stop is False:
+        return False
+    if early_stop or "prefix" not in config.passes or not config.vectorise_groups:
+        return True
+    return max(limits) > min(lengths)
+
+
 def _decode_batch(model, params, rows, limits: list[int], sampling: dict, config,
-                  stream) -> list[list[int]]:
+                  stream, stops: frozenset = frozenset(),
+                  early_stop: bool | None = None) -> list[list[int]]:
     """Each row's ``limits[row]`` new tokens, all rows in one program: prompts padded at the
-    end to the longest, each row reading its own length (see ``decoding.decode``)."""
+    end to the longest, each row reading its own length (see ``decoding.decode``).
+
+    With ``stops`` (ids that end a row) the step dim's bound is ``tl.until(all rows ended)``:
+    row ``b`` ends at step ``t`` when it is past its prompt and feeds a stop id there, or at
+    its last step; the loop ends at the step where the last row has ended, not at the
+    longest row's limit. (A ``tl.until`` per row, over ``(b, t)``, gives the same tokens but
+    ran no faster: the rows of the batch step together until the last has ended, and it
+    cannot stream, as a ``tl.sink`` over a ragged domain is refused.)"""
     lengths = np.array([len(r) for r in rows], dtype=np.int32)
+    steps = max(int(p) + n for p, n in zip(lengths, limits))
+    config = config or CompileConfig()
+    if stream is not None and config.executor == "auto":  # "auto" takes a sink to codegen
+        config = dataclasses.replace(config, executor="xla")
     prompt = np.zeros((len(rows), lengths.max()), dtype=np.int32)
     for k, r in enumerate(rows):
         prompt[k, :len(r)] = r
     ctx = Context(dims=("b", "t", "n"))
     b, t, n = ctx.dims
     B, T, N = ctx.bounds
+    bound = steps
     with ctx:
+        plen = from_array(lengths, domain=(b,), name="prompt_length")
         ids, _ = decode(model, params, from_array(prompt, domain=(b,), name="prompt"), t, n,
-                        me="tl.nn.generate",
-                        lengths=from_array(lengths, domain=(b,), name="prompt_length"),
-                        shortest=int(lengths.min()), **sampling)
+                        me="tl.nn.generate", lengths=plen, shortest=int(lengths.min()),
+                        **sampling)
         if stream is not None:
             sink(ids, stream)
-    config = config or CompileConfig()
-    if stream is not None and config.executor == "auto":  # "auto" takes a sink to codegen
-        config = dataclasses.replace(config, executor="xla")
-    steps = max(int(p) + n for p, n in zip(lengths, limits))
-    prog = ctx.compile(bounds={B: len(rows), T: steps, N: model.layers},
+        if _stops_early(early_stop, stops, lengths, limits, config):
+            step = as_tensor(t, ctx)
+            last = from_array(lengths + np.asarray(limits, np.int32) - 1, domain=(b,),
+                              name="last_step")
+            hit = None
+            for i in sorted(stops):
+                hit = eq(ids, i) if hit is None else hit | eq(ids, i)
+            done = (step >= last) | (hit & (step >= plen))
+            ended = placeholder((), "bool", domain=(b, t), name="row_ended")
+            ended[b, 0] = done[b, 0]
+            ended[b, t] = ended[b, t - 1] | done
+            bound = until(ended.astype("int32")[0:B, t].min(axis=0) > 0, max=steps)
+    prog = ctx.compile(bounds={B: len(rows), T: bound, N: model.layers},
                        outputs={"ids": ids}, config=config)
     got = prog.run()["ids"]
     return [[int(i) for i in got[k, p:p + n]] for k, (p, n) in enumerate(zip(lengths, limits))]
