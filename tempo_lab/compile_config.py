@@ -56,9 +56,9 @@ class CompileConfig:
     block_size: int = 64
     xla_split: int = 8
     sync_profile: bool = False
-    # passes, run in this order when their switch is on (see tempo_lab/passes)
+    # passes, run in this order when their switch is on (enabled_passes; see tempo_lab/passes)
     passes: tuple[str, ...] = ("simplify", "fold", "cse", "remat", "stream", "contract", "dce",
-                               "tile",
+                               "tile", "prefix",
                                "vectorise", "incrementalise", "fuse")
     simplify: bool = True
     fold_constants: bool = True
@@ -72,7 +72,8 @@ class CompileConfig:
     tile: bool = True
     vectorise: bool = True
     vectorise_groups: bool = True  # of the innermost recurrent dim, batch the ops off the
-    # recurrence over all of it while the recurrence loops (passes/vectorise.py)
+    # recurrence over all of it while the recurrence loops (passes/vectorise.py); and the steps
+    # before a known prefix ends (a prompt), split off to be batched (passes/prefix.py)
     incrementalise: bool = True
     fuse: bool = True
     tile_block: int | None = None
@@ -86,6 +87,17 @@ class CompileConfig:
     device_memory_budget: int | None = None
     mesh: Any = None
     shard: Any = None
+
+    @property
+    def enabled_passes(self) -> tuple[str, ...]:
+        """The passes that run, in the order they run: the one place that decides it (the pass
+        manager runs these). A pass runs when its name is in ``passes`` and the switch it
+        registered (``passes.manager.register``: ``tile``, ``fold_constants``, ...) is on;
+        ``CompileConfig(tile=False)`` is the short way to leave one out."""
+        from .passes import REGISTRY
+
+        return tuple(p for p in self.passes
+                     if REGISTRY[p].switch is None or getattr(self, REGISTRY[p].switch))
 
     @property
     def value_budget(self) -> int:

@@ -175,3 +175,13 @@ def test_train_benchmark_quick(tmp_path):
     r = json.loads(out.read_text())
     assert r["losses_equal"] and r["time_ratio"] > 0 and r["rss_ratio"] > 0
     assert len(r["tempo_lab"]["losses"]) == 3 and r["tempo_lab"]["plan_peak"] > 0
+
+
+def test_prefill_benchmark_tiny(tmp_path):
+    """The prompt's steps split off, fed one at a time and plain JAX's batched forward give
+    the same first token (the benchmark checks it before timing)."""
+    out = tmp_path / "prefill.json"
+    _run("benchmarks.prefill", "--layers", "1", "--embed", "32", "--heads", "2", "--vocab", "48",
+         "--prompt", "9", "--runs", "1", "--out", str(out))
+    r = json.loads(out.read_text())
+    assert r["prompt"] == 9 and min(r["split_s"], r["stepwise_s"], r["jax_s"]) > 0

@@ -1,7 +1,8 @@
 """Which points of each op are ever read: the basis of validation and of domain reduction.
 
-Placeholders, outputs and sinks are demanded on their whole domain; any other op on the union of
-what its readers read. Every cycle in an SDG goes through a placeholder (a merge op), and an op
+Placeholders, outputs and sinks are demanded on their whole domain (a placeholder whose
+``needed`` condition a pass set, where it holds); any other op on the union of what its readers
+read. Every cycle in an SDG goes through a placeholder (a merge op), and an op
 is numbered after the ops it reads except for placeholders, so one sweep over the ops in reverse
 order settles every demand.
 """
@@ -11,7 +12,7 @@ from collections.abc import Callable, Mapping
 
 import islpy as isl
 
-from ..symbolic import Bound, and_
+from ..symbolic import Bound, Cond, and_
 from ..symbolic import isl as I
 from .sdg import SDG, Edge
 
@@ -23,9 +24,9 @@ def demand(sdg: SDG, boxes: Mapping[int, isl.Set], maps: Mapping[Edge, isl.Map],
     consumer points, those consumer points)`` is called once per edge, e.g. to check reads
     against domains."""
     roots = set(sdg.roots)
-    merges = [i for i, op in sdg.ops.items() if op.kind == "merge"]
-    out = {i: boxes[i] if (i in roots or i in merges) else boxes[i].subtract(boxes[i])
-           for i in sdg.ops}
+    merges = [i for i, op in sdg.ops.items() if op.closes_cycles]
+    out = {i: boxes[i] if i in roots else _needed(sdg.ops[i], boxes[i]) if i in merges
+           else boxes[i].subtract(boxes[i]) for i in sdg.ops}
     for i in merges + sorted((i for i in sdg.ops if i not in merges), reverse=True):
         for e in sdg.in_edges(i):
             m = maps[e].intersect_domain(out[i])
@@ -34,6 +35,13 @@ def demand(sdg: SDG, boxes: Mapping[int, isl.Set], maps: Mapping[Edge, isl.Map],
             if e.src not in merges and e.src not in roots:
                 out[e.src] = out[e.src] | (m.range() & boxes[e.src])
     return out
+
+
+def _needed(op, box: isl.Set) -> isl.Set:
+    """A placeholder's points: its whole domain, or where its ``attrs["needed"]`` holds (a
+    pass that gave the other points to a copy says so, ``passes/prefix.py``)."""
+    c = op.attrs.get("needed")  # text in an SDG loaded from JSON (tl.load), which never runs
+    return box & I.cond_set(c, box.get_space()) if isinstance(c, Cond) else box
 
 
 def param_context(sdg: SDG) -> isl.Set:

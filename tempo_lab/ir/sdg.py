@@ -43,6 +43,13 @@ class Op:
     def category(self) -> str:
         return CATALOG[self.kind].category
 
+    @property
+    def closes_cycles(self) -> bool:
+        """A merge that may close a cycle (a ``tl.placeholder``'s): demanded on its whole
+        domain and numbered apart from its branches. A join a pass made of two parts of one
+        op's domain (``attrs["join"]``, ``passes/prefix.py``) is demanded where it is read."""
+        return self.kind == "merge" and not self.attrs.get("join")
+
     def attrs_str(self) -> str:
         return ", ".join(f"{k}={_attr_str(v)}" for k, v in sorted(self.attrs.items())
                          if k not in ("weak", "ndomain", "type"))
@@ -61,8 +68,9 @@ def _attr_str(v) -> str:
 
 
 # Dims the passes add, by role: "blocks" (tiling: the blocks of a range along a step dim),
-# "parts" (incrementalisation: blocks of a vectorised dim's points, in its place).
-ROLES = ("blocks", "parts")
+# "parts" (incrementalisation: blocks of a vectorised dim's points, in its place), "prefix"
+# (prefix splitting: a step dim's steps before a known prefix ends, passes/prefix.py).
+ROLES = ("blocks", "parts", "prefix")
 
 
 def read_type(producer: Op, e: Edge) -> TensorType:
@@ -173,7 +181,7 @@ class SDG(Stage):
         return next(d for d in self.dims if d.bound.name == bound)
 
     def role(self, d: Dim) -> str | None:
-        """"blocks" or "parts" for a dim a pass made (see ``ROLES``), else None."""
+        """The role of a dim a pass made (see ``ROLES``), else None."""
         return self.made.get(d.name, (None,))[0]
 
     def parted(self, op: Op) -> dict[str, str]:

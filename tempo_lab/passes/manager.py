@@ -231,8 +231,8 @@ class Editor:
         """Number the ops in a topological order again (producers before readers, except the
         branches of placeholders), keeping the old order where it allows: later passes,
         demand and fusion rely on it. For a pass whose new ops are read by an old one."""
-        deps = {i: {e.src for e in self._in[i].values()} if self._ops[i].kind != "merge"
-                else set() for i in self._ops}
+        deps = {i: set() if self._ops[i].closes_cycles else {e.src for e in self._in[i].values()}
+                for i in self._ops}
         readers: dict[int, list[int]] = {i: [] for i in self._ops}
         for i, ds in deps.items():
             for d in ds:
@@ -428,7 +428,8 @@ class PassTrace(Stage):
 
 def run_passes(sdg: SDG, config, check: bool = False, bounds=None,
                dynamic=(), executor=None) -> tuple[SDG, PassTrace]:
-    """Run every enabled pass in ``config.passes`` order, recording a PassTrace. ``bounds`` are
+    """Run the passes ``config.enabled_passes`` names, in order (``ragged`` first whenever a
+    bound is ragged), recording a PassTrace. ``bounds`` are
     the compiled bound values; ``dynamic`` names the data-dependent ones; ``executor`` is the
     ``executors.Choice`` the compilation resolved ``config.executor`` to (``ed.executor``;
     None: resolved here, the same way)."""
@@ -437,10 +438,8 @@ def run_passes(sdg: SDG, config, check: bool = False, bounds=None,
                            config.device_memory_budget is not None)
     records, bounds = [], dict(bounds or {})
     first = ["ragged"] if sdg.ragged else []  # not optional: executors run boxes only
-    for name in first + list(config.passes):
+    for name in first + list(config.enabled_passes):
         p = REGISTRY[name]
-        if p.switch is not None and not getattr(config, p.switch):
-            continue
         ed = Editor(sdg, name, config, bounds, dynamic, executor)
         t0 = time.perf_counter()
         try:

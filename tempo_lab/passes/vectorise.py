@@ -271,8 +271,8 @@ def group(ed: Editor, d: Dim, size: int, budget: int | None) -> set[int] | None:
     over = {i for i, op in ed.ops.items() if d in op.domain}
     loop = _recurrent(ed, d, over)
     out: set[int] = set()
-    if not loop:  # no recurrence along d: it was kept a loop for a constant point's read
-        return None
+    if not loop and ed.role(d) != "prefix":  # no recurrence along d: it was kept a loop
+        return None  # for a constant point's read (a prompt's steps: for causal range reads)
     left = _left_in_loop(ed, over)
     for i in sorted(over - loop - left - _looped_inputs(ed, d, over, loop)):
         ins = ed.in_edges(i)
@@ -400,10 +400,10 @@ def _demanded_everywhere(ed: Editor, ops: set[int], d: Dim, size: int) -> set[in
     value). Batched, an op is computed at every point of ``d`` and reads its producers there,
     so a point nobody read before (a step a branch guards, where a ``max`` over a range would
     be empty) must not become one: an op qualifies when some reader needs it everywhere, or
-    when it is no ``max``/``min``, its producers all exist everywhere and it is needed at most
-    points of ``d`` (an RNN's input projection, which only the steps after the first read; not
-    ``exp(x)`` read at ``T - 1`` alone, which batched would be computed and held at every step
-    for one)."""
+    when it is no ``max``/``min``, its producers all exist everywhere and it is needed at
+    most points of ``d`` (an RNN's input projection, which only the steps after the first
+    read; not ``exp(x)`` read at ``T - 1`` alone, which batched would be computed and held at
+    every step for one)."""
     import islpy as isl
 
     sdg = ed.result()
@@ -414,12 +414,31 @@ def _demanded_everywhere(ed: Editor, ops: set[int], d: Dim, size: int) -> set[in
     out = ops & full
     safe = {i for i in ops - out if not flag(ed.ops[i].kind, "nonempty")
             and 2 * _points_along(got[i], ed.ops[i].domain.index(d), ed.bounds) >= size}
+    # the steps of a prompt split off (passes/prefix.py): the prompt's length decides whether
+    # any step reads an op, so demand says no op exists everywhere (for every bound); and the
+    # last layer needs its rows at the last step only. An op defined at every point gives rows
+    # nobody reads, never an error: it may be read from the batch.
+    held = _total(ed) if ed.role(d) == "prefix" else set()
     while True:  # an op safe at every point whose inputs all exist there may join too
         more = {i for i in safe - out
-                if all(e.src in full or e.src in out for e in ed.in_edges(i))}
+                if all(e.src in full or e.src in out or e.src in held for e in ed.in_edges(i))}
         if not more:
             return out
         out |= more
+
+
+def _total(ed: Editor) -> set[int]:
+    """The ops defined at every point of their domain: none of them, nor anything they read,
+    a ``max``/``min`` over a range that can be empty. Computed at a point no reader demands,
+    such an op gives a value nobody reads, never an error."""
+    partial = [i for i, op in ed.ops.items() if flag(op.kind, "nonempty")]
+    seen = set(partial)
+    while partial:  # what reads them, at any distance
+        for e in ed.out_edges(partial.pop()):
+            if e.dst not in seen:
+                seen.add(e.dst)
+                partial.append(e.dst)
+    return set(ed.ops) - seen
 
 
 def _points_along(s, pos: int, bounds: dict[str, int]) -> float:
@@ -613,7 +632,7 @@ def _identity_takes(ed: Editor):
 def _batched_group(ed: Editor, d: Dim, size: int, budget: int) -> set[int] | None:
     """The ops off the recurrence along ``d`` to batch over it, if group vectorisation
     applies to ``d`` and they are worth a batch."""
-    if not ed.config.vectorise_groups or ed.role(d) or _outer(ed, d) \
+    if not ed.config.vectorise_groups or ed.role(d) not in (None, "prefix") or _outer(ed, d) \
             or eligible(ed, d, size, None):
         return None
     running = [i for i, op in ed.ops.items() if op.attrs.get("running") == d.name]

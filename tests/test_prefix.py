@@ -1,0 +1,127 @@
+"""Prefix splitting (``passes/prefix.py``): the steps of a recurrence before a known prefix ends
+(``x[t < P] = prompt[t]``) are split off and batched; the results are the unsplit program's and
+the reference's."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tempo_lab as tl
+
+NO_PREFIX = tuple(p for p in tl.CompileConfig().passes if p != "prefix")
+CKPT = Path(__file__).parent / "fixtures" / "hf" / "llama3_tied"
+
+
+def _attention_decoder(P: int = 6, steps: int = 11):
+    """An autoregressive attention model written by hand: a step reads the prompt's value
+    while ``t < P``, else a function of the last step's output; causal attention over the
+    steps so far. No ``tl.nn``: any program of this shape is split."""
+    rng = np.random.default_rng(0)
+    ctx = tl.Context(dims=("t",))
+    (t,), (T,) = ctx.dims, ctx.bounds
+    with ctx:
+        prompt = tl.from_array(rng.normal(size=(steps, 8)).astype(np.float32), domain=(t,),
+                               name="prompt")  # read below P only
+        wq, wk, wv, wo = (tl.from_array(rng.normal(size=(8, 8)).astype(np.float32) / 3,
+                                        domain=(), name=n) for n in ("wq", "wk", "wv", "wo"))
+        x = tl.placeholder((8,), "float32", domain=(t,), name="x")
+        q, k, v = x[t] @ wq, x @ wk, x @ wv
+        att = tl.softmax(k[0:t + 1] @ q, axis=0) @ v[0:t + 1]
+        out = tl.tanh(att @ wo + x[t])
+        x[t < P] = prompt[t]
+        x[t] = out[t - 1]
+    return ctx, {T: steps}, {"x": x, "out": out}
+
+
+def _split(prog) -> bool:
+    return any(d.name.endswith("_pre") for d in prog.sdg.dims)
+
+
+@pytest.mark.parametrize("executor", ["xla", "interpreter"])
+def test_a_known_prefix_is_split_off_and_batched(executor):
+    ctx, bounds, outputs = _attention_decoder()
+    prog = ctx.compile(bounds=bounds, outputs=outputs,
+                       config=tl.CompileConfig(executor=executor, check_invariants=True))
+    assert _split(prog), prog.passes
+    # the prompt steps' projections run as one batch over the prompt's steps
+    batched = [op for op in prog.sdg.ops.values() if "t_pre" in op.attrs.get("vdims", ())
+               and op.kind in ("matmul", "fused")]
+    assert batched, [op.kind for op in prog.sdg.ops.values()]
+    want = ctx.compile(bounds=bounds, outputs=outputs,
+                       config=tl.CompileConfig(executor="reference")).run()
+    unsplit = ctx.compile(bounds=bounds, outputs=outputs,
+                          config=tl.CompileConfig(executor=executor, passes=NO_PREFIX)).run()
+    assert not _split(unsplit.program)
+    got = prog.run()
+    for name in outputs:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-5, err_msg=name)
+        np.testing.assert_allclose(got[name], unsplit[name], rtol=1e-5, atol=1e-5)
+
+
+def test_a_prefix_of_one_step_is_not_split():
+    ctx, bounds, outputs = _attention_decoder(P=1)
+    prog = ctx.compile(bounds=bounds, outputs=outputs, config=tl.CompileConfig(executor="xla"))
+    assert not _split(prog)
+    want = ctx.compile(bounds=bounds, outputs=outputs,
+                       config=tl.CompileConfig(executor="reference")).run()
+    np.testing.assert_allclose(prog.run()["x"], want["x"], rtol=1e-5, atol=1e-5)
+
+
+@pytest.fixture(scope="module")
+def llama():
+    return tl.nn.Llama.from_pretrained(CKPT)
+
+
+@pytest.mark.parametrize("kw", [{}, {"repetition_penalty": 1.3},
+                                {"temperature": 0.8, "top_k": 5, "seed": 3}])
+def test_generate_gives_the_same_tokens_split(llama, kw):
+    """``tl.nn.generate`` (prompts of different lengths: split at the shortest) gives the
+    same tokens with the prompt's steps split off as fed one step at a time."""
+    model, params = llama
+    prompts = [[5, 9, 17, 3, 44, 12, 8, 30, 2], [7, 7, 1, 60, 22], [11, 2, 3, 4, 5, 6, 70]]
+    split = tl.nn.generate(model, params, prompts, max_new_tokens=6, **kw)
+    stepwise = tl.nn.generate(model, params, prompts, max_new_tokens=6,
+                              config=tl.CompileConfig(passes=NO_PREFIX), **kw)
+    assert split == stepwise
+
+
+def test_a_decode_computes_the_model_from_the_prompts_end_only(llama):
+    """Split, the decode steps' ops (over ``t``) are demanded from the prompt's end on: the
+    prompt's steps run once, batched, not again one at a time; the output head runs at the
+    prompt's last step only, not at every prompt step."""
+    model, params = llama
+    P, steps = 9, 13
+    ctx = tl.Context(dims=("b", "t", "n"))
+    b, t, n = ctx.dims
+    with ctx:
+        ids, logits = model.generate(params, tl.from_array(np.arange(1, P + 1)[None] % 90,
+                                                           domain=(b,)), t, n)
+    prog = ctx.compile(bounds={b.bound: 1, t.bound: steps, n.bound: model.layers},
+                       outputs={"ids": ids}, config=tl.CompileConfig(check_invariants=True))
+    assert _split(prog)
+    values = {b.bound.name: 1, t.bound.name: steps, n.bound.name: model.layers,
+              **{d.bound.name: P for d in prog.sdg.dims if d.name.endswith("_pre")}}
+    over_t = [i for i, op in prog.sdg.ops.items() if op.kind in ("matmul", "fused")
+              and any(d.name == "t" for d in op.domain) and i in prog.schedule.domains]
+    assert over_t
+    firsts = {prog.sdg.ops[i].label: _first_t(prog.schedule.domains[i], values) for i in over_t}
+    assert all(f is None or f >= P - 1 for f in firsts.values()), firsts
+    want = ctx.compile(bounds={b.bound: 1, t.bound: steps, n.bound: model.layers},
+                       outputs={"ids": ids}, config=tl.CompileConfig(passes=NO_PREFIX)).run()
+    np.testing.assert_array_equal(prog.run()["ids"], want["ids"])
+
+
+def _first_t(s, values: dict) -> int | None:
+    """The least ``t`` of the isl set ``s`` of an op's demanded points at these bounds."""
+    import islpy as isl
+
+    from tempo_lab.symbolic import isl as I
+
+    f = I.fix(s, values)
+    if f.is_empty():
+        return None
+    names = f.get_var_names(isl.dim_type.set)
+    return f.dim_min_val(next(k for k, x in enumerate(names) if x.rstrip("'") == "t")
+                         ).to_python()
