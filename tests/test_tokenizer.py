@@ -161,3 +161,26 @@ def test_generation_config_adds_the_ids_that_end_a_generation(tmp_path):
     (tmp_path / "generation_config.json").write_text('{"eos_token_id": 500}')
     with pytest.raises(tl.CheckpointError, match="eos_token_id is 500"):
         tl.nn.Tokenizer.from_pretrained(tmp_path)
+
+
+def test_the_generation_config_of_a_hub_id_in_the_cache(tmp_path, monkeypatch):
+    """``generation_config.json`` beside the tokenizer, read by ``from_pretrained`` and by
+    ``tl.nn.generate(..., generation_config=hub_id)``, from a cache laid out by the test."""
+    from tempo_lab.nn.generate import _generation_config
+
+    pytest.importorskip("huggingface_hub")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    files = tmp_path / "files"
+    files.mkdir()
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(FIXTURE / f, files)
+    gen = FIXTURE.parent / "generation" / "greedy_penalised" / "generation_config.json"
+    shutil.copy(gen, files)
+    _lay_out_cache(tmp_path / "cache", "tiny-org/tiny-gen", files)
+    want = json.loads(gen.read_text())
+    tok = tl.nn.Tokenizer.from_pretrained("tiny-org/tiny-gen")
+    assert tok.generation_config == want and tok.eos_token_ids == (1, 25)
+    got, where = _generation_config("tiny-org/tiny-gen", None, 96)
+    assert got == want and where.endswith("generation_config.json")
+    assert tl.nn.Tokenizer.from_pretrained(FIXTURE).generation_config == {}
