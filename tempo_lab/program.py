@@ -12,15 +12,7 @@ import numpy as np
 
 from . import progress
 from .compile_config import EXECUTORS, CompileConfig
-from .errors import (
-    ArgumentError,
-    BoundsError,
-    OutputError,
-    ScheduleError,
-    TempoLabError,
-    user_api,
-    user_location,
-)
+from .errors import ArgumentError, BoundsError, OutputError, TempoLabError, user_api, user_location
 from .executors import lowers, resolve
 from .frontend.bounds import normalise_bounds
 from .frontend.build import build_sdg
@@ -29,14 +21,12 @@ from .frontend.tensor import RecurrentTensor
 from .frontend.validate import validate
 from .ir.callbacks import calls_python
 from .ir.sdg import SDG
-from .memory import offload, plan_memory, with_frees
+from .memory import best_schedule, meet_budget
 from .passes import run_passes
-from .passes.ragged import lengths_output
 from .runtime.executable import make_backend
 from .runtime.lowered import Lowered
-from .runtime.run import ByBound, Run
+from .runtime.run import Run, put_back
 from .runtime.sharding import Layout
-from .schedule import FALLBACK_OPTION_SETS, OPTION_SETS, IncompleteSchedule, schedule_sdg
 from .stage import Stage
 from .symbolic import Bound
 
@@ -104,6 +94,10 @@ class _Stages:
 
 @user_api
 def compile_context(ctx, bounds, outputs, config: CompileConfig | None = None) -> Program:
+    """``ctx.compile``: the stages made in turn, each from the one before, by the layer that
+    owns it (the trace built into an SDG and validated, the SDG optimised by its passes, the
+    schedule chosen by its memory plan, offloads placed under a budget, the plan lowered, the
+    lowered program compiled for the executor resolved before the passes), each timed."""
     config = config or CompileConfig()
     if not isinstance(config, CompileConfig):
         raise ArgumentError(f"config={config!r}: give a tl.CompileConfig(...)")
@@ -126,88 +120,86 @@ def compile_context(ctx, bounds, outputs, config: CompileConfig | None = None) -
                 validate(sdg, bounds)
         # "auto" resolved once, before the passes: they and the compile step read the choice
         executor = resolve(config.executor, calls_python(sdg.ops),
-                         config.device_memory_budget is not None)
+                           config.device_memory_budget is not None)
         with st.stage("passes"):
             ends = {**dynamic, **{n: r for n, r in ragged.items() if r.lengths is None}}
             sdg, passes = run_passes(sdg, config, config.check_invariants, bounds, ends,
                                      executor)
-            bounds = {**bounds, **passes.new_bounds}  # the dims a pass added (tiling's blocks)
-        schedule = plan = lowered = executable = None
+        # the compiled bound values, with the dims a pass added (tiling's blocks): this one
+        # dict is held by the Lowered stage and read by the Program and the backends
+        bounds = {k: int(v) for k, v in {**bounds, **passes.new_bounds}.items()}
+        lowered = executable = None
         if lowers(executor.name):
-            with st.stage("schedule"):
-                schedule, plan = _best_schedule(sdg, bounds, config, st.times)
-            st.times["schedule"] -= st.times["memory"]  # its own stage, timed inside
-            if config.device_memory_budget is not None:
-                with st.stage("offload"):
-                    ast, chosen = offload.place(schedule.ast, schedule, plan.storages, bounds,
-                                                config.device_memory_budget, plan.peak_bytes)
-                    if chosen:
-                        schedule = schedule.with_ast(ast)
-                        plan = plan_memory(sdg, schedule, bounds, config.block_size)
-                    plan.budget = config.device_memory_budget
-            with st.stage("lower"):
-                layout = (Layout(sdg, config.mesh, config.shard, bounds, loc) if config.shard
-                          else None)
-                lowered = Lowered(sdg, schedule, plan, bounds, layout)
+            lowered = _lowered(sdg, bounds, config, st, loc)
             with st.stage("compile"):
                 executable = lowered.compile(executor, config.sync_profile, config.xla_split)
-                if layout is not None:
-                    layout.agree(f"{executable.name} {sorted(bounds.items())}\n{lowered.ast}",
-                                 loc)
+                if lowered.layout is not None:
+                    lowered.layout.agree(f"{executable.name} {sorted(bounds.items())}\n"
+                                         f"{lowered.ast}", loc)
     finally:
         st.bar.close()
-    return Program(ctx.trace, sdg, bounds, outs, config, st.times, schedule, plan, lowered,
-                   executable, passes)
+    return Program(ctx.trace, passes, bounds, outs, config, st.times, lowered, executable)
 
 
-ISL_RETRY_OPS = 150  # a program this small also tries isl's scheduler when fusion grows a ring
-
-
-def _best_schedule(sdg: SDG, bounds, config, times):
-    """The fusion scheduler's schedule, unless it declines (then isl's, under each option set
-    in turn) or its memory plan makes a window reader's ring grow in a program small enough
-    for isl to be quick (then the plan with the lowest predicted peak, the first on ties)."""
-    best = None
-    times["memory"] = 0.0
-    for options in OPTION_SETS + FALLBACK_OPTION_SETS:
-        if best is not None and (options in FALLBACK_OPTION_SETS or not best[1].grown
-                                 or len(sdg.ops) > ISL_RETRY_OPS):
-            break
-        try:
-            schedule = with_frees(sdg, schedule_sdg(sdg, options))
-        except IncompleteSchedule:
-            continue
-        t1 = time.perf_counter()
-        plan = plan_memory(sdg, schedule, bounds, config.block_size)
-        times["memory"] += time.perf_counter() - t1
-        if best is None or plan.peak_bytes < best[1].peak_bytes:
-            best = (schedule, plan)
-    if best is None:
-        raise ScheduleError("no scheduler found a complete schedule for this program (the "
-                            "fusion scheduler and isl's under every option set tried); please "
-                            "report it with the program", sdg.ops[sdg.roots[0]].loc)
-    return best
+def _lowered(sdg: SDG, bounds: dict[str, int], config: CompileConfig, st: _Stages,
+             loc) -> Lowered:
+    """The optimised SDG scheduled, its memory planned (under the budget, if any), offloads
+    placed to meet the budget, and the result lowered."""
+    budget = config.device_memory_budget
+    with st.stage("schedule"):
+        schedule, memory, st.times["memory"] = best_schedule(sdg, bounds, config.block_size,
+                                                             budget)
+    st.times["schedule"] -= st.times["memory"]  # its own stage, timed inside
+    if budget is not None:
+        with st.stage("offload"):
+            schedule, memory = meet_budget(schedule, memory, bounds, budget)
+    with st.stage("lower"):
+        layout = (Layout(sdg, config.mesh, config.shard, bounds, loc) if config.shard
+                  else None)
+        return Lowered(sdg, schedule, memory, bounds, layout)
 
 
 class Program(Stage):
-    """A compiled program: its stages (``trace``, ``sdg``, ``schedule``, ``memory``,
-    ``executable``) and ``run()``."""
+    """A compiled program: its stages (``trace``, ``passes``, ``sdg``, ``schedule``,
+    ``memory``, ``lowered``, ``executable``) and ``run()``. Each stage is held once, by the
+    stage that made it from the one before: ``sdg`` is ``passes.final``; ``schedule``,
+    ``memory`` and ``bounds`` are the ``Lowered``'s (for the reference, which lowers nothing,
+    ``schedule`` and ``memory`` are None and the program holds ``bounds``)."""
 
-    def __init__(self, trace, sdg: SDG, bounds: dict[str, int], outputs, config, times,
-                 schedule=None, memory=None, lowered=None, executable=None, passes=None):
-        self.trace, self.sdg, self.bounds, self.config = trace, sdg, dict(bounds), config
+    def __init__(self, trace, passes, bounds: dict[str, int], outputs, config, times,
+                 lowered=None, executable=None):
+        self.trace, self.config = trace, config
         self.passes = passes  # PassTrace: the SDG as built is passes.initial; sdg is the result
-        self.schedule, self.memory, self.lowered = schedule, memory, lowered
-        self.executable = executable
-        if executable is not None:
-            executable.program = self
+        self.lowered = lowered
+        self._bounds = bounds if lowered is None else None
+        self.executable = None if executable is None else executable.for_program(self)
         self._outputs = dict(outputs)
         self.compile_times: dict[str, float] = dict(times)
+
+    @property
+    def sdg(self) -> SDG:
+        """The SDG the passes made (``passes.final``)."""
+        return self.passes.final
+
+    @property
+    def schedule(self):
+        """The loop nest (``Schedule``), with its frees and offloads."""
+        return None if self.lowered is None else self.lowered.schedule
+
+    @property
+    def memory(self):
+        """The memory plan (``MemoryPlan``)."""
+        return None if self.lowered is None else self.lowered.memory
+
+    @property
+    def bounds(self) -> dict[str, int]:
+        """The compiled bound values, with the dims a pass added."""
+        return self._bounds if self.lowered is None else self.lowered.bounds
 
     @functools.cached_property
     def ragged(self):
         """The ragged bounds as written (``ir.sdg.Ragged``), before the pass made boxes."""
-        return (self.passes.initial if self.passes is not None else self.sdg).ragged
+        return self.passes.initial.ragged
 
     def __repr__(self) -> str:
         b = ", ".join(f"{k}={v}" for k, v in self.bounds.items())
@@ -249,9 +241,8 @@ class Program(Stage):
                 raise TempoLabError("this program was compiled for the reference interpreter "
                                     "and has no schedule; compile it with another executor")
             executable = self.lowered.compile(executor, config.sync_profile, config.xla_split)
-        return Program(self.trace, self.sdg, self.bounds, self._outputs, config,
-                       self.compile_times, self.schedule, self.memory, self.lowered, executable,
-                       self.passes)
+        return Program(self.trace, self.passes, self.bounds, self._outputs, config,
+                       self.compile_times, self.lowered, executable)
 
     def name_of(self, rt: RecurrentTensor) -> str:
         for name, o in self._outputs.items():
@@ -289,25 +280,12 @@ class Program(Stage):
         if record is not False and not isinstance(record, (bool, np.bool_)):
             raise ArgumentError(f"record={record!r}: give True or False")
         if self.executable is not None:
-            run = self.executable.run(self.bounds, record)
+            run = self.executable.run(None, record)  # at the compiled bounds
             if not self._reordered_or_ragged:
                 return run
-            reorder, masked = self._after_run
-            for k, axis, back in reorder:  # instances back in their order
-                run._values[k] = np.take(run._values[k], back, axis=axis)
-            if self.ragged:  # the box's points past each instance's end hold no values
-                for name, r in self.ragged.items():
-                    found = run._values.pop(lengths_output(name), None)
-                    run.lengths[name] = (r.over, r.lengths if found is None else
-                                         found.astype(np.int64))
-                for k in masked:
-                    v, m = run._values[k], run.mask(k)
-                    run._values[k] = np.where(m.reshape(m.shape + (1,) * (v.ndim - m.ndim)),
-                                              v, np.zeros((), v.dtype))
-            return run
+            return put_back(run, *self._after_run, self.ragged)
         t0 = time.perf_counter()  # the SDG as built: no pass stands between it and NumPy
-        sdg = self.passes.initial if self.passes is not None else self.sdg
-        values, bounds, sdg = make_backend(self.config.executor).run(sdg, self.bounds)
-        run = Run(self, values, time.perf_counter() - t0, None, bounds)
-        run.lengths = ByBound({name: (r.over, r.lengths) for name, r in sdg.ragged.items()})
-        return run
+        values, bounds, sdg = make_backend(self.config.executor).run(self.passes.initial,
+                                                                     self.bounds)
+        return Run(self, values, time.perf_counter() - t0, None, bounds,
+                   {name: (r.over, r.lengths) for name, r in sdg.ragged.items()})

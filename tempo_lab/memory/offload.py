@@ -28,6 +28,7 @@ from ..ir.sdg import SDG
 from ..schedule import Exec, Fetch, For, Free, If, Node, Offload, Seq, While
 from ..symbolic import Dim
 from .liveness import insert_frees, iteration_frees, maps_by_op
+from .plan import MemoryPlan, plan_memory
 from .simulate import simulate
 
 SMALL = 64  # stores below 1/SMALL of the excess are not moved
@@ -257,6 +258,19 @@ def _score(ast: Node, storages: dict, bounds: dict) -> tuple[int, int, int]:
     at the same peak each need a move before it falls), then the bytes held over time."""
     _, timeline, _, _, peak, _ = simulate(ast, storages, bounds)
     return peak, timeline.count(peak), sum(timeline)
+
+
+def meet_budget(schedule, memory: MemoryPlan, bounds: dict, budget: int):
+    """(the schedule, its memory plan) with the moves that bring the predicted device peak of
+    ``memory`` (a plan of ``schedule`` made under ``budget``) down to ``budget`` where they
+    can: the same two when none is needed or none helps, else the schedule running the loop
+    AST with the moves placed and its plan made again."""
+    ast, chosen = place(schedule.ast, schedule, memory.storages, bounds, budget,
+                        memory.peak_bytes)
+    if not chosen:
+        return schedule, memory
+    schedule = schedule.with_ast(ast)
+    return schedule, plan_memory(memory.sdg, schedule, bounds, memory.block, budget)
 
 
 def place(ast: Node, schedule, storages: dict, bounds: dict, budget: int,

@@ -78,7 +78,8 @@ class MemoryPlan(Stage):
     def __init__(self, sdg: SDG, storages: dict[int, Storage], timeline: list[int],
                  lifetimes: dict[int, tuple[int, int]], grown: tuple[int, ...] = (),
                  steps: list[int] | None = None, n_steps: int | None = None,
-                 peak: int | None = None, offloaded_bytes: int = 0):
+                 peak: int | None = None, offloaded_bytes: int = 0, budget: int | None = None,
+                 block: int = 64):
         self.sdg, self.storages, self.timeline, self.lifetimes = (sdg, storages, timeline,
                                                                   lifetimes)
         self.grown = grown  # ops with a window reader whose ring this schedule makes grow
@@ -86,8 +87,8 @@ class MemoryPlan(Stage):
         self.n_steps = len(timeline) if n_steps is None else n_steps
         self._peak = max(timeline, default=0) if peak is None else peak
         self.offloaded_bytes = offloaded_bytes  # the most held on the host at once (offload)
-        self.budget: int | None = None  # CompileConfig.device_memory_budget, when given
-        self.block = 64  # the points a growing store grows by (CompileConfig.block_size)
+        self.budget = budget  # the device memory budget it was planned under, or None
+        self.block = block  # the points a growing store grows by (CompileConfig.block_size)
 
     @property
     def peak_bytes(self) -> int:
@@ -240,9 +241,12 @@ def _grow(slots: tuple, j: int) -> tuple:
     return tuple(None if k == j else s for k, s in enumerate(slots))
 
 
-def plan_memory(sdg: SDG, schedule, bounds: dict[str, int], block: int = 64) -> MemoryPlan:
+def plan_memory(sdg: SDG, schedule, bounds: dict[str, int], block: int = 64,
+                budget: int | None = None) -> MemoryPlan:
     """The stores of ``schedule`` (its frees added first where it has none: a schedule made
-    by ``schedule_sdg``) for these bounds, simulated in bytes."""
+    by ``schedule_sdg``) for these bounds, simulated in bytes. ``block``: the points a growing
+    store grows by; ``budget``: the device memory budget the plan is made under (None: none),
+    which the plan reports against (placing offloads to meet it is ``offload.meet_budget``)."""
     schedule = with_frees(sdg, schedule)
     order = I.fix(schedule.order, bounds)
     by_op = {int(m.get_tuple_name(isl.dim_type.in_)[2:]): m for m in I.maps_of(order)}
@@ -308,7 +312,7 @@ def plan_memory(sdg: SDG, schedule, bounds: dict[str, int], block: int = 64) -> 
                    for k, (w, s) in enumerate(zip(wanted, slots))):
                 grown.append(i)
         storages[i] = _storage(op, slots, domains[i], bounds, block)
-    return _simulated(sdg, storages, schedule, bounds, tuple(grown), block)
+    return _simulated(sdg, storages, schedule, bounds, tuple(grown), block, budget)
 
 
 def _storage(op: Op, slots: tuple, domain, bounds: dict[str, int], block: int) -> Storage:
@@ -329,20 +333,18 @@ def _storage(op: Op, slots: tuple, domain, bounds: dict[str, int], block: int) -
                    blocks)
 
 
-def _simulated(sdg, storages, schedule, bounds, grown, block) -> MemoryPlan:
+def _simulated(sdg, storages, schedule, bounds, grown, block, budget) -> MemoryPlan:
     steps, timeline, lifetimes, n_steps, peak, host = simulate(schedule.ast, storages, bounds)
-    plan = MemoryPlan(sdg, storages, timeline, lifetimes, grown, steps, n_steps, peak, host)
-    plan.block = block
-    return plan
+    return MemoryPlan(sdg, storages, timeline, lifetimes, grown, steps, n_steps, peak, host,
+                      budget, block)
 
 
-def replan(plan: MemoryPlan, schedule, bounds: dict[str, int]) -> MemoryPlan:
-    """``plan`` at other bound values without compiling again: the same store kinds and ring
+def replan(memory: MemoryPlan, schedule, bounds: dict[str, int]) -> MemoryPlan:
+    """``memory`` at other bound values without compiling again: the same store kinds and ring
     sizes, extents and growth taken at ``bounds``, the schedule simulated there. An estimate:
     a compile at those bounds checks ring sizes against them and may choose others."""
     domains = {i: I.fix(d, bounds) for i, d in schedule.domains.items()}
-    storages = {i: _storage(plan.sdg.ops[i], st.slots, domains[i], bounds, plan.block)
-                for i, st in plan.storages.items()}
-    out = _simulated(plan.sdg, storages, schedule, bounds, plan.grown, plan.block)
-    out.budget = plan.budget
-    return out
+    storages = {i: _storage(memory.sdg.ops[i], st.slots, domains[i], bounds, memory.block)
+                for i, st in memory.storages.items()}
+    return _simulated(memory.sdg, storages, schedule, bounds, memory.grown, memory.block,
+                      memory.budget)

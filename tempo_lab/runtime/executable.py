@@ -108,7 +108,7 @@ def compile_lowered(lowered: Lowered, backend, sync: bool = False, split: int = 
             raise TempoLabError(f"unknown executor {chosen!r}; choose one of "
                                 f"{', '.join(['auto', *lowering()])}")
         chosen = resolve(chosen, bool(lowered.sources or lowered.sinks),
-                         lowered.plan.budget is not None)
+                         lowered.memory.budget is not None)
     name, prepared = chosen.name, None
     offloads = chosen.auto and any(isinstance(n, Offload) for n in lowered.ast.walk())
     if offloads and chosen.fallback is not None:  # a store moves to the host: only the
@@ -116,7 +116,7 @@ def compile_lowered(lowered: Lowered, backend, sync: bool = False, split: int = 
     choice = _choice_text(lowered, chosen, name, offloads)
     made = make_backend(name)
     if chosen.fallback is not None and not offloads:  # auto under a budget: does it fit?
-        budget = lowered.plan.budget
+        budget = lowered.memory.budget
         prepared = made.prepare(lowered, sync, split)
         held = prepared.predicted_peak_bytes
         if held <= budget:
@@ -128,26 +128,34 @@ def compile_lowered(lowered: Lowered, backend, sync: bool = False, split: int = 
             choice = [f"auto chose {name}: {whole} holds every store for the whole run, "
                       f"{held} B, above device_memory_budget ({budget} B); {name} frees "
                       f"stores as the memory plan says (predicted peak "
-                      f"{lowered.plan.peak_bytes} B)"]
+                      f"{lowered.memory.peak_bytes} B)"]
     if prepared is None:
         prepared = made.prepare(lowered, sync, split)
     return Executable(lowered, made, prepared, sync, choice)
 
 
 class Executable(Stage):
-    """A program ready to run on one back end (``prog.executable``)."""
+    """A program ready to run on one back end (``prog.executable``). ``program``: the
+    ``Program`` its runs belong to (``run.program``; None for one compiled from a ``Lowered``
+    by hand), given when it is made: ``for_program``."""
 
     def __init__(self, lowered: Lowered, backend: Backend, prepared: Prepared, sync: bool,
-                 choice: list[str]):
+                 choice: list[str], program=None, cached: Cached | None = None):
         self.lowered, self.backend, self.prepared = lowered, backend, prepared
         self.sync, self.choice = sync, list(choice)
-        self.program = None  # the Program it runs for (set by the Program), for its Run
-        self._cached = Cached(lowered)
+        self.program = program
+        self._cached = Cached(lowered) if cached is None else cached
         self._hosts = threading.local()  # the host of each thread's runs (``host_per_run``)
         # the bounds (the object a Program passes every run) of runs that need no memory check:
         # too small to run out, or run once already (what that run needed the process holds
         # now: pages its allocator freed and keeps do not show as available)
         self._unchecked: Mapping[str, int] | None = None
+
+    def for_program(self, program) -> Executable:
+        """This executable (the same prepared program and kernels) with its runs belonging to
+        ``program``: a new object, this one unchanged."""
+        return Executable(self.lowered, self.backend, self.prepared, self.sync, self.choice,
+                          program, self._cached)
 
     @property
     def name(self) -> str:

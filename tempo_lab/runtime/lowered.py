@@ -115,7 +115,7 @@ def _slot(v: Expr, w: int | None) -> Expr:
     return Const(0) if w == 1 else mod(v, w)
 
 
-def resolve(sdg: SDG, plan: MemoryPlan, node: Exec) -> list[Stmt]:
+def resolve(sdg: SDG, memory: MemoryPlan, node: Exec) -> list[Stmt]:
     """The statements of one Exec node: one, or one per branch of a merge (branches reading
     values that have no store, because no demanded point takes them, are left out; an Exec
     left with none raises if it ever runs)."""
@@ -124,12 +124,12 @@ def resolve(sdg: SDG, plan: MemoryPlan, node: Exec) -> list[Stmt]:
     edges = sdg.in_edges(op.id)
     groups = [((e,), e.cond.substitute(at)) for e in edges] if op.kind == "merge" else [
         (tuple(edges), TRUE)]
-    st = plan.storages.get(op.id)
+    st = memory.storages.get(op.id)
     out = []
     for group, cond in groups:
-        if any(e.src not in plan.storages for e in group):
+        if any(e.src not in memory.storages for e in group):
             continue  # reads a value nobody stores: a branch no demanded point takes
-        reads = tuple(_read(sdg, plan, e, at) for e in group)
+        reads = tuple(_read(sdg, memory, e, at) for e in group)
         slots = None if st is None else tuple(_slot(a, w) for a, w in zip(node.args, st.slots))
         shape = tuple(x if isinstance(x, int) else Padded(x.substitute(at), const_cap(x), x)
                       for x in op.type.shape)
@@ -141,9 +141,9 @@ def resolve(sdg: SDG, plan: MemoryPlan, node: Exec) -> list[Stmt]:
     return out
 
 
-def _read(sdg: SDG, plan: MemoryPlan, e: Edge, at: dict) -> Read:
+def _read(sdg: SDG, memory: MemoryPlan, e: Edge, at: dict) -> Read:
     src = sdg.ops[e.src]
-    slots = plan.storages[e.src].slots
+    slots = memory.storages[e.src].slots
     entries, pmap, omap = [], {}, {}
     for k, (d, x) in enumerate(zip(src.domain, e.index)):
         if isinstance(x, Slice):
@@ -178,13 +178,16 @@ def grown_shape(s: Storage, shape: tuple, point: tuple) -> tuple[int, ...]:
 # -- the stage ----------------------------------------------------------------------------------
 class Lowered(Stage):
     """The loop AST resolved into statements, store layouts, host inputs, sinks, sources and
-    data-dependent loops (``prog.lowered``); ``compile(backend)`` makes an ``Executable``."""
+    data-dependent loops (``prog.lowered``); ``compile(backend)`` makes an ``Executable``.
 
-    def __init__(self, sdg: SDG, schedule: Schedule, plan: MemoryPlan, bounds: Mapping,
-                 layout=None):
-        self.sdg, self.schedule, self.plan = sdg, schedule, plan
+    ``bounds``: the compiled bound values (a dict of ints), held here and not copied: the
+    ``Program``, the backends and ``Executable.run`` read this one dict."""
+
+    def __init__(self, sdg: SDG, schedule: Schedule, memory: MemoryPlan,
+                 bounds: dict[str, int], layout=None):
+        self.sdg, self.schedule, self.memory = sdg, schedule, memory
         self.layout = layout  # sharding.Layout over a device mesh, or None: one device
-        self.bounds = {k: int(v) for k, v in bounds.items()}
+        self.bounds = bounds
         self._last_shapes: tuple = (None, [])  # (a run's bounds, its outputs' shapes)
         self.ast = schedule.ast
         self.stmts: list[Stmt] = []
@@ -192,14 +195,20 @@ class Lowered(Stage):
         for node in self.ast.walk():
             if isinstance(node, Exec):
                 first = len(self.stmts)
-                self.stmts.extend(resolve(sdg, plan, node))
+                self.stmts.extend(resolve(sdg, memory, node))
                 self.of_exec[id(node)] = tuple(range(first, len(self.stmts)))
-        self.stores: dict[int, Storage] = dict(plan.storages)
+        self.stores: dict[int, Storage] = dict(memory.storages)
         ran = {st.op.id for st in self.stmts}
         self.hosts = tuple(i for i in sorted(ran) if flag(sdg.ops[i].kind, "array"))
         self.sources = tuple(k for k, st in enumerate(self.stmts) if st.op.kind == "source")
         self.sinks = tuple(k for k, st in enumerate(self.stmts) if st.op.kind == "sink")
         self.loops = tuple(n for n in self.ast.walk() if isinstance(n, For))
+
+    @property
+    def plan(self) -> MemoryPlan:
+        """The memory plan under the name the backends (``codegen.py``, ``interpreter.py``,
+        ``xla_plan.py``) read it by; ``memory`` is its name everywhere else."""
+        return self.memory
 
     def stmts_of(self, node: Exec) -> list[Stmt]:
         return [self.stmts[k] for k in self.of_exec[id(node)]]
@@ -318,13 +327,13 @@ class Lowered(Stage):
             return []
         peak = self.device_peak_bytes
         return [("devices", self.layout.lines(self.stores) + [
-            f"predicted store peak per device: {peak} B (of {self.plan.peak_bytes} B in all)"])]
+            f"predicted store peak per device: {peak} B (of {self.memory.peak_bytes} B in all)"])]
 
     @functools.cached_property
     def device_peak_bytes(self) -> int:
         """The memory plan's peak of store bytes on one device (all of it on one device)."""
         if self.layout is None:
-            return self.plan.peak_bytes
+            return self.memory.peak_bytes
         return self.layout.device_peak_bytes(self.ast, self.stores, self.bounds)
 
     def to_dict(self) -> dict:

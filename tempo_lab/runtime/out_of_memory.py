@@ -44,7 +44,7 @@ def check_fits(executable, bounds: Mapping[str, int]) -> bool:
     lowered = executable.lowered
     raise OutOfMemoryError(
         f"this run needs {_size(need)} for its stores (the memory plan's predicted peak on "
-        f"{executable.name} {_bounds(bounds, lowered.plan)}) but {_size(free[0])} is free "
+        f"{executable.name} {_bounds(bounds, lowered.memory)}) but {_size(free[0])} is free "
         f"({free[1]}); {largest_stores(executable, bounds)}")
 
 
@@ -53,20 +53,20 @@ def needed_bytes(executable, bounds: Mapping[str, int]) -> int | None:
     where the plan does not say: under a mesh (split over devices), or for an executor that
     allocates as steps reach them when the plan is sized for a ``tl.until``'s ``max``."""
     lowered = executable.lowered
-    plan = lowered.plan
+    memory = lowered.memory
     if lowered.layout is not None:
         return None
     static = not CAPS[executable.name].memory_budget  # every store held for the whole run
-    if plan.sized_for_max and not static:
+    if memory.sized_for_max and not static:
         return None
     if static or dict(bounds) == dict(lowered.bounds):
         need = executable.predicted_peak_bytes
     else:
         from ..memory.plan import replan
-        plan = replan(plan, lowered.schedule, dict(bounds))
-        need = plan.peak_bytes
+        memory = replan(memory, lowered.schedule, dict(bounds))
+        need = memory.peak_bytes
     if _platform() == "cpu":  # what moves "to the host" stays in the same memory
-        need += plan.offloaded_bytes
+        need += memory.offloaded_bytes
     return need
 
 
@@ -78,7 +78,7 @@ def as_error(e: BaseException, executable, bounds: Mapping[str, int]
         return None
     return OutOfMemoryError(
         f"this run ran out of memory on {executable.name} ({type(e).__name__}: {_said(e)}) "
-        f"{_bounds(bounds, executable.lowered.plan)}; {largest_stores(executable, bounds)}")
+        f"{_bounds(bounds, executable.lowered.memory)}; {largest_stores(executable, bounds)}")
 
 
 def reference_error(e: MemoryError, sdg, bounds: Mapping[str, int]) -> OutOfMemoryError:
@@ -135,14 +135,14 @@ def largest_stores(executable, bounds: Mapping[str, int]) -> str:
     """The program's largest stores at ``bounds`` (those of at least a hundredth of the
     largest), with their bytes and the bounds their growing axes run to (what makes them
     large), then how to make the run fit."""
-    plan = executable.lowered.plan
+    memory = executable.lowered.memory
     static = not CAPS[executable.name].memory_budget
     sizes = executable.store_bytes(bounds)
     top = [i for i in sorted(sizes, key=lambda i: (-sizes[i], i))[:LARGEST]
            if sizes[i] * 100 >= max(sizes.values())]
     parts, large = [], []
     for i in top:
-        op, st = plan.sdg.ops[i], plan.storages[i]
+        op, st = memory.sdg.ops[i], memory.storages[i]
         grows = []
         for k, (d, w) in enumerate(zip(op.domain, st.slots)):
             if w is None:
@@ -161,9 +161,9 @@ def largest_stores(executable, bounds: Mapping[str, int]) -> str:
 def _fixes(executable, large: list[str]) -> str:
     """How to make a run fit, for this executor and program (``large``: the bounds that make
     the largest stores large)."""
-    plan = executable.lowered.plan
+    memory = executable.lowered.memory
     fixes = []
-    untils = [b for b in plan.sized_for_max if not CAPS[executable.name].memory_budget]
+    untils = [b for b in memory.sized_for_max if not CAPS[executable.name].memory_budget]
     if untils:
         fixes.append(f"Give a tl.until max that can be reached ({', '.join(untils)}: "
                      f"{executable.name} allocates its stores for the max at once), or use "
@@ -259,10 +259,10 @@ def _cgroup() -> tuple[int, str] | None:
     return max(0, int(limit) - current + cache), f"the container's limit of {_size(int(limit))}"
 
 
-def _bounds(bounds: Mapping[str, int], plan) -> str:
+def _bounds(bounds: Mapping[str, int], memory) -> str:
     shown = ", ".join(f"{k} = {v}" for k, v in bounds.items())
-    if plan is not None and plan.sized_for_max:
-        shown += f" (sized for the max of tl.until bound {', '.join(plan.sized_for_max)})"
+    if memory is not None and memory.sized_for_max:
+        shown += f" (sized for the max of tl.until bound {', '.join(memory.sized_for_max)})"
     return f"at {shown}" if shown else "without bounds"
 
 

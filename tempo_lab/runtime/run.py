@@ -7,6 +7,7 @@ import numpy as np
 
 from ..errors import BoundsError, OutputError
 from ..frontend.tensor import RecurrentTensor
+from ..passes.ragged import lengths_output
 from ..stage import Stage
 from ..symbolic import Bound, Dim
 
@@ -53,14 +54,14 @@ class Run(Stage):
     whole domain (domain axes in universe order, then the spatial axes)."""
 
     def __init__(self, program, values: dict[str, np.ndarray], seconds: float,
-                 profile=None, bounds=None):
+                 profile=None, bounds=None, lengths=None):
         """``profile``: a ``Profile``, a function that makes one (when first read), or None
         (the reference interpreter measures nothing)."""
         self.program, self._values, self.seconds = program, values, seconds
         self._profile = profile
         self.bounds: dict[str, int] = dict(bounds or program.bounds)
         # each ragged bound's outer dim and lengths (a per-instance tl.until's, as reached)
-        self.lengths: dict[str, tuple[str, np.ndarray]] = ByBound()
+        self.lengths: dict[str, tuple[str, np.ndarray]] = ByBound(lengths or {})
 
     @property
     def profile(self):
@@ -105,8 +106,7 @@ class Run(Stage):
 
     def _ragged(self) -> dict[str, tuple[str, np.ndarray]]:
         """``lengths`` by the name of the ragged dim rather than of its bound."""
-        return {next(d.name for d in self.program.sdg.dims if d.bound.name == bound): v
-                for bound, v in self.lengths.items()}
+        return _by_dim(self.program, self.lengths)
 
     def _dims(self, key) -> list[str]:
         self[key]  # an OutputError for a key that is not an output
@@ -133,3 +133,32 @@ class Run(Stage):
         return {"schema": "tempo_lab.run/1", "executor": self.executor,
                 "outputs": {k: {"shape": list(v.shape), "dtype": v.dtype.name}
                             for k, v in self._values.items()}}
+
+
+def _by_dim(program, lengths) -> dict[str, tuple[str, np.ndarray]]:
+    """``lengths`` (by bound name) by the name of the ragged dim of ``program``'s SDG."""
+    return {next(d.name for d in program.sdg.dims if d.bound.name == bound): v
+            for bound, v in lengths.items()}
+
+
+def put_back(run: Run, reorder, masked, ragged) -> Run:
+    """``run`` in the user's terms, as a new ``Run``: each output's instances that a pass
+    reordered back in their order (``reorder``: (output, axis, the order that puts them back)),
+    and under a ragged bound (``ragged``: bound name -> ``ir.sdg.Ragged``) the lengths each
+    instance reached and the points past them zeroed in the outputs ``masked``."""
+    values = dict(run._values)
+    for k, axis, back in reorder:  # instances back in their order
+        values[k] = np.take(values[k], back, axis=axis)
+    lengths = {}
+    if ragged:  # the box's points past each instance's end hold no values
+        for name, r in ragged.items():
+            found = values.pop(lengths_output(name), None)
+            lengths[name] = (r.over, r.lengths if found is None else found.astype(np.int64))
+        by_dim = _by_dim(run.program, lengths)
+        for k in masked:
+            v = values[k]
+            dims = [d.name for d in run.program._outputs[k].domain]
+            m = ragged_mask(dims, v.shape[:len(dims)], by_dim)
+            values[k] = np.where(m.reshape(m.shape + (1,) * (v.ndim - m.ndim)), v,
+                                 np.zeros((), v.dtype))
+    return Run(run.program, values, run.seconds, run._profile, run.bounds, lengths)
