@@ -56,12 +56,40 @@ def close(actual, expected, rtol=RTOL, atol=ATOL, msg="", same_shape=True):
 # (``conftest.py``) for the test it parametrises
 STATE = {"executor": REFERENCE[0]}
 
-def compile_(ctx, bounds, outputs):
+
+def compile_(ctx, bounds, outputs, executor=None, **config):
+    """``ctx.compile`` of ``outputs`` at ``bounds`` for ``executor`` (None: the one the
+    ``executor`` fixture set, else the reference interpreter), with the other
+    ``tl.CompileConfig`` fields given as keywords."""
+    executor = STATE["executor"] if executor is None else executor
     return ctx.compile(bounds=bounds, outputs=outputs,
-                       config=tl.CompileConfig(executor=STATE["executor"]))
+                       config=tl.CompileConfig(executor=executor, **config))
+
 
 def run(ctx, bounds, **outputs):
     return compile_(ctx, bounds, outputs).run()
+
+
+def check_vs_reference(ctx, bounds, outputs, executor=None, *, rtol=RTOL, atol=ATOL,
+                       exact=False, **config):
+    """The program of ``outputs`` at ``bounds`` on ``executor`` (as ``compile_`` picks it, with
+    ``config``) against the reference interpreter (the SDG as built, NumPy point by point, no
+    pass and no schedule): the same outputs, each equal to the reference's (bit for bit with
+    ``exact``, else to ``rtol``/``atol``), and the same bounds reached. Returns the executor's
+    run for what a test checks besides. (Loopy's ``auto_test_vs_ref``; a program that calls
+    Python, ``tl.sink`` or ``tl.source``, runs its callbacks once on each.)"""
+    run_ = compile_(ctx, bounds, outputs, executor, **config).run()
+    ref = compile_(ctx, bounds, outputs, REFERENCE[0]).run()
+    assert set(run_.keys()) == set(ref.keys()), (sorted(run_.keys()), sorted(ref.keys()))
+    reached = {k: run_.bounds[k] for k in ref.bounds}  # (without the dims passes added)
+    assert reached == ref.bounds, (run_.bounds, ref.bounds)
+    for name in ref.keys():
+        msg = f"{name!r} on {run_.executor} vs the reference"
+        if exact:
+            np.testing.assert_array_equal(run_[name], ref[name], err_msg=msg)
+        else:
+            close(run_[name], ref[name], rtol, atol, msg)
+    return run_
 
 def ctx1():
     ctx = tl.Context(dims=("t",))

@@ -8,16 +8,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from rt_helpers import WITH_AUTO
+from rt_helpers import WITH_AUTO, check_vs_reference, compile_
 
 import tempo_lab as tl
 
 pytestmark = pytest.mark.executors(WITH_AUTO, reason='as a user runs them: on "auto" too')
-
-
-def compile_(ctx, bounds, outputs, executor, **kw):
-    return ctx.compile(bounds=bounds, outputs=outputs,
-                       config=tl.CompileConfig(executor=executor, **kw))
 
 
 # 1. a data-dependent bound read at its last point, over its whole range and through tl.grad
@@ -122,9 +117,4 @@ def test_random_numbers_are_bit_identical(executor, vectorise):
             u = tl.random.uniform((5,), domain=(t,), seed=4, minval=-2.0, maxval=3.0)
         return ctx, {B: 3, T: 7}, {"n": n, "u": u}
 
-    ctx, bounds, outs = program()
-    got = compile_(ctx, bounds, outs, executor, vectorise=vectorise).run()
-    ctx, bounds, outs = program()
-    want = compile_(ctx, bounds, outs, "reference").run()
-    for k in outs:
-        np.testing.assert_array_equal(got[k], want[k])
+    check_vs_reference(*program(), executor, exact=True, vectorise=vectorise)

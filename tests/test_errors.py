@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from rt_helpers import ALL
+from rt_helpers import ALL, compile_
 
 import tempo_lab as tl
 
@@ -52,10 +52,6 @@ def ctx2():
     return (ctx, *ctx.dims, *ctx.bounds)
 
 
-def compile_(ctx, bounds, **outputs):
-    return ctx.compile(bounds=bounds, outputs=outputs)
-
-
 # Errors found while running are checked on every executor (the compiled ones may find them
 # earlier, at compile time): a test that takes ``executor`` runs on each (conftest.py).
 def compile_and_run(ctx, bounds, executor, **outputs):
@@ -80,7 +76,7 @@ def test_overlapping_condition_branches():
         line = here()
         x[t < 5] = tl.constant(1.0)
         x[t] = x[t - 1] + 1.0
-    err = raises(tl.DefinitionError, lambda: compile_(ctx, {T: 8}, x=x), line)
+    err = raises(tl.DefinitionError, lambda: compile_(ctx, {T: 8}, {"x": x}, "auto"), line)
     assert "overlap" in str(err)
 
 
@@ -92,7 +88,7 @@ def test_overlapping_point_key_and_condition():
         line = here()
         x[t < 2] = tl.constant(1.0)
         x[t] = x[t - 1] + 1.0
-    raises(tl.DefinitionError, lambda: compile_(ctx, {T: 4}, x=x), line)
+    raises(tl.DefinitionError, lambda: compile_(ctx, {T: 4}, {"x": x}, "auto"), line)
 
 
 def test_overlapping_branches_2d():
@@ -103,7 +99,7 @@ def test_overlapping_branches_2d():
         line = here()
         x[b, 0] = tl.constant(1.0)
         x[b, t] = x[b - 1, t - 1] + 1.0
-    err = raises(tl.DefinitionError, lambda: compile_(ctx, {B: 2, T: 3}, x=x), line)
+    err = raises(tl.DefinitionError, lambda: compile_(ctx, {B: 2, T: 3}, {"x": x}, "auto"), line)
     assert "b = 0" in str(err) and "t = 0" in str(err)  # names the shared point
 
 
@@ -114,7 +110,7 @@ def test_overlapping_shift_key_and_condition():
         x[t < 2] = tl.constant(0.0)
         line = here()
         x[t + 1] = x[t] * 2.0
-    raises(tl.DefinitionError, lambda: compile_(ctx, {T: 5}, x=x), line)
+    raises(tl.DefinitionError, lambda: compile_(ctx, {T: 5}, {"x": x}, "auto"), line)
 
 
 def test_missing_coverage_hole():
@@ -124,7 +120,7 @@ def test_missing_coverage_hole():
         x = tl.placeholder((), "float32", domain=(t,))
         x[0] = tl.constant(0.0)
         x[t >= 2] = x[t - 1] + 1.0
-    err = raises(tl.DefinitionError, lambda: compile_(ctx, {T: 5}, x=x), line)
+    err = raises(tl.DefinitionError, lambda: compile_(ctx, {T: 5}, {"x": x}, "auto"), line)
     assert "t = 1" in str(err)
 
 
@@ -135,7 +131,7 @@ def test_missing_coverage_at_the_end():
         x = tl.placeholder((2,), "float32", domain=(b, t))
         x[t < 3] = tl.zeros((2,))
         x[(t >= 3) & (t < T - 1)] = tl.ones((2,))
-    err = raises(tl.DefinitionError, lambda: compile_(ctx, {B: 2, T: 6}, x=x), line)
+    err = raises(tl.DefinitionError, lambda: compile_(ctx, {B: 2, T: 6}, {"x": x}, "auto"), line)
     assert "t = 5" in str(err)
 
 
@@ -146,8 +142,8 @@ def test_missing_coverage_only_some_bounds():
         line = here()
         x = tl.placeholder((), "float32", domain=(t,))
         x[t < 3] = tl.constant(1.0)
-    compile_(ctx, {T: 3}, x=x).run()
-    raises(tl.DefinitionError, lambda: compile_(ctx, {T: 6}, x=x), line)
+    compile_(ctx, {T: 3}, {"x": x}, "auto").run()
+    raises(tl.DefinitionError, lambda: compile_(ctx, {T: 6}, {"x": x}, "auto"), line)
 
 
 def test_two_default_branches():
@@ -210,7 +206,7 @@ def test_never_defined_placeholder_used_by_output():
         line = here()
         x = tl.placeholder((), "float32", domain=(t,))
         y = x * 2.0
-    err = raises(tl.DefinitionError, lambda: compile_(ctx, {T: 3}, y=y), line)
+    err = raises(tl.DefinitionError, lambda: compile_(ctx, {T: 3}, {"y": y}, "auto"), line)
     assert "never defined" in str(err)
 
 
@@ -221,7 +217,7 @@ def test_never_defined_placeholder_reached_through_a_branch():
         h = tl.placeholder((), "float32", domain=(t,))
         x = tl.placeholder((), "float32", domain=(t,))
         x[t] = h * 2.0
-    raises(tl.DefinitionError, lambda: compile_(ctx, {T: 3}, x=x), line)
+    raises(tl.DefinitionError, lambda: compile_(ctx, {T: 3}, {"x": x}, "auto"), line)
 
 
 def test_branch_value_varies_over_a_dim_outside_the_domain():
@@ -283,7 +279,7 @@ def test_read_previous_point_without_base_case():
         x = tl.placeholder((), "float32", domain=(t,))
         line = here()
         x[t] = x[t - 1] + 1.0
-    err = raises(tl.BoundsError, lambda: compile_(ctx, {T: 4}, x=x), line)
+    err = raises(tl.BoundsError, lambda: compile_(ctx, {T: 4}, {"x": x}, "auto"), line)
     assert "t = 0" in str(err) and "t = -1" in str(err)
 
 
@@ -293,7 +289,7 @@ def test_read_next_point_at_the_last_point():
         x = tl.from_array(np.arange(4, dtype=np.float32), domain=(t,))
         line = here()
         y = x[t + 1] * 2.0
-    err = raises(tl.BoundsError, lambda: compile_(ctx, {T: 4}, y=y), line)
+    err = raises(tl.BoundsError, lambda: compile_(ctx, {T: 4}, {"y": y}, "auto"), line)
     assert "t = 3" in str(err) and "t = 4" in str(err)
 
 
@@ -303,7 +299,7 @@ def test_slices_are_not_clipped():
         x = tl.from_array(np.arange(4, dtype=np.float32), domain=(t,))
         line = here()
         y = x[0:t + 2].sum()
-    raises(tl.BoundsError, lambda: compile_(ctx, {T: 4}, y=y), line)
+    raises(tl.BoundsError, lambda: compile_(ctx, {T: 4}, {"y": y}, "auto"), line)
 
 
 def test_slice_with_negative_start():
@@ -312,7 +308,7 @@ def test_slice_with_negative_start():
         x = tl.from_array(np.arange(4, dtype=np.float32), domain=(t,))
         line = here()
         y = x[t - 1:t + 1].sum()
-    raises(tl.BoundsError, lambda: compile_(ctx, {T: 4}, y=y), line)
+    raises(tl.BoundsError, lambda: compile_(ctx, {T: 4}, {"y": y}, "auto"), line)
 
 
 def test_constant_point_outside_domain():
@@ -321,7 +317,7 @@ def test_constant_point_outside_domain():
         x = tl.from_array(np.arange(4, dtype=np.float32), domain=(t,))
         line = here()
         y = x[T] + 0.0
-    raises(tl.BoundsError, lambda: compile_(ctx, {T: 4}, y=y), line)
+    raises(tl.BoundsError, lambda: compile_(ctx, {T: 4}, {"y": y}, "auto"), line)
 
 
 def test_constant_point_outside_domain_as_view_output():
@@ -330,7 +326,7 @@ def test_constant_point_outside_domain_as_view_output():
         x = tl.from_array(np.arange(4, dtype=np.float32), domain=(t,))
         line = here()
         y = x[5]
-    raises(tl.BoundsError, lambda: compile_(ctx, {T: 4}, y=y), line)
+    raises(tl.BoundsError, lambda: compile_(ctx, {T: 4}, {"y": y}, "auto"), line)
 
 
 def test_bad_read_in_2d_outer_dim():
@@ -340,7 +336,7 @@ def test_bad_read_in_2d_outer_dim():
         x[b, 0] = tl.constant(0.0)
         line = here()
         x[b, t] = x[b - 1, t - 1] + 1.0
-    err = raises(tl.BoundsError, lambda: compile_(ctx, {B: 2, T: 3}, x=x), line)
+    err = raises(tl.BoundsError, lambda: compile_(ctx, {B: 2, T: 3}, {"x": x}, "auto"), line)
     assert "b = 0" in str(err)
 
 
@@ -372,7 +368,7 @@ def test_read_bad_even_under_its_branch():
         line = here()
         x[t < 3] = x[t - 1] * 2.0             # t = 0 is under this branch
         x[t] = tl.constant(1.0)
-    raises(tl.BoundsError, lambda: compile_(ctx, {T: 5}, x=x), line)
+    raises(tl.BoundsError, lambda: compile_(ctx, {T: 5}, {"x": x}, "auto"), line)
 
 
 def test_bad_read_only_reached_by_a_sink():
@@ -382,7 +378,7 @@ def test_bad_read_only_reached_by_a_sink():
         line = here()
         tl.sink(x[t + 1], lambda p, v: None)
         y = x * 1.0
-    raises(tl.BoundsError, lambda: compile_(ctx, {T: 4}, y=y), line)
+    raises(tl.BoundsError, lambda: compile_(ctx, {T: 4}, {"y": y}, "auto"), line)
 
 
 # ------------------------------------------------------------------------------------------------
@@ -433,7 +429,7 @@ def test_from_array_leading_axes_do_not_match_bounds():
         line = here()
         x = tl.from_array(np.zeros((2, 5, 3), np.float32), domain=(b, t))
         y = x * 2.0
-    err = raises(tl.ShapeError, lambda: compile_(ctx, {B: 2, T: 4}, y=y), line)
+    err = raises(tl.ShapeError, lambda: compile_(ctx, {B: 2, T: 4}, {"y": y}, "auto"), line)
     assert "(2, 5)" in str(err)
 
 
@@ -538,7 +534,7 @@ def test_output_with_non_static_spatial_shape():
         x = tl.from_array(np.zeros((5, 2), np.float32), domain=(t,))
         line = here()
         prefix = x[0:t + 1]
-    err = raises(tl.ShapeError, lambda: compile_(ctx, {T: 5}, prefix=prefix), line)
+    err = raises(tl.ShapeError, lambda: compile_(ctx, {T: 5}, {"prefix": prefix}, "auto"), line)
     msg = err.reason
     assert "static" in msg and ("reduce" in msg or "0:T" in msg)  # says how to fix it
 
@@ -549,7 +545,7 @@ def test_output_with_non_static_shape_through_an_op():
         x = tl.from_array(np.zeros((5, 2), np.float32), domain=(t,))
         line = here()
         y = tl.exp(x[tl.max(0, t - 2):t + 1])
-    raises(tl.ShapeError, lambda: compile_(ctx, {T: 5}, y=y), line)
+    raises(tl.ShapeError, lambda: compile_(ctx, {T: 5}, {"y": y}, "auto"), line)
 
 
 def test_reshape_of_a_symbolic_shape():

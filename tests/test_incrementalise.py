@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from rt_helpers import MEMORY_BUDGET
+from rt_helpers import MEMORY_BUDGET, compile_
 
 import tempo_lab as tl
 
@@ -24,17 +24,17 @@ def outer_program():
     return ctx, y, np.tanh(X[:, :, None] * X[:, None, :]).sum((1, 2))
 
 
-def compile_(ctx, outs, executor="reference", **kw):
-    return ctx.compile(bounds={ctx.bounds[0]: B, **({ctx.bounds[1]: 5} if len(ctx.bounds) > 1
-                                                    else {})},
-                       outputs=outs, config=tl.CompileConfig(executor=executor,
-                                                             check_invariants=True, **kw))
+def compile_at_b(ctx, outs, executor="reference", **kw):
+    """``outs`` at ``B`` points of the first dim (and 5 of a second)."""
+    return compile_(ctx, {ctx.bounds[0]: B, **({ctx.bounds[1]: 5} if len(ctx.bounds) > 1
+                                               else {})},
+                    outs, executor, check_invariants=True, **kw)
 
 
 def test_blocks_match_numpy(executor):
     ctx, y, want = outer_program()
     point = D * D * 4
-    prog = compile_(ctx, {"y": y}, executor, vectorise_budget_bytes=5 * point)
+    prog = compile_at_b(ctx, {"y": y}, executor, vectorise_budget_bytes=5 * point)
     assert prog.bounds["B_BLK"] == 4  # the largest divisor of 16 that fits: 4 points a block
     assert [d.name for d in prog.sdg.dims] == ["b_blk"]
     np.testing.assert_allclose(prog.run()["y"], want, rtol=1e-5, atol=1e-3)
@@ -45,7 +45,7 @@ def test_blocks_cut_the_store_peak():
     point = D * D * 4
     runs = {}
     for name, kw in (("whole", {}), ("blocks", {"vectorise_budget_bytes": 4 * point})):
-        prog = compile_(ctx, {"y": y}, "interpreter", fuse=False, **kw)
+        prog = compile_at_b(ctx, {"y": y}, "interpreter", fuse=False, **kw)
         run = prog.run()
         np.testing.assert_allclose(run["y"], want, rtol=1e-5, atol=1e-3)
         runs[name] = (prog.memory.peak_bytes, run.profile.peak_bytes)
@@ -67,9 +67,9 @@ def test_outputs_over_a_blocked_dim_keep_their_layout(executor):
             s = (h * h).sum(axis=0)
         return ctx, {"h": h, "s": s}
     ctx, outs = build()
-    want = compile_(ctx, outs, vectorise=False, incrementalise=False).run()
+    want = compile_at_b(ctx, outs, vectorise=False, incrementalise=False).run()
     ctx, outs = build()
-    prog = compile_(ctx, outs, executor, vectorise_budget_bytes=3 * D * 4)
+    prog = compile_at_b(ctx, outs, executor, vectorise_budget_bytes=3 * D * 4)
     assert prog.bounds["B_BLK"] == 8  # blocks of 2
     got = prog.run()
     for k in outs:
@@ -90,7 +90,7 @@ def test_where_it_does_not_apply():
     for outs, budget in cases:
         kw = {"vectorise_budget_bytes": budget} if budget else {
             "vectorise_budget_bytes": 2 * D * D * 4, "incrementalise": False}
-        prog = compile_(ctx, outs, **kw)
+        prog = compile_at_b(ctx, outs, **kw)
         assert "B_BLK" not in prog.bounds and prog.sdg.dims[0].name == "b"
         assert any(op.domain for op in prog.sdg.ops.values())  # b stayed a loop
 
@@ -101,9 +101,9 @@ def test_a_device_memory_budget_runs_a_dim_too_large_for_it_in_blocks(executor):
     take half of that, so ``b`` runs in blocks of 4 points and the peak is within the budget
     (unfused, so that the big values are stored)."""
     ctx, y, want = outer_program()
-    whole = compile_(ctx, {"y": y}, executor, fuse=False)
+    whole = compile_at_b(ctx, {"y": y}, executor, fuse=False)
     assert whole.memory.peak_bytes > 200 * 2**10 and "B_BLK" not in whole.bounds
-    prog = compile_(ctx, {"y": y}, executor, fuse=False, device_memory_budget=200 * 2**10)
+    prog = compile_at_b(ctx, {"y": y}, executor, fuse=False, device_memory_budget=200 * 2**10)
     assert prog.config.value_budget == 100 * 2**10 and prog.bounds["B_BLK"] == 4
     run = prog.run()
     np.testing.assert_allclose(run["y"], want, rtol=1e-5, atol=1e-3)

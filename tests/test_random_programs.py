@@ -47,7 +47,7 @@ from randprog import (  # noqa: E402
     run_tempo,
     to_source,
 )
-from rt_helpers import ALL, DISTINCT_COMPILED  # noqa: E402
+from rt_helpers import ALL, COMPILED, DISTINCT_COMPILED, check_vs_reference  # noqa: E402
 
 # Budget (2 cores): compiling a program costs ~150 ms (isl schedule, memory plan), more with a
 # gradient; a run on the interpreter or generated code ~100 ms (JAX kernels, most cached across
@@ -266,6 +266,15 @@ def _hand_program_2d():
                       mk_sred("mean", False, mk_read(dims, bounds, v0, [Ix("cur"), Ix("cur")])))
     v5 = Rec("v5", ("b", "t"), (), ("t0",), mk_read(dims, bounds, v1, [Ix("cur")]), step5, 2.0)
     return RProgram(dims, bounds, (v0, v1, v2, v3, v4, v5), ("v2", "v3", "v4", "v5"))
+
+
+@pytest.mark.executors(COMPILED, reason="each compiled executor against the reference")
+@pytest.mark.parametrize("hand", [_hand_program_1d, _hand_program_2d], ids=["1d", "2d"])
+def test_hand_written_programs_match_the_reference(hand, executor):
+    """The hand-written programs on each compiled executor equal the reference interpreter,
+    output by output (``rt_helpers.check_vs_reference``)."""
+    ctx, outputs, bounds = build(hand())
+    check_vs_reference(ctx, bounds, outputs, executor, rtol=RTOL, atol=1e-5)
 
 
 def test_numpy_eval_of_hand_written_programs():

@@ -1,7 +1,8 @@
 """Semantics of recurrent-tensor programs on every executor (docs/semantics.md).
 
 Every expected value is computed independently with plain NumPy loops inside the test; nothing
-is taken from tempo_lab except the value under test.
+is taken from tempo_lab except the value under test. A few tests also check the executor against
+the reference interpreter, output by output (``rt_helpers.check_vs_reference``).
 """
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import itertools
 import numpy as np
 import pytest
 from rt_helpers import (
+    check_vs_reference,
     close,
     compile_,
     ctx1,
@@ -326,7 +328,7 @@ def test_layers_as_a_dimension():
     emb = r.normal(size=(Tn, D)).astype(np.float32)
     weights = (r.normal(size=(Nn, D, D)) * 0.5).astype(np.float32)
     ctx, (N, T), y, every = _layers_program(emb, weights)
-    res = compile_(ctx, {N: Nn, T: Tn}, {"y": y, "every": every}).run()
+    res = check_vs_reference(ctx, {N: Nn, T: Tn}, {"y": y, "every": every})
     h = emb.astype(np.float64)
     layers = []
     for k in range(Nn):
@@ -633,7 +635,7 @@ def test_causal_attention_over_symbolic_axis():
         out = (att.expand_dims(-1) * v[0:t + 1]).sum(axis=0)
         out2 = att @ v[0:t + 1]
         win = tl.softmax(k[tl.max(0, t - 1):t + 1] @ q, axis=-1) @ v[tl.max(0, t - 1):t + 1]
-    res = run(ctx, {T: Tn}, out=out, out2=out2, win=win)
+    res = check_vs_reference(ctx, {T: Tn}, {"out": out, "out2": out2, "win": win})
     exp, expw = np.zeros((Tn, D)), np.zeros((Tn, D))
     for i in range(Tn):
         s = k_np[:i + 1].astype(np.float64) @ q_np[i] / np.sqrt(D)

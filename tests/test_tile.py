@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from rt_helpers import compile_
 
 import tempo_lab as tl
 from tempo_lab.passes.tile import auto_block
@@ -18,9 +19,10 @@ K = RNG.standard_normal((T, 2, 4)).astype(np.float32)
 V = RNG.standard_normal((T, 2, 3)).astype(np.float32)
 
 
-def compile_(ctx, outputs, executor="reference", block=4, **kw):
-    return ctx.compile(bounds={ctx.bounds[-1]: T}, outputs=outputs, config=tl.CompileConfig(
-        executor=executor, check_invariants=True, tile_block=block, **kw))
+def compile_tiled(ctx, outputs, executor="reference", block=4, **kw):
+    """``outputs`` at ``T`` points of the last dim, in tiles of ``block`` where tiling applies."""
+    return compile_(ctx, {ctx.bounds[-1]: T}, outputs, executor, check_invariants=True,
+                    tile_block=block, **kw)
 
 
 def tiled(prog) -> bool:
@@ -49,7 +51,7 @@ def test_reductions_over_blocks_match_numpy(executor, block):
             "max": np.stack([np.exp(X[:i + 1]).max() for i in range(T)]),
             "min": np.stack([(X[:i + 1] @ wmat).min(0, keepdims=True) for i in range(T)]),
             "dot": np.stack([np.tanh(X[:i + 1]).T @ X[:i + 1] for i in range(T)])}
-    prog = compile_(ctx, outs, executor, block)
+    prog = compile_tiled(ctx, outs, executor, block)
     assert tiled(prog) == (block < T)
     if block < T:
         assert prog.bounds["T_TILE"] == -(-T // block)
@@ -78,7 +80,7 @@ def _attention_program(kind: str):
 @pytest.mark.parametrize("kind", ["nn", "values_left", "plain"])
 def test_attention_over_blocks_matches_numpy(executor, kind):
     ctx, y = _attention_program(kind)
-    prog = compile_(ctx, {"y": y}, executor, block=4)
+    prog = compile_tiled(ctx, {"y": y}, executor, block=4)
     assert tiled(prog)
     assert "softmax" not in {op.kind for op in prog.sdg.ops.values()}
     want = np.stack([np.einsum("hs,shd->hd", softmax(  # scale 1/sqrt(4) in every variant
@@ -99,7 +101,7 @@ def test_a_block_of_minus_infinity_scores_adds_nothing():
         v = tl.from_array(vals, (t,))
         s = (x[0:t + 1] + m[0:t + 1]).squeeze(1) + 0.0         # (steps,)
         y = tl.softmax(s, axis=0) @ v[0:t + 1]
-    prog = compile_(ctx, {"y": y}, "reference", block=2)
+    prog = compile_tiled(ctx, {"y": y}, "reference", block=2)
     assert tiled(prog)
     got = prog.run()["y"]
     want = np.stack([softmax(X[:i + 1, 0] + mask[:i + 1, 0]) @ vals[:i + 1] for i in range(T)])
@@ -117,18 +119,18 @@ def test_what_stays_untiled():
                 "mean": x[0:t + 1].mean(axis=0),                        # mean: not split
                 "window": x[tl.max(0, t - 2):t + 1].sum(axis=0),       # static already
                 "weights": tl.softmax(x[0:t + 1], axis=0).sum(axis=0)}  # a softmax, summed
-    prog = compile_(ctx, outs, block=2)
+    prog = compile_tiled(ctx, outs, block=2)
     assert not tiled(prog)
-    assert not tiled(compile_(ctx, {"s": outs["shown"]}, block=T))
+    assert not tiled(compile_tiled(ctx, {"s": outs["shown"]}, block=T))
 
 
 def test_the_pass_trace_and_the_switch():
     ctx, y = _attention_program("nn")
-    on = compile_(ctx, {"y": y}, block=4)
+    on = compile_tiled(ctx, {"y": y}, block=4)
     rec = next(r for r in on.passes.records if r.name == "tile")
     assert rec.count("created") > 10 and rec.count("erased") >= 7
     assert any("block" in ev.note for ev in rec.events)
-    off = compile_(ctx, {"y": y}, block=4, tile=False)
+    off = compile_tiled(ctx, {"y": y}, block=4, tile=False)
     assert "tile" not in [r.name for r in off.passes.records] and "T_TILE" not in off.bounds
     np.testing.assert_allclose(on.run()["y"], off.run()["y"], rtol=1e-5, atol=1e-6)
 
