@@ -54,6 +54,10 @@ class GraphSpec:
     # every drawn group's label as a closed node (open ones too: the nested layout keeps the
     # room of a group's closed node in its parent, so that opening it moves nothing above it)
     closed: dict[tuple[str, ...], str] = field(default_factory=dict)
+    # the same drawing with every group open: the layout places every node and group where
+    # the frame has it, so that opening or closing a group moves nothing outside it (the
+    # pass diff gives both sides the frame of the two graphs together)
+    frame: GraphSpec | None = field(default=None, repr=False, compare=False)
 
     @property
     def ops(self) -> list[int]:
@@ -186,6 +190,11 @@ def default_expanded(sdg, limit: int = VISIBLE) -> set[tuple[str, ...]]:
         expanded, drawn = grown, len(_items(paths, grown))
 
 
+def all_groups(sdg) -> set[tuple[str, ...]]:
+    """Every group of the drawing (what "expand all" opens)."""
+    return {p[:j + 1] for p in group_paths(sdg).values() for j in range(len(p))}
+
+
 def open_group(sdg, expanded, path: tuple[str, ...]) -> set[tuple[str, ...]]:
     """``expanded`` with ``path`` open, and the group inside it open too while it is the only
     thing there (opening a layer that holds one domain shows the layer's ops, not a box)."""
@@ -243,7 +252,8 @@ _ROWS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 def graph_spec(sdg, *, highlight: int | None = None, search: str = "", kind: str | None = None,
                expanded=None, marks: dict[int, str] | None = None, keep=(),
-               weights: dict[int, float] | None = None, unit: str = "") -> GraphSpec:
+               weights: dict[int, float] | None = None, unit: str = "",
+               frame: bool = True) -> GraphSpec:
     """Decide what to draw. Groups not in ``expanded`` become one node each, except for the ops
     that are highlighted, searched for, marked or in ``keep`` (those stay visible); ``kind``
     keeps only ops of that kind. Constants are written inside the ops that read them (as
@@ -251,9 +261,22 @@ def graph_spec(sdg, *, highlight: int | None = None, search: str = "", kind: str
     into each). Everything left out is counted in ``hidden``. ``weights`` (seconds or bytes
     per op, ``unit`` "s" or "B") colour the nodes from white to red and are written under
     their labels; a group node shows the sum of its ops'. Nodes and groups come in program
-    order; a group's key (``g<k>``) is its ``group_order`` number."""
+    order; a group's key (``g<k>``) is its ``group_order`` number. ``frame``: also make
+    ``spec.frame``, the same drawing with every group open, which the layout places
+    everything by."""
     marks = marks or {}
     expanded = default_expanded(sdg) if expanded is None else set(expanded)
+    if frame:
+        every = all_groups(sdg)
+        spec = graph_spec(sdg, highlight=highlight, search=search, kind=kind, expanded=every,
+                          marks=marks, keep=keep, weights=weights, unit=unit, frame=False)
+        if expanded >= every:
+            spec.frame = spec
+            return spec
+        out = graph_spec(sdg, highlight=highlight, search=search, kind=kind, expanded=expanded,
+                         marks=marks, keep=keep, weights=weights, unit=unit, frame=False)
+        out.frame = spec
+        return out
     found = set(matches(sdg, search))
     keep = found | set(marks) | set(keep) | ({highlight} if highlight is not None else set())
     spec = GraphSpec()

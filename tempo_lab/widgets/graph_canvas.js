@@ -74,8 +74,8 @@ function render({ model, el }) {
     svg.classList.toggle("tl-far", far);
     el.dataset.far = far ? "1" : "0";
     const size = far ? `${(READ + 2) / s}px` : "";
-    const titles = svg.querySelectorAll("g.cluster > text, g.node[id^='g'] > text:first-of-type");
-    titles.forEach((t) => { t.style.fontSize = size; });
+    const titles = groupTitles();
+    titles.forEach(({ text }) => { text.style.fontSize = size; });
     if (names === null) measure();   // sizes exist only once the SVG is on screen
     for (const { text, width, chars } of names) {
       const fits = far && width * s >= chars * READ * 0.62;
@@ -84,17 +84,31 @@ function render({ model, el }) {
     }
     if (s === detail.scale) return;
     detail.scale = s;
-    // Titles drawn larger than their boxes (far) would run into each other: outer groups
-    // first (document order), a title that overlaps one already shown gives way.
+    // Titles drawn larger than their bands (far) would run into each other: outer groups
+    // first, a title that overlaps one already shown gives way, and so does the title of a
+    // group inside another whose box is on screen too small to hold it.
     const shown = [];
-    titles.forEach((t) => {
-      t.classList.remove("tl-hide");
+    titles.forEach(({ text, box, depth }) => {
+      text.classList.remove("tl-hide");
       if (!far) return;
-      const r = t.getBoundingClientRect();
-      if (shown.some((q) => r.left < q.right && q.left < r.right && r.top < q.bottom &&
-                     q.top < r.bottom)) t.classList.add("tl-hide");
+      const r = text.getBoundingClientRect();
+      if ((depth && box.getBoundingClientRect().height < 1.5 * (READ + 2)) ||
+          shown.some((q) => r.left < q.right && q.left < r.right && r.top < q.bottom &&
+                     q.top < r.bottom)) text.classList.add("tl-hide");
       else shown.push(r);
     });
+  }
+  let titled = null;  // open groups' titles and closed groups' names, outer groups first
+  function groupTitles() {
+    if (titled) return titled;
+    const depth = (g) => { let k = 0; for (let p = g.parentElement; p; p = p.parentElement)
+      k += p.classList && p.classList.contains("cluster") ? 1 : 0; return k; };
+    titled = [...svg.querySelectorAll("g.cluster > text, g.node[id^='g'] > text:first-of-type")]
+      .map((text) => ({ text, box: text.parentElement.querySelector(":scope > path"),
+                        depth: depth(text.parentElement) }))
+      .filter(({ box }) => box)
+      .sort((a, b) => a.depth - b.depth);
+    return titled;
   }
   let names = null;   // op nodes' first lines, with their boxes' widths (graph units)
   function measure() {
@@ -167,6 +181,7 @@ function render({ model, el }) {
     const vb = svg.viewBox.baseVal;
     full = [vb.x, vb.y, vb.width, vb.height];
     names = null;
+    titled = null;
     detail.scale = null;
     const kept = model.get("view");
     const refit = model.get("refit") !== draw.refit;
@@ -176,7 +191,7 @@ function render({ model, el }) {
       fit();
     } else if (anchor && before && s0) {
       // the group opened or closed keeps its top-left corner under the pointer, at the same
-      // zoom: it grows or shrinks in place (layout.py), so nothing above or left of it moves
+      // zoom: its box is the same open or closed (layout.py), so nothing outside it moves
       const g = svg.querySelector(`[id="${anchor.id}"]`);
       setBox(before);
       if (g) {

@@ -6,15 +6,15 @@ zig-zagged sixteen layers over the canvas) and, when its ranking failed on neste
 fell back to a global ranking that took most of a minute. Here every group's inside is laid
 out on its own, as a flat graph of its children (ops, closed groups, and open groups as boxes):
 
-- Each open group is first laid out by ``dot`` as a *skeleton*: every child at the size it has
-  when closed. The skeleton depends only on what the group holds, never on which of its
-  children are open, so it is computed once per group and cached (a module-level cache keyed
-  by its DOT text; all the missing skeletons of a drawing go to one ``dot`` call).
-- An open child grows in place from the skeleton's top-left corner: the children in ranks
-  below move down by what it grew, those to its right in its rank move right, nothing above
-  or to the left of it moves. The same happens one level up, with the group's own box. So
-  opening or closing a group moves nothing above or to the left of it, and what is below or
-  to the right moves only by the group's change in size.
+- Each group is laid out by ``dot`` as a *skeleton*: its children as boxes at the size they
+  have with everything in them open (innermost groups first). A skeleton depends only on what
+  the group holds, so it is computed once and cached (a module-level cache keyed by its DOT
+  text; the missing skeletons of one level of nesting go to one ``dot`` call).
+- Every drawing is placed from the drawing with every group open (``GraphSpec.frame``): an
+  op at its place, an open group at its box, a closed group filling its box (its ops drawn
+  faint in it). So a group has the same room open or closed, and opening or closing it
+  changes nothing outside it; the price is that a collapsed graph is as large as an
+  expanded one.
 - Edges are laid out at the innermost group holding both ends, between the children that hold
   them (one edge per pair of children, ``N reads``). Edges implied by a longer path of program
   order (a table made in ``layer0`` read by all sixteen layers) and edges back in program order
@@ -55,12 +55,15 @@ class Item:
     title: str = ""
     colour: str = ""
     tooltip: str = ""
-    closed: tuple[float, float] = (0.0, 0.0)   # its size when closed: its room in the skeleton
+    closed: tuple[float, float] = (0.0, 0.0)   # its room in its parent's skeleton
     children: list = field(default_factory=list)
     w: float = 0.0
     h: float = 0.0
     x: float = 0.0     # top-left, relative to the parent's content, then absolute
     y: float = 0.0
+    keys: tuple = ()   # a group's key, and those of the groups drawn in the same box
+    label: str = ""    # a group's label when closed (what its box must have room for)
+    ghost: list = field(default_factory=list)   # a closed group: its ops' boxes, drawn faint
 
 
 # -- text metrics (Helvetica / Arial advance widths, in ems) ------------------------------------
@@ -109,16 +112,18 @@ def tree(spec: G.GraphSpec) -> list[Item]:
     def build(path: tuple[str, ...]) -> list[Item]:
         items = [Item(n.key, k, node=n, closed=node_size(n.label)) for k, n in inside.get(path, [])]
         for sub in kids.get(path, []):
-            title, content = sub[-1], sub
+            title, content, keys = sub[-1], sub, [key_of[sub]]
             while not inside.get(content) and len(kids.get(content, [])) == 1:
                 content = kids[content][0]
+                keys.append(key_of[content])
                 title += f" {content[-1]}"
             children = build(content)
             title = f"{title} · {spec.sizes.get(sub, 0)} ops"
             items.append(Item(key_of[sub], min(c.order for c in children), title=title,
                               colour=G._group_colour(content), children=children,
                               tooltip=f"{'/'.join(sub)} (click the title to collapse)",
-                              closed=node_size(spec.closed.get(sub, title))))
+                              closed=node_size(spec.closed.get(sub, title)), keys=tuple(keys),
+                              label=spec.closed.get(sub, title)))
         return sorted(items, key=lambda it: it.order)
 
     return build(())
@@ -138,6 +143,16 @@ def _reaches(succ: dict[int, set], a: int, b: int) -> bool:
     return False
 
 
+def _loose(edges: dict) -> set:
+    """The edges that rank nothing: back in program order (recurrences), or implied by a
+    longer path (a table made in ``layer0`` and read by every layer)."""
+    succ: dict[int, set] = {}
+    for a, b in edges:
+        if a < b:
+            succ.setdefault(a, set()).add(b)
+    return {(a, b) for a, b in edges if b < a or _reaches(succ, a, b)}
+
+
 def skeleton_dot(items: list[Item], edges: dict[tuple[int, int], list]) -> str:
     """DOT for one group's children (indices into ``items``) at their closed sizes."""
     lines = ["digraph L { rankdir=TB; nodesep=0.3; ranksep=0.35; "
@@ -146,15 +161,11 @@ def skeleton_dot(items: list[Item], edges: dict[tuple[int, int], list]) -> str:
     for k, it in enumerate(items):
         w, h = it.closed
         lines.append(f'n{k} [id="n{k}", width={w / 72:.3f}, height={h / 72:.3f}];')
-    succ: dict[int, set] = {}
-    for a, b in edges:
-        if a < b:
-            succ.setdefault(a, set()).add(b)
+    loose = _loose(edges)
     for k, ((a, b), es) in enumerate(edges.items()):
-        loose = b < a or _reaches(succ, a, b)
         label = _edge_label(es)
         attrs = f'id="e{k}", label="{G.dot_quote(label)}"' if label else f'id="e{k}"'
-        if loose:
+        if (a, b) in loose:
             attrs += ", constraint=false, weight=0"
         lines.append(f"n{a} -> n{b} [{attrs}];")
     lines.append("}")
@@ -232,6 +243,7 @@ class Edge:
     texts: list           # (x, y, line, anchor)
     dashed: bool
     key: str
+    group: str = ""       # the group it is laid out in ("": the top level)
 
 
 def _grow(items: list[Item], skel: dict) -> list:
@@ -317,6 +329,7 @@ def place(items: list[Item], edges: dict, skel: dict) -> tuple[float, float, lis
     width, height and edges, relative to the content's top-left corner."""
     bands = _grow(items, skel)
     drawn, lanes = [], []
+    loose = _loose(edges)
     for k, ((a, b), es) in enumerate(edges.items()):
         ia, ib = items[a], items[b]
         dashed = all(d for _, d in es)
@@ -325,7 +338,7 @@ def place(items: list[Item], edges: dict, skel: dict) -> tuple[float, float, lis
         sa, sb = skel["nodes"].get(a), skel["nodes"].get(b)
         same = all(s is not None and max(abs(it.x - s[0]), abs(it.w - s[2]), abs(it.h - s[3])) < 0.5
                    for it, s in ((ia, sa), (ib, sb)))
-        if same and pts:
+        if same and pts and (a, b) not in loose:   # loose ones: in lanes, side by side
             drawn.append(Edge([(x, _map_y(bands, y)) for x, y in pts],
                               [(x, _map_y(bands, y)) for x, y in arrow],
                               [(x, _map_y(bands, y), t, "middle") for x, y, t in texts],
@@ -363,42 +376,54 @@ class Layout:
         return out
 
     def titles(self) -> dict[str, tuple[float, float, float, float]]:
-        """Every group title's box (open groups' titles, closed groups' first lines)."""
+        """Every group title's box (open groups' titles, closed groups' first lines): both
+        are written centred in the band at the top of the group's box."""
         out = {}
 
         def walk(items):
             for it in items:
                 if it.node is None:
-                    out[it.key] = (it.x + PAD, it.y + 4, text_width(it.title, TITLE_FONT),
-                                   TITLE_FONT * 1.2)
+                    w = text_width(it.title, TITLE_FONT)
+                    out[it.key] = (it.x + it.w / 2 - w / 2, it.y + 4, w, TITLE_FONT * 1.2)
                 elif it.node.op is None:
                     line = it.node.label.split("\n")[0]
-                    w = text_width(line, NODE_FONT)
-                    n = len(it.node.label.split("\n"))
-                    top = it.y + it.h / 2 - n * NODE_FONT * 1.2 / 2
-                    out[it.key] = (it.x + it.w / 2 - w / 2, top, w, NODE_FONT * 1.2)
+                    w = text_width(line, TITLE_FONT)
+                    out[it.key] = (it.x + it.w / 2 - w / 2, it.y + 4, w, TITLE_FONT * 1.2)
                 walk(it.children)
         walk(self.items)
         return out
 
 
-def layout(spec: G.GraphSpec) -> Layout | None:
-    """The nested layout of ``spec``; None when ``dot`` is missing or fails."""
-    root = tree(spec)
+def _label_room(label: str) -> tuple[float, float]:
+    """The least box a closed group's label needs: its first line as a title, the rest below."""
+    lines = label.split("\n")
+    w = max([title_width(lines[0])] + [text_width(x, NODE_FONT) + 2 * PAD for x in lines[1:]])
+    return w, TITLE_H + len(lines[1:]) * NODE_FONT * 1.2 + PAD
+
+
+def frame_layout(frame: G.GraphSpec) -> Layout | None:
+    """Every node and group of ``frame`` (a drawing with every group open) placed: each
+    group's inside laid out on its own by ``dot`` (cached), its children at their full sizes,
+    innermost groups first. A group's box is the room it has open, closed or anything
+    between; None when ``dot`` is missing or fails."""
+    root = tree(frame)
     chain: dict[str, list[str]] = {}
     groups: dict[str, list[Item]] = {"": root}
+    owner: dict[str, Item] = {}
+    depth: dict[str, int] = {"": 0}
 
     def walk(items, prefix):
         for it in items:
             if it.node is not None:
                 chain[it.key] = prefix + [it.key]
             else:
-                groups[it.key] = it.children
+                groups[it.key], owner[it.key] = it.children, it
+                depth[it.key] = len(prefix) + 1
                 walk(it.children, prefix + [it.key])
     walk(root, [])
     index = {g: {it.key: k for k, it in enumerate(items)} for g, items in groups.items()}
     edges: dict[str, dict] = {g: {} for g in groups}
-    for s, d, label, dashed in spec.edges:
+    for s, d, label, dashed in frame.edges:
         cs, cd = chain.get(s), chain.get(d)
         if cs is None or cd is None:
             continue
@@ -409,37 +434,42 @@ def layout(spec: G.GraphSpec) -> Layout | None:
         edges[g].setdefault((index[g][cs[k]], index[g][cd[k]]), []).append((label, dashed))
     for g in edges:    # program order, so that the skeleton's DOT text is the same each time
         edges[g] = dict(sorted(edges[g].items()))
-    order = list(groups)
-    dots = {g: skeleton_dot(groups[g], edges[g]) for g in order if len(groups[g]) > 1}
-    laid = skeletons(list(dots.values()))
-    if laid is None:
-        return None
-    skel = dict(zip(dots, laid))
     placed: dict[str, list] = {}
-
-    def size(items: list[Item], g: str) -> tuple[float, float]:
-        for it in items:
-            if it.node is not None:
-                it.w, it.h = it.closed
-            else:
-                cw, ch = size(it.children, it.key)
-                it.w = max(cw + 2 * PAD, title_width(it.title))
-                it.h = TITLE_H + ch + PAD
-        if g not in skel:                       # one child: nothing to lay out
-            items[0].x = items[0].y = 0.0
-            placed[g] = []
-            return items[0].w, items[0].h
-        w, h, placed[g] = place(items, edges[g], skel[g])
-        return w, h
-
-    width, height = size(root, "")
+    width = height = 0.0
+    for level in sorted(set(depth.values()), reverse=True):     # innermost groups first
+        todo = [g for g in groups if depth[g] == level]
+        for g in todo:
+            for it in groups[g]:
+                if it.node is not None:
+                    it.w, it.h = node_size(it.node.label)
+                it.closed = (it.w, it.h)
+        dots = {g: skeleton_dot(groups[g], edges[g]) for g in todo if len(groups[g]) > 1}
+        laid = skeletons(list(dots.values()))
+        if laid is None:
+            return None
+        skel = dict(zip(dots, laid))
+        for g in todo:
+            items = groups[g]
+            if g in skel:
+                w, h, placed[g] = place(items, edges[g], skel[g])
+            else:                                   # one child: nothing to lay out
+                items[0].x = items[0].y = 0.0
+                w, h, placed[g] = items[0].w, items[0].h, []
+            if g == "":
+                width, height = w, h
+                continue
+            it = owner[g]
+            lw, lh = _label_room(it.label)
+            it.w = max(w + 2 * PAD, title_width(it.title), lw)
+            it.h = max(TITLE_H + h + PAD, lh)
     out: list[Edge] = []
 
     def absolute(items: list[Item], g: str, ox: float, oy: float):
         for e in placed[g]:
             out.append(Edge([(x + ox, y + oy) for x, y in e.points],
                             [(x + ox, y + oy) for x, y in e.arrow],
-                            [(x + ox, y + oy, t, a) for x, y, t, a in e.texts], e.dashed, e.key))
+                            [(x + ox, y + oy, t, a) for x, y, t, a in e.texts], e.dashed, e.key,
+                            g))
         for it in items:
             it.x += ox
             it.y += oy
@@ -447,6 +477,60 @@ def layout(spec: G.GraphSpec) -> Layout | None:
                 absolute(it.children, it.key, it.x + PAD, it.y + TITLE_H)
     absolute(root, "", MARGIN, MARGIN)
     return Layout(root, out, width + 2 * MARGIN, height + 2 * MARGIN)
+
+
+def _ops_under(it: Item) -> list:
+    out = []
+    for c in it.children:
+        if c.node is not None:
+            out.append((c.x, c.y, c.w, c.h))
+        else:
+            out.extend(_ops_under(c))
+    return out
+
+
+def visible(frame: Layout, spec: G.GraphSpec) -> Layout:
+    """What ``spec`` draws, where ``frame`` placed it: an op at its place, an open group at
+    its box, a closed group filling its box (its ops' boxes drawn faint inside it, and the
+    ops kept visible, a search hit or the selected op, drawn over it); the edges laid out in
+    the top level and in the groups drawn open."""
+    nodes = {n.key: n for n in spec.nodes}
+    opened = {k for k in spec.groups if k not in nodes}
+    shown: set[str] = {""}
+
+    def walk(items: list[Item]) -> list[Item]:
+        out = []
+        for it in items:
+            if it.node is not None:
+                if it.key in nodes:
+                    out.append(Item(it.key, it.order, node=nodes[it.key], w=it.w, h=it.h,
+                                    x=it.x, y=it.y))
+                continue
+            inner = walk(it.children)
+            closed = next((k for k in it.keys if k in nodes), None)
+            if closed is not None:
+                out.append(Item(closed, it.order, node=nodes[closed], w=it.w, h=it.h, x=it.x,
+                                y=it.y, ghost=_ops_under(it), children=inner))
+            elif it.key in opened:
+                shown.add(it.key)
+                out.append(Item(it.key, it.order, title=it.title, colour=it.colour,
+                                tooltip=it.tooltip, children=inner, w=it.w, h=it.h, x=it.x,
+                                y=it.y, keys=it.keys))
+            else:                 # not drawn (a group of one op): what is in it is
+                out.extend(inner)
+        return out
+
+    items = walk(frame.items)
+    return Layout(items, [e for e in frame.edges if e.group in shown], frame.width,
+                  frame.height)
+
+
+def layout(spec: G.GraphSpec, frame: G.GraphSpec | None = None) -> Layout | None:
+    """The layout of ``spec``: everything where ``frame`` (by default ``spec.frame``, the
+    same drawing with every group open) places it, so that which groups are open moves
+    nothing; None when ``dot`` is missing or fails."""
+    lay = frame_layout(frame or spec.frame or spec)
+    return None if lay is None else visible(lay, spec)
 
 
 # -- SVG ----------------------------------------------------------------------------------------
@@ -464,53 +548,80 @@ def _rect(x, y, w, h, r=4.0) -> str:
             f"{x + r:.1f},{y:.1f}Z")
 
 
+def _title(it: Item, text: str) -> str:
+    """A group's title, centred in the band at the top of its box, hanging from its top: drawn
+    larger when zoomed out, it grows down into its own box (not up into the one above) and
+    evenly to both sides (the middle of what a closed group draws stays on its box)."""
+    return (f'<text text-anchor="middle" x="{it.x + it.w / 2:.1f}" y="{it.y + 5:.1f}" '
+            f'dominant-baseline="hanging" font-size="{TITLE_FONT:g}" fill="#333">'
+            f"{_text(text)}</text>")
+
+
+def _edge_svg(e: Edge) -> str:
+    (x0, y0), rest = e.points[0], e.points[1:]
+    d = f"M{x0:.1f},{y0:.1f}C" + " ".join(f"{x:.1f},{y:.1f}" for x, y in rest)
+    dash = ' stroke-dasharray="5,2"' if e.dashed else ""
+    arrow = " ".join(f"{x:.1f},{y:.1f}" for x, y in e.arrow)
+    texts = "".join(f'<text text-anchor="{a}" x="{x:.1f}" y="{y:.1f}" '
+                    f'font-size="{EDGE_FONT:g}" fill="#444">{_text(t)}</text>'
+                    for x, y, t, a in e.texts)
+    return (f'<g class="edge"><title>{_text(e.key)}</title><path fill="none" '
+            f'stroke="#666"{dash} d="{d}"/><polygon fill="#666" stroke="#666" '
+            f'points="{arrow}"/>{texts}</g>')
+
+
+def _node_svg(it: Item) -> str:
+    n = it.node
+    lines = n.label.split("\n")
+    box = (f'<g id="{n.key}" class="node"><title>{_text(n.tooltip)}</title>'
+           f'<path fill="{n.fill}" stroke="{n.border}" stroke-width="{n.width:g}" '
+           f'd="{_rect(it.x, it.y, it.w, it.h)}"/>')
+    if n.op is None:        # a closed group: its box, its ops faint, its label at the top
+        ghost = "".join(f"M{x:.1f},{y:.1f}h{w:.1f}v{h:.1f}h{-w:.1f}Z" for x, y, w, h in it.ghost)
+        if ghost:
+            box += (f'<path class="tl-ghost" fill="#000" fill-opacity="0.07" '
+                    f'pointer-events="none" d="{ghost}"/>')
+        return box + _title(it, lines[0]) + "".join(
+            f'<text text-anchor="middle" x="{it.x + it.w / 2:.1f}" '
+            f'y="{it.y + TITLE_H + (j + 1) * NODE_FONT * 1.2 - 3:.1f}" '
+            f'font-size="{NODE_FONT:g}" fill="#333">{_text(line)}</text>'
+            for j, line in enumerate(lines[1:])) + "</g>"
+    top = it.y + it.h / 2 - len(lines) * NODE_FONT * 1.2 / 2
+    return box + "".join(
+        f'<text text-anchor="middle" x="{it.x + it.w / 2:.1f}" '
+        f'y="{top + (j + 1) * NODE_FONT * 1.2 - 3:.1f}" font-size="{NODE_FONT:g}">'
+        f"{_text(line)}</text>" for j, line in enumerate(lines)) + "</g>"
+
+
 def to_svg(lay: Layout) -> str:
     """The layout as SVG, in graphviz's shapes (``g.node`` and ``g.cluster`` with the keys as
-    ids, ``g.edge``), which is what the canvas and its tests read."""
+    ids, ``g.edge``), which is what the canvas and its tests read. A group's ``g.cluster``
+    holds its box, its edges, what is drawn in it and, last, its title, so that its title is
+    drawn over what is inside it (zoomed out, titles are drawn larger than their bands)."""
     W, H = lay.width, lay.height
-    clusters, nodes = [], []
+    edges: dict[str, list[Edge]] = {}
+    for e in lay.edges:
+        if e.points:
+            edges.setdefault(e.group, []).append(e)
+    out: list[str] = [_edge_svg(e) for e in edges.get("", [])]
 
     def walk(items):
         for it in items:
             if it.node is None:
-                clusters.append(
-                    f'<g id="{it.key}" class="cluster"><title>{_text(it.tooltip)}</title>'
-                    f'<path fill="none" stroke="{it.colour}" stroke-dasharray="5,2" '
-                    f'd="{_rect(it.x, it.y, it.w, it.h)}"/><text x="{it.x + PAD:.1f}" '
-                    f'y="{it.y + 16:.1f}" font-size="{TITLE_FONT:g}" fill="#333">'
-                    f"{_text(it.title)}</text></g>")
+                out.append(f'<g id="{it.key}" class="cluster"><title>{_text(it.tooltip)}</title>'
+                           f'<path fill="none" stroke="{it.colour}" stroke-dasharray="5,2" '
+                           f'd="{_rect(it.x, it.y, it.w, it.h)}"/>')
+                out.extend(_edge_svg(e) for e in edges.get(it.key, []))
                 walk(it.children)
-            else:
-                n = it.node
-                lines = n.label.split("\n")
-                top = it.y + it.h / 2 - len(lines) * NODE_FONT * 1.2 / 2
-                texts = "".join(
-                    f'<text text-anchor="middle" x="{it.x + it.w / 2:.1f}" '
-                    f'y="{top + (j + 1) * NODE_FONT * 1.2 - 3:.1f}" font-size="{NODE_FONT:g}">'
-                    f"{_text(line)}</text>" for j, line in enumerate(lines))
-                nodes.append(
-                    f'<g id="{n.key}" class="node"><title>{_text(n.tooltip)}</title>'
-                    f'<path fill="{n.fill}" stroke="{n.border}" stroke-width="{n.width:g}" '
-                    f'd="{_rect(it.x, it.y, it.w, it.h)}"/>{texts}</g>')
+                out.append(f"{_title(it, it.title)}</g>")
+                continue
+            out.append(_node_svg(it))
+            walk(it.children)   # a closed group's ops kept in sight (a search hit), over it
     walk(lay.items)
-    edges = []
-    for e in lay.edges:
-        if not e.points:
-            continue
-        (x0, y0), rest = e.points[0], e.points[1:]
-        d = f"M{x0:.1f},{y0:.1f}C" + " ".join(f"{x:.1f},{y:.1f}" for x, y in rest)
-        dash = ' stroke-dasharray="5,2"' if e.dashed else ""
-        arrow = " ".join(f"{x:.1f},{y:.1f}" for x, y in e.arrow)
-        texts = "".join(f'<text text-anchor="{a}" x="{x:.1f}" y="{y:.1f}" '
-                        f'font-size="{EDGE_FONT:g}" fill="#444">{_text(t)}</text>'
-                        for x, y, t, a in e.texts)
-        edges.append(f'<g class="edge"><title>{_text(e.key)}</title><path fill="none" '
-                     f'stroke="#666"{dash} d="{d}"/><polygon fill="#666" stroke="#666" '
-                     f'points="{arrow}"/>{texts}</g>')
     return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{W:.0f}pt" height="{H:.0f}pt" '
             f'viewBox="0 0 {W:.1f} {H:.1f}"><g id="graph0" class="graph" '
             'font-family="Helvetica,Arial,sans-serif"><rect width="100%" height="100%" '
-            'fill="white"/>' + "".join(clusters) + "".join(edges) + "".join(nodes) + "</g></svg>")
+            'fill="white"/>' + "".join(out) + "</g></svg>")
 
 
 def svg(spec: G.GraphSpec) -> str | None:
