@@ -574,6 +574,112 @@ def test_graph_reads_at_every_zoom_and_keeps_its_view(page):
     _shot(page, "16_collapsed_fit", 1)
 
 
+# The canvas's view, the notebook's scrolling area around it and where it is scrolled to.
+SCROLLER = """(el) => {
+  let p = el.closest('.jp-WindowedPanel-outer');
+  const v = el.querySelector('.tl-graph-view').getBoundingClientRect();
+  return { top: p.scrollTop, height: p.clientHeight, view: [v.left, v.top, v.width, v.height],
+           focused: document.activeElement === el.querySelector('.tl-graph-view'),
+           scale: el.dataset.scale }; }"""
+
+
+def test_the_canvas_lets_the_page_scroll(page):
+    """The wheel over the graph scrolls the notebook, and does not zoom, until the graph is
+    clicked; then it zooms and the notebook stays. The canvas is never taller than the
+    notebook's visible area, and the inspector sits beside it at 1400 px and below it at
+    900 px."""
+    dash = _dash(page, 1)
+    _tab(page, "SDG", 1)
+    canvas = _wait(dash.locator(".tl-graph"))
+    el = canvas.first.element_handle()
+    view = canvas.locator(".tl-graph-view").first
+    view.scroll_into_view_if_needed()
+    page.evaluate("(el) => el.querySelector('.tl-graph-view').blur()", el)
+    before = page.evaluate(SCROLLER, el)
+    assert not before["focused"]
+    assert before["view"][3] <= before["height"], before      # all of it can be on screen
+    x, y, w, h = before["view"]
+    page.mouse.move(x + w / 2, y + min(h, 300) / 2)
+    page.mouse.wheel(0, 240)
+    page.wait_for_timeout(400)
+    after = page.evaluate(SCROLLER, el)
+    assert after["top"] != before["top"], (before, after)     # the notebook scrolled
+    assert after["scale"] == before["scale"]                  # the graph did not zoom
+    assert "tl-show" in canvas.locator(".tl-graph-tip").first.get_attribute("class")
+
+    x, y, w, h = after["view"]
+    page.mouse.click(x + 3, y + h / 2)                        # a click in it (left margin)
+    focused = page.evaluate(SCROLLER, el)
+    assert focused["focused"], focused
+    page.mouse.move(x + w / 2, y + h / 2)
+    page.mouse.wheel(0, -240)
+    page.wait_for_function("([el, s]) => el.dataset.scale !== s", arg=[el, focused["scale"]])
+    zoomed = page.evaluate(SCROLLER, el)
+    assert zoomed["top"] == focused["top"], (focused, zoomed)  # the notebook stayed
+    canvas.locator(".tl-fit").first.click()
+
+    side = dash.locator(".tempo-lab-sdg-side").first.bounding_box()
+    box = view.bounding_box()
+    assert side["x"] >= box["x"] + box["width"] - 1 and side["y"] < box["y"] + box["height"]
+    _shot(page, "22_canvas_and_inspector_1400", 1)
+    page.set_viewport_size({"width": 900, "height": 1000})
+    try:
+        page.wait_for_timeout(500)
+        side = dash.locator(".tempo-lab-sdg-side").first.bounding_box()
+        box = view.bounding_box()
+        assert side["y"] >= box["y"] + box["height"] - 1, (side, box)   # below it
+        high = page.evaluate(SCROLLER, el)
+        assert high["view"][3] <= high["height"], high
+        _shot(page, "23_canvas_and_inspector_900", 1)
+    finally:
+        page.set_viewport_size({"width": 1400, "height": 1000})
+
+
+# Each op drawn in a pane of the pass diff: its box relative to its pane's view, by id.
+PANE_OPS = """(el) => { const v = el.querySelector('.tl-graph-view').getBoundingClientRect();
+  return Object.fromEntries([...el.querySelectorAll("svg g.node[id^='op']")].map((g) => {
+    const r = g.querySelector(':scope > path').getBoundingClientRect();
+    return [g.id, [r.left - v.left, r.top - v.top, r.width, r.height]]; })); }"""
+
+
+def test_pass_diff_places_ops_alike(page):
+    """The pass stepper on the 16-layer decoder, at fuse (627 ops before, 307 after): every
+    op drawn on both sides is at the same place in both panes (within 1 px), erased and
+    rewritten ops are coloured, and zooming one pane zooms the other alike."""
+    dash = _dash(page, 1)
+    _tab(page, "Passes", 1)
+    rows = _wait(dash.locator(".tempo-lab-pass-rows select"))
+    names = [t.split()[1] for t in rows.first.locator("option").all_inner_texts()]
+    rows.first.select_option(index=names.index("fuse"))
+    panes = dash.locator(".tempo-lab-passes .tl-graph")
+    page.wait_for_function("(els) => els.length === 2 && els.every((el) => "
+                           "el.querySelectorAll(\"svg g.node[id^='op']\").length > 50 && "
+                           "Number(el.dataset.scale) > 0)",
+                           arg=panes.element_handles(), timeout=30_000)
+    page.wait_for_timeout(500)
+
+    def compare(what):
+        before, after = (page.evaluate(PANE_OPS, el) for el in panes.element_handles())
+        common = set(before) & set(after)
+        assert len(common) >= 20 and len(before) > len(after), (what, len(common))
+        for k in common:
+            assert all(abs(a - b) <= 1 for a, b in zip(before[k], after[k])), \
+                (what, k, before[k], after[k])
+    compare("fit")
+    fills = dash.locator(".tempo-lab-passes .tl-graph").first.evaluate(
+        "(el) => new Set([...el.querySelectorAll(\"svg g.node[id^='op'] > path\")]"
+        ".map((p) => p.getAttribute('fill'))).size")
+    assert fills >= 3                        # erased and rewritten beside the categories
+    _shot(page, "24_pass_diff_fuse", 1)
+    panes.first.locator(".tl-zoom-in").first.click()
+    panes.first.locator(".tl-zoom-in").first.click()
+    page.wait_for_timeout(300)
+    zooms = [el.get_attribute("data-zoom") for el in panes.element_handles()]
+    assert zooms[0] == zooms[1] and zooms[0] != "100", zooms
+    compare("zoomed in one pane")
+    _shot(page, "25_pass_diff_zoomed", 1)
+
+
 # Every drawn node's and group's box on screen (its outline, not its title), by id.
 BOXES = """(el) => Object.fromEntries([...el.querySelectorAll('svg g.node, svg g.cluster')]
   .map((g) => { const r = g.querySelector(':scope > path, :scope > polygon')

@@ -611,6 +611,40 @@ def test_pass_stepper_at_a_model_size(decoder16):
     assert tops[0] == tops[1] and {f"layer{k}" for k in range(16)} <= tops[0]
 
 
+@pytest.mark.skipif(not tempo_lab.svg.dot_installed(), reason="graphviz's dot is not installed")
+def test_pass_diff_places_an_op_alike_on_both_sides(decoder16):
+    """Before and after a pass are placed by one layout (of the two graphs together): every
+    op and group drawn on both sides has the same box on both, with the default groups open
+    (those holding a change) and with every group open; erased ops are drawn only before,
+    created ones only after; groups without a change start closed."""
+    from tempo_lab.widgets import layout as L
+    from tempo_lab.widgets import pass_view as P
+
+    checked = 0
+    for r in decoder16.passes.records:
+        if not any(ev.kind in ("created", "erased", "replaced") for ev in r.events):
+            continue
+        before, after, opened = P.diff_specs(r)
+        marks = {**P.pass_marks(r)[0], **P.pass_marks(r)[1]}
+        paths = G.group_paths(P.Union(r.before, r.after))
+        assert opened == P.changed_groups(paths, marks)
+        every = {p[:j + 1] for p in paths.values() for j in range(len(p))}
+        assert every - opened                   # something is unchanged, and closed
+        for expanded in (None, every):
+            b, a, _ = P.diff_specs(r, expanded)
+            lb, la = L.layout(b).boxes(), L.layout(a).boxes()
+            common = set(lb) & set(la)
+            assert sum(k.startswith("op") for k in common) >= 1
+            for k in common:
+                assert lb[k] == la[k], (r.name, k)
+                checked += 1
+            erased = {i for i in r.before.ops if i not in r.after.ops}
+            created = {i for i in r.after.ops if i not in r.before.ops}
+            assert not {n.op for n in a.nodes} & erased
+            assert not {n.op for n in b.nodes} & created
+    assert checked >= 50
+
+
 def test_run_and_profile_leaves_the_kernel_free():
     """The profile tab's button returns at once; the run's steps show in the tab as it goes,
     and a run that fails says so there (a thread's exception reaches no cell)."""

@@ -93,12 +93,13 @@ class FigureSlot:
 class GraphPanel:
     """One SDG drawing that re-renders from a ``GraphSpec``: graphviz's SVG on a navigable
     canvas when ``dot`` is installed, else a plotly layered layout. A click on an op calls
-    ``on_pick(op id)``, on a group ``on_toggle(group key)``; ``index`` feeds the type-ahead."""
+    ``on_pick(op id)``, on a group ``on_toggle(group key)``; ``index`` feeds the type-ahead;
+    panels with the same ``sync`` name pan and zoom together."""
 
     def __init__(self, title: str = "", on_pick=None, on_toggle=None, index=(), height=600,
-                 query=None):
+                 query=None, sync: str = ""):
         W = _ipywidgets()
-        self.title, self.on_pick, self.on_toggle = title, on_pick, on_toggle
+        self.title, self.on_pick, self.on_toggle, self.sync = title, on_pick, on_toggle, sync
         self.index, self.height, self.query = [list(row) for row in index], height, query
         self.note = W.HTML()
         self.box = W.Box(layout=W.Layout(width="100%"))
@@ -120,6 +121,8 @@ class GraphPanel:
         head = f"<b>{html.escape(self.title)}</b> " if self.title else ""
         self.note.value = head + G.legend_html(spec) + G.hidden_html(spec)
         dot = None if too_big else G.to_dot(spec)
+        if dot is not None and spec.frame is not None and spec.frame is not spec:
+            dot += G.to_dot(spec.frame)      # where it is placed: drawn again when that changes
         if dot is not None and dot != self._dot:
             self.svg = nested_svg(spec)      # each group laid out on its own (layout.py)
         self._dot = dot
@@ -153,7 +156,7 @@ class GraphPanel:
         if self.canvas is None:
             from .canvas import GraphCanvas
 
-            self.canvas = GraphCanvas(index=self.index, height=self.height)
+            self.canvas = GraphCanvas(index=self.index, height=self.height, sync=self.sync)
             self.canvas.add_class("tempo-lab-graph-canvas")
             if self.on_pick is not None:
                 self.canvas.observe(lambda ch: self.on_pick(None if ch.new < 0 else ch.new),

@@ -25,7 +25,8 @@ class GraphCanvas(anywidget.AnyWidget):
     graph or from Python; ``index``: ``graph.search_rows`` for the search box; ``query``: words
     whose hits the graph keeps drawn and marked (Shift+Enter in the box); ``view``: the view
     box the browser shows, kept across redraws (but when ``refit`` changes with the drawing:
-    then the new drawing is fitted). A click on a group calls the ``on_toggle``
+    then the new drawing is fitted); ``sync``: a name shared by canvases that pan and zoom
+    together. A click on a group calls the ``on_toggle``
     callbacks with the group's key (``g3``)."""
 
     _esm = ESM
@@ -37,6 +38,9 @@ class GraphCanvas(anywidget.AnyWidget):
     view = traitlets.List([]).tag(sync=True)
     height = traitlets.Int(600).tag(sync=True)
     refit = traitlets.Int(0).tag(sync=True)   # bumped with a new svg: fit it, not keep the view
+    # canvases with the same name pan and zoom together, in the browser (a pass's before and
+    # after, drawn from one layout, show the same part of it)
+    sync = traitlets.Unicode("").tag(sync=True)
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)

@@ -253,7 +253,7 @@ _ROWS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 def graph_spec(sdg, *, highlight: int | None = None, search: str = "", kind: str | None = None,
                expanded=None, marks: dict[int, str] | None = None, keep=(),
                weights: dict[int, float] | None = None, unit: str = "",
-               frame: bool = True) -> GraphSpec:
+               frame: bool = True, paths: dict | None = None) -> GraphSpec:
     """Decide what to draw. Groups not in ``expanded`` become one node each, except for the ops
     that are highlighted, searched for, marked or in ``keep`` (those stay visible); ``kind``
     keeps only ops of that kind. Constants are written inside the ops that read them (as
@@ -263,18 +263,22 @@ def graph_spec(sdg, *, highlight: int | None = None, search: str = "", kind: str
     their labels; a group node shows the sum of its ops'. Nodes and groups come in program
     order; a group's key (``g<k>``) is its ``group_order`` number. ``frame``: also make
     ``spec.frame``, the same drawing with every group open, which the layout places
-    everything by."""
+    everything by. ``paths``: the groups of a larger graph this one is part of (``group_paths``
+    of the union of a pass's before and after), so that a group has the same key in both."""
     marks = marks or {}
     expanded = default_expanded(sdg) if expanded is None else set(expanded)
     if frame:
-        every = all_groups(sdg)
+        every = all_groups(sdg) if paths is None else \
+            {p[:j + 1] for p in paths.values() for j in range(len(p))}
         spec = graph_spec(sdg, highlight=highlight, search=search, kind=kind, expanded=every,
-                          marks=marks, keep=keep, weights=weights, unit=unit, frame=False)
+                          marks=marks, keep=keep, weights=weights, unit=unit, frame=False,
+                          paths=paths)
         if expanded >= every:
             spec.frame = spec
             return spec
         out = graph_spec(sdg, highlight=highlight, search=search, kind=kind, expanded=expanded,
-                         marks=marks, keep=keep, weights=weights, unit=unit, frame=False)
+                         marks=marks, keep=keep, weights=weights, unit=unit, frame=False,
+                         paths=paths)
         out.frame = spec
         return out
     found = set(matches(sdg, search))
@@ -284,8 +288,9 @@ def graph_spec(sdg, *, highlight: int | None = None, search: str = "", kind: str
     folded: dict[tuple[str, ...], list[int]] = {}
     filtered = 0
     outputs = {i: n for n, i in sdg.outputs.items()}
-    paths = group_paths(sdg)
-    order = group_order(paths)
+    every_path = group_paths(sdg) if paths is None else paths
+    order = group_order(every_path)
+    paths = {i: every_path[i] for i in sdg.ops}
     reads: dict[int, list[int]] = {}
     for e in sdg.edges:
         reads.setdefault(e.dst, []).append(e.src)

@@ -4,8 +4,8 @@
 // a type-ahead search over `index` ([op id, "name kind file:line scope"]).
 
 const HELP = "click a node: select · click a grey group: expand · click a group's title: " +
-  "collapse · drag: pan · wheel: zoom · keys: f fit, c centre, + - zoom, arrows pan, / search, " +
-  "Esc clear";
+  "collapse · drag: pan · wheel: zoom once the graph is clicked (or with Ctrl/⌘), else it " +
+  "scrolls the page · keys: f fit, c centre, + - zoom, arrows pan, / search, Esc clear";
 
 function render({ model, el }) {
   el.classList.add("tl-graph");
@@ -39,7 +39,10 @@ function render({ model, el }) {
   button("centre", "centre on the selected op (c)", () => centre(true), "tl-centre");
   button("SVG", "download the graph as an SVG file", () => download(), "tl-svg");
   bar.appendChild(search);
-  el.append(bar, results, view, status);
+  const tip = document.createElement("div");   // what the wheel does, shown when it scrolls
+  tip.className = "tl-graph-tip";
+  tip.textContent = "click the graph, or hold Ctrl (⌘), to zoom with the wheel";
+  el.append(bar, results, view, tip, status);
 
   let svg = null, box = null, full = null, drag = null;
   let pending = false;  // a selection to centre on once its node is drawn
@@ -50,8 +53,13 @@ function render({ model, el }) {
     const r = view.getBoundingClientRect();
     return box && r.width ? Math.min(r.width / box[2], r.height / box[3]) : 0;
   }
+  let following = false;   // moved by a canvas it pans and zooms with: not sent back
   function setBox(b) {
     box = b;
+    if (!following && model.get("sync")) {
+      window.dispatchEvent(new CustomEvent("tl-graph-sync", {
+        detail: { sync: model.get("sync"), box: b.slice(), source: el } }));
+    }
     svg.setAttribute("viewBox", b.map((v) => v.toFixed(2)).join(" "));
     const pct = Math.round((100 * full[2]) / b[2]);
     status.textContent = `zoom ${pct}% of fit · ${svg.querySelectorAll("g.node").length} ` +
@@ -120,12 +128,24 @@ function render({ model, el }) {
     }).filter(Boolean);
   }
   function fit() { if (svg) setBox(full.slice()); }
-  // A graph taller than wide gets a taller view (up to TALL px), so that fit reads larger.
+  // A graph taller than wide gets a taller view (up to TALL px), so that fit reads larger,
+  // but never taller than what the page shows of it (the notebook's scrolling area, less
+  // room for the bar above and the status below), so that all of it can be seen at once.
   const TALL = 900;
+  function room() {     // the height of the notebook's scrolling area (JupyterLab's, or the
+    // first scrolling element around the canvas), else of the window
+    let p = el.closest(".jp-WindowedPanel-outer");
+    for (let q = el.parentElement; q && !p; q = q.parentElement) {
+      const o = getComputedStyle(q).overflowY;
+      if ((o === "auto" || o === "scroll") && q.scrollHeight > q.clientHeight + 1) p = q;
+    }
+    return Math.min(window.innerHeight, p ? p.clientHeight : window.innerHeight);
+  }
   function size() {
     const w = view.getBoundingClientRect().width;
-    if (!w || !full) return;
-    const h = Math.min(TALL, Math.max(model.get("height"), (w * full[3]) / full[2]));
+    if (!w) return;
+    const want = full ? Math.max(model.get("height"), (w * full[3]) / full[2]) : model.get("height");
+    const h = Math.max(200, Math.min(TALL, room() - 90, want));
     view.style.height = `${Math.round(h)}px`;
   }
   function zoomAt(f, cx, cy) {
@@ -227,14 +247,24 @@ function render({ model, el }) {
   }
 
   view.style.height = `${model.get("height")}px`;
+  // The wheel zooms once the canvas has the focus (a click in it) or with Ctrl/⌘ held, as maps
+  // in web pages do; otherwise it scrolls the page, and a tip says how to zoom.
   view.addEventListener("wheel", (e) => {
     if (!svg) return;
+    if (!(e.ctrlKey || e.metaKey || document.activeElement === view)) {
+      tip.classList.add("tl-show");
+      clearTimeout(tip.timer);
+      tip.timer = setTimeout(() => tip.classList.remove("tl-show"), 1500);
+      return;
+    }
+    tip.classList.remove("tl-show");
     e.preventDefault();
     const p = toSvg(e.clientX, e.clientY);
     zoomAt(e.deltaY > 0 ? 1.15 : 1 / 1.15, p?.x, p?.y);
   }, { passive: false });
   view.addEventListener("pointerdown", (e) => {
     if (!svg || e.button !== 0) return;
+    view.focus({ preventScroll: true });
     drag = { x: e.clientX, y: e.clientY, box: box.slice(), moved: false };
   });
   view.addEventListener("pointermove", (e) => {
@@ -250,7 +280,7 @@ function render({ model, el }) {
   view.addEventListener("pointerleave", endDrag);
   view.addEventListener("click", (e) => {
     if (drag && drag.moved) return;
-    view.focus();
+    view.focus({ preventScroll: true });
     const node = e.target.closest("g.node");
     if (node && node.id.startsWith("op")) return select(Number(node.id.slice(2)));
     const toggle = (g) => { anchor = { id: g.id, ...cornerOf(g) }; model.send({ toggle: g.id }); };
@@ -342,11 +372,24 @@ function render({ model, el }) {
   const shown = new IntersectionObserver((entries) => {
     if (entries.some((x) => x.isIntersecting) && svg && !el.dataset.shown) {
       el.dataset.shown = "1";   // first shown (a tab opened): sized now, so fit again
-      if (!(model.get("view") || []).length) { size(); fit(); }
+      size();
+      if (!(model.get("view") || []).length) fit();
       centre(false);
     }
   });
   shown.observe(view);
+  const resized = () => { if (svg && el.dataset.shown) size(); };
+  window.addEventListener("resize", resized);
+  // canvases with the same `sync` name (a pass's before and after) pan and zoom together
+  const onSync = (e) => {
+    const d = e.detail;
+    if (!svg || !d || d.source === el || !model.get("sync") || d.sync !== model.get("sync")) {
+      return;
+    }
+    following = true;
+    try { setBox(d.box.slice()); } finally { following = false; }
+  };
+  window.addEventListener("tl-graph-sync", onSync);
   // the inspector's reads and readers (a.tl-op-link, data-op) beside this canvas: a click
   // selects the op, and the graph centres on it (its groups open first if they are closed)
   const onLink = (e) => {
@@ -358,7 +401,12 @@ function render({ model, el }) {
     select(Number(a.dataset.op));
   };
   document.addEventListener("click", onLink);
-  return () => { shown.disconnect(); document.removeEventListener("click", onLink); };
+  return () => {
+    shown.disconnect();
+    document.removeEventListener("click", onLink);
+    window.removeEventListener("resize", resized);
+    window.removeEventListener("tl-graph-sync", onSync);
+  };
 }
 
 export default { render };

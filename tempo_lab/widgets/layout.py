@@ -521,8 +521,30 @@ def visible(frame: Layout, spec: G.GraphSpec) -> Layout:
         return out
 
     items = walk(frame.items)
-    return Layout(items, [e for e in frame.edges if e.group in shown], frame.width,
-                  frame.height)
+    # the frame's edges that this drawing has: a pair of children of one group is joined when
+    # some edge drawn joins what is in the one to what is in the other (a pass's after has
+    # none of the edges into the ops it erased, though the frame of both sides has them)
+    chain: dict[str, list[str]] = {}
+
+    def trace(its, prefix):
+        for it in its:
+            here = prefix + [it.key]
+            for k in it.keys or (it.key,):
+                chain[k] = here
+            trace(it.children, here)
+    trace(frame.items, [])
+    pairs = set()
+    for s, d, _, _ in spec.edges:
+        cs, cd = chain.get(s), chain.get(d)
+        if cs is None or cd is None:
+            continue
+        k = 0
+        while k < min(len(cs), len(cd)) and cs[k] == cd[k]:
+            k += 1
+        if k < min(len(cs), len(cd)):
+            pairs.add(f"{cs[k]}->{cd[k]}")
+    return Layout(items, [e for e in frame.edges if e.group in shown and e.key in pairs],
+                  frame.width, frame.height)
 
 
 def layout(spec: G.GraphSpec, frame: G.GraphSpec | None = None) -> Layout | None:

@@ -1,5 +1,7 @@
 """The pass stepper: a slider over the PassTrace, the SDG before and after the chosen pass with
-created / erased / rewritten ops coloured, and a table of every pass's time and size change."""
+created / erased / rewritten ops coloured, and a table of every pass's time and size change.
+Before and after are drawn from one layout (of the two graphs together), so that an op in both
+is at the same place on both sides, and pan and zoom together."""
 from __future__ import annotations
 
 import html
@@ -69,6 +71,54 @@ def pass_marks(record) -> tuple[dict[int, str], dict[int, str]]:
     return before, after
 
 
+class Union:
+    """A pass's before and after as one graph (what the diff lays out): every op of either (an
+    op in both as it was before), every edge of either, every output of either."""
+
+    def __init__(self, before, after):
+        self.ops = dict(sorted({**after.ops, **before.ops}.items()))
+        self.edges, seen = [], set()
+        for sdg in (before, after):
+            for e in sdg.edges:
+                key = (e.src, e.dst, G.edge_label(self, e))
+                if key not in seen:
+                    seen.add(key)
+                    self.edges.append(e)
+        self.outputs = dict(before.outputs)
+        for name, i in after.outputs.items():      # an output the pass replaced: both kept
+            if self.outputs.get(name, i) != i:
+                name = f"{name} (after)"
+            self.outputs[name] = i
+
+
+def changed_groups(paths: dict, ops) -> set:
+    """The groups holding one of ``ops`` (what a diff opens; the rest stays closed)."""
+    return {paths[i][:j + 1] for i in ops if i in paths for j in range(len(paths[i]))}
+
+
+def diff_specs(record, expanded=None, selected: int | None = None):
+    """The drawings of a pass's before and after, both placed by one layout, that of the two
+    graphs together (``Union``): an op in both is at the same place on both sides, an op
+    erased or created has its place on one side and room left for it on the other. Erased and
+    replaced ops are marked before, created ones after, rewritten ones on both; the groups
+    holding none of them are closed (``expanded``: the groups open instead). Returns (before
+    spec, after spec, the groups open)."""
+    union = Union(record.before, record.after)
+    paths = G.group_paths(union)
+    mb, ma = pass_marks(record)
+    if expanded is None:
+        expanded = changed_groups(paths, set(mb) | set(ma))
+    every = {p[:j + 1] for p in paths.values() for j in range(len(p))}
+    frame = G.graph_spec(union, expanded=every, paths=paths, frame=False)
+    out = []
+    for sdg, marks in ((record.before, mb), (record.after, ma)):
+        spec = G.graph_spec(sdg, marks=marks, expanded=expanded, paths=paths, frame=False,
+                            highlight=selected if selected in sdg.ops else None)
+        spec.frame = frame
+        out.append(spec)
+    return out[0], out[1], set(expanded)
+
+
 def grouped_notes(record) -> list[dict]:
     """The pass's ``note`` events ("why not"), one entry per distinct reason: the reason, how
     many ops it held back, their kinds and the top-level groups (say the layers) they are in,
@@ -132,7 +182,11 @@ class PassStepper:
         self.slider = W.IntSlider(value=first, min=0, max=max(n - 1, 0), description="pass",
                                   disabled=n == 0, continuous_update=False)
         self.title = W.HTML()
-        self.before, self.after = GraphPanel("before"), GraphPanel("after")
+        self.opened = None       # the groups open in both graphs (None: those with changes)
+        self.shown = None        # the pass they are open for
+        sync = f"passes-{id(self)}"      # the two graphs pan and zoom together
+        self.before = GraphPanel("before", on_toggle=self.toggle, sync=sync)
+        self.after = GraphPanel("after", on_toggle=self.toggle, sync=sync)
         # the table's rows, clickable: choosing one steps to that pass
         self.rows = W.Select(options=[(line, k) for k, line in enumerate(pass_lines(trace))],
                              value=first if n else None, rows=min(max(n, 1), 12),
@@ -161,16 +215,28 @@ class PassStepper:
         doc = REGISTRY[r.name].doc if r.name in REGISTRY else ""
         # each side's legend (above its graph) says what the edit colours drawn there mean
         self.title.value = f"<b>{k}: {html.escape(r.name)}</b> — {rst_html(doc)}<br>{notes_html(r)}"
-        mb, ma = pass_marks(r)
-        # one grouping for both sides (the groups open before the pass), so that they compare
-        opened = G.default_expanded(r.before)
-        self.before.show(G.graph_spec(r.before, marks=mb, highlight=self._in(r.before),
-                                      expanded=opened))
-        self.after.show(G.graph_spec(r.after, marks=ma, highlight=self._in(r.after),
-                                     expanded=opened))
+        # one layout for both sides (that of the two graphs together), the groups with
+        # changes open, so that an op in both is at the same place on both sides
+        fresh = self.shown != k
+        before, after, self.opened = diff_specs(r, None if fresh else self.opened,
+                                                self.selected)
+        self.shown = k
+        self.before.show(before, self._in(r.before), fit=fresh)
+        self.after.show(after, self._in(r.after), fit=fresh)
 
     def _in(self, sdg):
         return self.selected if self.selected in sdg.ops else None
+
+    def toggle(self, key: str):
+        """Open a closed group, or close an open one, on both sides."""
+        path = self.before.spec.groups.get(key) or self.after.spec.groups.get(key)
+        if path is None:
+            return
+        if path in self.opened:
+            self.opened = {g for g in self.opened if g[:len(path)] != path}
+        else:
+            self.opened = self.opened | {path[:j + 1] for j in range(len(path))}
+        self.refresh()
 
     def select(self, op_id: int | None):
         self.selected = None if op_id is None or op_id < 0 else op_id

@@ -69,9 +69,18 @@ class SDGExplorer:
             w.observe(lambda _: self.refresh(), "value")
         self.picker.observe(lambda ch: self.select(ch.new), "value")
         controls = [self.search, self.kind, self.colour, self.picker, self.constants]
+        # the inspector beside the graph where the notebook is wide enough for both (a row
+        # that wraps: under about 900 px it goes below the graph)
+        main = W.VBox([self.graph.widget], layout=W.Layout(flex="3 1 560px", min_width="0"))
+        main.add_class("tempo-lab-sdg-main")
+        side = W.VBox([W.HTML("<b>inspector</b>"), self.inspector], layout=W.Layout(
+            flex="1 1 280px", min_width="260px", max_width="560px", max_height="85vh",
+            overflow_y="auto", margin="0 0 0 8px"))
+        side.add_class("tempo-lab-sdg-side")
         self.widget = W.VBox([W.HBox(controls), W.HBox([self.expand_all, self.collapse_all]),
-                              self.graph.widget,
-                              W.HTML("<b>inspector</b>"), self.inspector])
+                              W.Box([main, side], layout=W.Layout(
+                                  display="flex", flex_flow="row wrap",
+                                  align_items="flex-start", width="100%"))])
         self.widget.add_class("tempo-lab-sdg")
         self.refresh()
 
