@@ -44,7 +44,9 @@ from .xla_profile import XlaInspection
 from .xla_trace import _RUNS, make_program
 
 MAX_PROGRAMS = 64  # compiled programs kept process-wide (XLA code only: no SDG, no weights)
-PROGRAM_BYTES = 32 * 2**20  # ... and at most this many resident bytes of them, as estimated
+PROGRAM_BYTES = 128 * 2**20  # ... and at most this many resident bytes of them, as estimated
+# (a decode split at its prompt, passes/prefix.py, is 10-13 MB: 32 MB held two, and calls that
+# alternated prompt shapes compiled again)
 RESIDENT_PER_HLO_BYTE = 32  # a compiled program's resident bytes per byte of its HLO text on
 # the CPU, which reports no code size (measured: 1.44 MB for 46 KB of text, 101 MB for PPO's
 # 4.4 MB); a notebook session compiling PPO after PPO grew by a program each time

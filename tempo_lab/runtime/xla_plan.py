@@ -14,6 +14,8 @@ reads these facts from the plan it is given; nothing is passed through module st
 """
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 
 from ..ir.ops import flag
@@ -503,10 +505,11 @@ class XlaPlan(Stage):
         if self.options.carry_poison:
             fill = (np.nan if dtype.kind in "fcV" else True if dtype.kind == "b"
                     else np.iinfo(dtype).max)
-        if i not in self.unstacked:
-            return np.full(shape, fill, dtype)
+        make = np.zeros if fill == 0 else functools.partial(np.full, fill_value=fill)
+        if i not in self.unstacked:  # zeros: pages the kernel maps as they are first written
+            return make(shape, dtype=dtype)
         a = self.held_axis(i)
-        return tuple(np.full(shape[:a] + shape[a + 1:], fill, dtype) for _ in range(shape[a]))
+        return tuple(make(shape[:a] + shape[a + 1:], dtype=dtype) for _ in range(shape[a]))
 
     def _zero_stores(self) -> tuple[int, ...]:
         """The stores that start as zeros passed in, made once: XLA copies each into place
