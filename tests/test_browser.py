@@ -680,6 +680,46 @@ def test_pass_diff_places_ops_alike(page):
     _shot(page, "25_pass_diff_zoomed", 1)
 
 
+# The contrast (WCAG) of an element's text with the background behind it.
+CONTRAST = """(el) => {
+  const rgb = (c) => (c.match(/[\\d.]+/g) || []).map(Number);
+  const lum = ([r, g, b]) => { const f = (v) => { v /= 255;
+    return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; };
+    return 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b); };
+  let bg = null;
+  for (let p = el; p && !bg; p = p.parentElement) {
+    const c = rgb(getComputedStyle(p).backgroundColor);
+    if (c.length === 3 || (c.length === 4 && c[3] > 0.5)) bg = c.slice(0, 3);
+  }
+  const a = lum(rgb(getComputedStyle(el).color)), b = lum(bg || [255, 255, 255]);
+  return (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05); }"""
+
+
+def test_the_canvas_reads_in_the_dark_theme(page):
+    """In JupyterLab's dark theme the canvas's buttons, its status line and the legend above
+    it have text that contrasts with what is behind it (at least 4.5:1, WCAG AA)."""
+    dash = _dash(page, 1)
+    _tab(page, "SDG", 1)
+    canvas = _wait(dash.locator(".tl-graph"))
+    page.evaluate("() => window.jupyterapp.commands.execute('apputils:change-theme', "
+                  "{theme: 'JupyterLab Dark'})")
+    try:
+        page.wait_for_function("() => document.body.dataset.jpThemeLight === 'false'",
+                               timeout=20_000)
+        page.wait_for_timeout(500)
+        for what in (".tl-fit", ".tl-graph-status"):
+            ratio = canvas.locator(what).first.evaluate(CONTRAST)
+            assert ratio >= 4.5, (what, ratio)
+        ratio = dash.locator(".tempo-lab-sdg .tempo-lab-legend").first.evaluate(CONTRAST)
+        assert ratio >= 4.5, ("legend", ratio)
+        _shot(page, "26_dark_theme", 1)
+    finally:
+        page.evaluate("() => window.jupyterapp.commands.execute('apputils:change-theme', "
+                      "{theme: 'JupyterLab Light'})")
+        page.wait_for_function("() => document.body.dataset.jpThemeLight === 'true'",
+                               timeout=20_000)
+
+
 # Every drawn node's and group's box on screen (its outline, not its title), by id.
 BOXES = """(el) => Object.fromEntries([...el.querySelectorAll('svg g.node, svg g.cluster')]
   .map((g) => { const r = g.querySelector(':scope > path, :scope > polygon')

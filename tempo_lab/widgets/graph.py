@@ -505,7 +505,8 @@ def legend_html(spec: GraphSpec) -> str:
         items.append(swatch("#ffffff", "search hit", MATCH))
     if any(n.border == HIGHLIGHT for n in spec.nodes):
         items.append(swatch("#ffffff", "selected", HIGHLIGHT))
-    return ('<div class="tempo-lab-legend" style="font-size:90%;color:#444">colour:'
+    return ('<div class="tempo-lab-legend" style="font-size:90%;'
+            'color:var(--jp-ui-font-color1,#444)">colour:'
             + "".join(items) + "</div>") if items else ""
 
 
@@ -518,7 +519,8 @@ def hidden_html(spec: GraphSpec) -> str:
         ops = sum(int(h.split()[0]) for h in spec.hidden if h.endswith(" collapsed"))
         text = "; ".join([f"{ops} ops in {groups} collapsed groups"]
                          + [h for h in spec.hidden if not h.endswith(" collapsed")])
-    return ('<div class="tempo-lab-hidden" style="color:#555;font-size:90%">Not drawn: '
+    return ('<div class="tempo-lab-hidden" style="color:var(--jp-ui-font-color2,#555);'
+            'font-size:90%">Not drawn: '
             + html.escape(text)
             + " (click a grey group to expand it, or search for ops to show them)</div>")
 
