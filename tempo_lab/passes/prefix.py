@@ -104,7 +104,8 @@ def _split(ed: Editor, m: int, t: Dim, p: int, branch: Edge) -> bool:
                     why=f"the steps of {t} before the branch {branch.cond} of "
                         f"{ed.ops[m].label} ends")
     ed.made[tp.name] = ("prefix", t.name)
-    to_pre = {t: tp}
+    to_pre = {t: tp}  # the split at t = P is written with t_pre's bound (its value is P), so
+    # that it is consistent for every value of the bounds the schedule is made for
     order = ed.dims
 
     def pre_domain(op: Op) -> tuple:
@@ -168,8 +169,8 @@ def _split(ed: Editor, m: int, t: Dim, p: int, branch: Edge) -> bool:
             merged[i] = ed.add(
                 Op(-1, "merge", op.domain, op.type, {"type": op.type, "join": True}, op.loc,
                    op.name, op.scope),
-                [Edge(-1, pre[i], 0, at_t, t < p, op.loc),
-                 Edge(-1, i, 1, op.domain, t >= p, op.loc)], i,
+                [Edge(-1, pre[i], 0, at_t, t < tp.bound, op.loc),
+                 Edge(-1, i, 1, op.domain, t >= tp.bound, op.loc)], i,
                 f"%{i}: the copy over {tp} below {t} = {p}, the original from there")
         return merged[i]
 
@@ -190,8 +191,9 @@ def _split(ed: Editor, m: int, t: Dim, p: int, branch: Edge) -> bool:
     for i in comp:  # from P on: placeholders are demanded whole unless they say otherwise
         op = ed.ops[i]
         if op.closes_cycles:
-            ed.update(i, Op(i, op.kind, op.domain, op.type, {**op.attrs, "needed": t >= p},
-                            op.loc, op.name, op.scope), f"needed from {t} = {p} on")
+            ed.update(i, Op(i, op.kind, op.domain, op.type,
+                            {**op.attrs, "needed": t >= tp.bound}, op.loc, op.name, op.scope),
+                      f"needed from {t} = {p} on")
     _drop_unread(ed, copies)
     ed.renumber()
     return True
