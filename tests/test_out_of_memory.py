@@ -161,3 +161,25 @@ def test_a_run_that_fit_is_not_refused_again(monkeypatch):
         assert "nothing free" in str(e)
     else:
         raise AssertionError("not refused")
+
+
+def test_stores_kept_from_the_last_run_count_as_held(monkeypatch):
+    """The XLA executor keeps a run's stores for the next (``XlaOptions.carry_stores``): a run
+    at new bounds of the same compiled program needs only what it does not hold already."""
+    from tempo_lab.runtime import out_of_memory as oom
+
+    ctx = tl.Context(dims=("t",))
+    (t,), (T,) = ctx.dims, ctx.bounds
+    with ctx:
+        x = tl.placeholder((4096,), "float32", domain=(t,))
+        x[0] = tl.zeros((4096,))
+        x[t] = x[t - 1] + 1.0
+        y = x[0:T].sum(axis=0)
+    prog = ctx.compile(bounds={T: 64}, outputs={"y": y}, config=tl.CompileConfig(executor="xla"))
+    ex = prog.executable
+    before = oom.needed_bytes(ex, {"T": 64})
+    assert ex.prepared.held_bytes == 0 and before > 0
+    prog.run()
+    held = ex.prepared.held_bytes
+    assert held > 0 and ex.prepared.plan.carried
+    assert oom.needed_bytes(ex, {"T": 64}) == max(0, before - held)

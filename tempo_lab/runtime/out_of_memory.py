@@ -67,7 +67,9 @@ def needed_bytes(executable, bounds: Mapping[str, int]) -> int | None:
         need = memory.peak_bytes
     if _platform() == "cpu":  # what moves "to the host" stays in the same memory
         need += memory.offloaded_bytes
-    return need
+    # stores the executor holds from its last run, which this run writes in place: counted as
+    # used memory already (the XLA executor's kept stores, XlaOptions.carry_stores)
+    return max(0, need - getattr(executable.prepared, "held_bytes", 0))
 
 
 def as_error(e: BaseException, executable, bounds: Mapping[str, int]

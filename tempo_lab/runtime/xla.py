@@ -119,6 +119,13 @@ class _Xla(XlaInspection):
     def predicted_peak_bytes(self) -> int:
         return self.plan.predicted_peak_bytes
 
+    @property
+    def held_bytes(self) -> int:
+        """Bytes of the stores kept from the last run for the next (none while a run has
+        them)."""
+        kept = self._kept
+        return 0 if kept is None else sum(a.nbytes for a in jax.tree.leaves(kept))
+
     def store_bytes(self, bounds: Mapping[str, int]) -> dict[int, int]:
         """Each store's bytes as the program allocates it: at the compiled bounds' shapes,
         whatever ``bounds`` a run has."""
