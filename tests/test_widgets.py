@@ -615,8 +615,9 @@ def test_pass_stepper_at_a_model_size(decoder16):
 def test_pass_diff_places_an_op_alike_on_both_sides(decoder16):
     """Before and after a pass are placed by one layout (of the two graphs together): every
     op and group drawn on both sides has the same box on both, with the default groups open
-    (those holding a change) and with every group open; erased ops are drawn only before,
-    created ones only after; groups without a change start closed."""
+    (those holding a change) and with every group open; every node of either side is drawn
+    (erased constants too); erased ops are drawn only before, created ones only after; groups
+    without a change start closed; both sides open on the first change."""
     from tempo_lab.widgets import layout as L
     from tempo_lab.widgets import pass_view as P
 
@@ -633,6 +634,7 @@ def test_pass_diff_places_an_op_alike_on_both_sides(decoder16):
         for expanded in (None, every):
             b, a, _ = P.diff_specs(r, expanded)
             lb, la = L.layout(b).boxes(), L.layout(a).boxes()
+            assert {n.key for n in b.nodes} <= set(lb) and {n.key for n in a.nodes} <= set(la)
             common = set(lb) & set(la)
             assert sum(k.startswith("op") for k in common) >= 1
             for k in common:
@@ -643,6 +645,9 @@ def test_pass_diff_places_an_op_alike_on_both_sides(decoder16):
             assert not {n.op for n in a.nodes} & erased
             assert not {n.op for n in b.nodes} & created
     assert checked >= 50
+    st = decoder16.passes.explore().stepper
+    st.rows.value = [r.name for r in decoder16.passes.records].index("cse")
+    assert len(st.before.canvas.focus) == 4 and st.before.canvas.focus == st.after.canvas.focus
 
 
 def test_run_and_profile_leaves_the_kernel_free():
@@ -788,6 +793,7 @@ def test_a_nul_in_a_name_keeps_the_dot_valid_and_the_exported_graph(tmp_path):
         assert "<svg" in tempo_lab.svg._dot(dot, 60)      # raises if dot rejects it
     page = save_html(prog, tmp_path / "controls.html").read_text(encoding="utf-8")
     assert "tl-sdg-canvas" in page and "nul\u2400byte" in page
+    assert page.index("tempo-lab-legend") < page.index("tl-sdg-canvas")   # the legend too
 
 
 def test_an_exported_dashboard_without_dot_draws_its_graph_with_plotly(prog, no_dot):

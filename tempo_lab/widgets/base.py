@@ -111,9 +111,11 @@ class GraphPanel:
         self._slot: FigureSlot | None = None
         self._dot: str | None = None
 
-    def show(self, spec: G.GraphSpec, selected: int | None = None, fit: bool = False):
+    def show(self, spec: G.GraphSpec, selected: int | None = None, fit: bool = False,
+             focus=None):
         """Draw ``spec``; ``fit``: the canvas fits the new drawing (expand or collapse all)
-        rather than keeping its view."""
+        rather than keeping its view; ``focus``: a box (x, y, w, h) the fitted view is centred
+        on instead, zoomed in until labels read."""
         from .layout import svg as nested_svg
 
         self.spec = spec
@@ -132,6 +134,7 @@ class GraphPanel:
             with canvas.hold_sync():
                 if fit:
                     canvas.refit += 1
+                canvas.focus = list(focus) if focus else []
                 canvas.svg = self.svg
             self.canvas.selected = -1 if selected is None else selected
             self.box.children = (self.canvas,)

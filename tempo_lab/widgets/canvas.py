@@ -41,6 +41,9 @@ class GraphCanvas(anywidget.AnyWidget):
     # canvases with the same name pan and zoom together, in the browser (a pass's before and
     # after, drawn from one layout, show the same part of it)
     sync = traitlets.Unicode("").tag(sync=True)
+    # a box (x, y, w, h, in the drawing's units) a fitted drawing is centred on instead, at a
+    # zoom where labels read (a pass diff opens on its first change)
+    focus = traitlets.List([]).tag(sync=True)
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)

@@ -52,8 +52,8 @@ def _graph(sdg, spec) -> str:
     from .layout import svg as nested_svg
 
     svg = nested_svg(spec)
-    if svg:
-        return _canvas(svg, G.search_rows(sdg))
+    if svg:       # with what its colours mean and what it leaves out, as on screen
+        return G.legend_html(spec) + G.hidden_html(spec) + _canvas(svg, G.search_rows(sdg))
     return (f"<p><i>{G.no_svg_reason(spec)}: plotly layout instead.</i></p>"
             + _figure(G.graph_figure(spec, "SDG")))
 

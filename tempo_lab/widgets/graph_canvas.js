@@ -128,6 +128,16 @@ function render({ model, el }) {
     }).filter(Boolean);
   }
   function fit() { if (svg) setBox(full.slice()); }
+  // A fitted drawing with a `focus` box (a pass diff's first change) is centred on it
+  // instead, zoomed in until labels read (12 px), never out.
+  function focusView() {
+    const f = model.get("focus") || [];
+    const r = view.getBoundingClientRect();
+    if (!svg || f.length !== 4 || !r.width || !scale()) return;
+    const s = Math.max(scale(), 12 / 10);
+    const w = r.width / s, h = r.height / s;
+    setBox([f[0] + f[2] / 2 - w / 2, f[1] + f[3] / 2 - h / 2, w, h]);
+  }
   // A graph taller than wide gets a taller view (up to TALL px), so that fit reads larger,
   // but never taller than what the page shows of it (the notebook's scrolling area, less
   // room for the bar above and the status below), so that all of it can be seen at once.
@@ -209,6 +219,7 @@ function render({ model, el }) {
     if (refit && before) {
       size();                                 // expand or collapse all: fit what is drawn
       fit();
+      focusView();
     } else if (anchor && before && s0) {
       // the group opened or closed keeps its top-left corner under the pointer, at the same
       // zoom: its box is the same open or closed (layout.py), so nothing outside it moves
@@ -225,6 +236,7 @@ function render({ model, el }) {
     } else {
       size();
       fit();
+      focusView();
     }
     anchor = null;
     mark();
@@ -373,7 +385,7 @@ function render({ model, el }) {
     if (entries.some((x) => x.isIntersecting) && svg && !el.dataset.shown) {
       el.dataset.shown = "1";   // first shown (a tab opened): sized now, so fit again
       size();
-      if (!(model.get("view") || []).length) fit();
+      if (!(model.get("view") || []).length) { fit(); focusView(); }
       centre(false);
     }
   });

@@ -104,9 +104,10 @@ def facts_html(facts: dict[str, str], links: dict[str, list[tuple[int, str]]] | 
             return ", ".join(f'<a href="#" class="tl-op-link" data-op="{i}" title="select '
                              f'{html.escape(text)}"><code>{html.escape(text)}</code></a>'
                              for i, text in links[k])
-        return f"<code>{html.escape(v)}</code>"
+        return f'<code style="white-space:pre-wrap">{html.escape(v)}</code>'
+    # long values (a source line, a storage) wrap: the inspector is a column beside the graph
     rows = "".join(f'<tr><th style="text-align:left;padding-right:1em;vertical-align:top">'
-                   f'{html.escape(k)}</th><td>{cell(k, v)}</td></tr>'
-                   for k, v in facts.items())
+                   f'{html.escape(k)}</th><td style="overflow-wrap:anywhere">{cell(k, v)}'
+                   f'</td></tr>' for k, v in facts.items())
     return f'<table class="tempo-lab-inspector" style="font-size:90%">{rows}</table>'
 

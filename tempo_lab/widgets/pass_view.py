@@ -109,7 +109,9 @@ def diff_specs(record, expanded=None, selected: int | None = None):
     if expanded is None:
         expanded = changed_groups(paths, set(mb) | set(ma))
     every = {p[:j + 1] for p in paths.values() for j in range(len(p))}
-    frame = G.graph_spec(union, expanded=every, paths=paths, frame=False)
+    # the ops marked on either side are drawn as nodes (not written inside their readers, as
+    # constants are) on that side, so they have their own place in the layout of both
+    frame = G.graph_spec(union, marks={**mb, **ma}, expanded=every, paths=paths, frame=False)
     out = []
     for sdg, marks in ((record.before, mb), (record.after, ma)):
         spec = G.graph_spec(sdg, marks=marks, expanded=expanded, paths=paths, frame=False,
@@ -221,8 +223,23 @@ class PassStepper:
         before, after, self.opened = diff_specs(r, None if fresh else self.opened,
                                                 self.selected)
         self.shown = k
-        self.before.show(before, self._in(r.before), fit=fresh)
-        self.after.show(after, self._in(r.after), fit=fresh)
+        focus = self._first_change(r, before) if fresh else None
+        self.before.show(before, self._in(r.before), fit=fresh, focus=focus)
+        self.after.show(after, self._in(r.after), fit=fresh, focus=focus)
+
+    @staticmethod
+    def _first_change(record, before):
+        """Where the pass's first change is drawn (the box both sides open centred on): its
+        box in the layout of both sides together, which places every op alike on both."""
+        from .layout import frame_layout
+
+        marks = pass_marks(record)
+        changed = sorted(set(marks[0]) | set(marks[1]))
+        if not changed or not G.dot_installed():
+            return None
+        lay = frame_layout(before.frame or before)
+        boxes = {} if lay is None else lay.boxes()
+        return next((boxes[f"op{i}"] for i in changed if f"op{i}" in boxes), None)
 
     def _in(self, sdg):
         return self.selected if self.selected in sdg.ops else None
