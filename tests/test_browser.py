@@ -739,18 +739,21 @@ TITLE_OVERLAPS = """(el) => {
 
 # Each layer's box on screen, [k, top, bottom], found by its title or closed node's name.
 LAYERS = """(el) => [...el.querySelectorAll("svg g.cluster, svg g.node[id^='g']")].map((g) => {
-  const m = /^layer(\\d+)[ :]/.exec(g.querySelector(':scope > text').textContent);
+  const t = g.querySelector(':scope > text'), m = /^layer(\\d+)[ :]/.exec(t.textContent);
   if (!m) return null;
   const r = g.querySelector(':scope > path, :scope > polygon').getBoundingClientRect();
-  return [Number(m[1]), r.top, r.bottom]; }).filter(Boolean).sort((a, b) => a[0] - b[0])"""
+  return [Number(m[1]), r.top, r.bottom, t.getBoundingClientRect().height > 0]; })
+  .filter(Boolean).sort((a, b) => a[0] - b[0])"""
 
 
 def _reads_well(page, el, what: str):
-    """The view fits, the layers read top to bottom, labels read and no titles overlap."""
+    """The view fits, the layers read top to bottom and every layer's name is drawn, labels
+    read and no titles overlap."""
     assert el.get_attribute("data-zoom") == "100", what
     layers = page.evaluate(LAYERS, el)
-    assert [k for k, _, _ in layers] == list(range(16)), what
+    assert [k for k, *_ in layers] == list(range(16)), what
     assert all(b[1] >= a[2] - 0.5 for a, b in zip(layers, layers[1:])), (what, layers)
+    assert all(shown for *_, shown in layers), (what, layers)     # every layer's name drawn
     assert page.evaluate(LABEL_HEIGHT, el) >= 8, what
     assert page.evaluate(TITLE_OVERLAPS, el) == [], what
 

@@ -94,13 +94,13 @@ function render({ model, el }) {
     detail.scale = s;
     // Titles drawn larger than their bands (far) would run into each other: outer groups
     // first, a title that overlaps one already shown gives way, and so does the title of a
-    // group inside another whose box is on screen too small to hold it.
+    // group inside another whose box is on screen under 2.5 titles high.
     const shown = [];
     titles.forEach(({ text, box, depth }) => {
       text.classList.remove("tl-hide");
       if (!far) return;
       const r = text.getBoundingClientRect();
-      if ((depth && box.getBoundingClientRect().height < 1.5 * (READ + 2)) ||
+      if ((depth && box.getBoundingClientRect().height < 2.5 * (READ + 2)) ||
           shown.some((q) => r.left < q.right && q.left < r.right && r.top < q.bottom &&
                      q.top < r.bottom)) text.classList.add("tl-hide");
       else shown.push(r);
@@ -111,11 +111,14 @@ function render({ model, el }) {
     if (titled) return titled;
     const depth = (g) => { let k = 0; for (let p = g.parentElement; p; p = p.parentElement)
       k += p.classList && p.classList.contains("cluster") ? 1 : 0; return k; };
+    // (of groups at one depth, the larger boxes first: a layer's name before that of a
+    // two-op group above it whose title, drawn larger than its box, would hide it)
     titled = [...svg.querySelectorAll("g.cluster > text, g.node[id^='g'] > text:first-of-type")]
-      .map((text) => ({ text, box: text.parentElement.querySelector(":scope > path"),
-                        depth: depth(text.parentElement) }))
+      .map((text) => { const box = text.parentElement.querySelector(":scope > path");
+        return { text, box, depth: depth(text.parentElement),
+                 area: box ? box.getBBox().width * box.getBBox().height : 0 }; })
       .filter(({ box }) => box)
-      .sort((a, b) => a.depth - b.depth);
+      .sort((a, b) => a.depth - b.depth || b.area - a.area);
     return titled;
   }
   let names = null;   // op nodes' first lines, with their boxes' widths (graph units)
