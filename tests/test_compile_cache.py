@@ -26,6 +26,9 @@ with ctx:
     x[0] = tl.ones((4,))
     x[t] = x[t - 1] * 2.0
     y = x[0:t + 1].sum(axis=0)
+    if len(sys.argv) > 3:  # a lifted function whose code the command line gives
+        exec(f"def scale(v):\n    return v * {sys.argv[3]}")
+        y = tl.lift(scale)(y)
 prog = ctx.compile(bounds={T: 6}, outputs={"y": y}, config=tl.CompileConfig(executor="xla"))
 out = prog.run()["y"]
 print(json.dumps({"y": out[-1].tolist(), "events": events,
@@ -33,21 +36,35 @@ print(json.dumps({"y": out[-1].tolist(), "events": events,
 """
 
 
-def _run(cache: str, users: str = "") -> dict:
-    proc = subprocess.run([sys.executable, "-c", PROGRAM, cache, users], capture_output=True,
-                          text=True, timeout=300)
+def _run(cache: str, users: str = "", *more: str) -> dict:
+    proc = subprocess.run([sys.executable, "-c", PROGRAM, cache, users, *more],
+                          capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def test_a_second_process_loads_the_compiled_program(tmp_path):
+    """The first process compiles (a miss in JAX's cache) and keeps the executable; the second
+    loads tempo_lab's serialized executable, without tracing or asking JAX's cache."""
     cache = str(tmp_path / "cache")
     first = _run(cache)
     assert first["dir"] == cache
     assert "cache_misses" in first["events"] and "cache_hits" not in first["events"]
+    assert len(list((tmp_path / "cache" / "executables").iterdir())) == 1
     second = _run(cache)
-    assert "cache_hits" in second["events"] and "cache_misses" not in second["events"]
+    assert not second["events"], second["events"]
     assert first["y"] == second["y"] == [63.0] * 4
+
+
+def test_a_changed_function_is_not_loaded_from_the_cache(tmp_path):
+    """A lifted function is keyed by its code: the same program with another body compiles
+    again and computes with the new body."""
+    cache = str(tmp_path / "cache")
+    assert _run(cache, "", "2.0")["y"] == [126.0] * 4
+    again = _run(cache, "", "2.0")
+    assert again["y"] == [126.0] * 4 and not again["events"]
+    changed = _run(cache, "", "3.0")
+    assert changed["y"] == [189.0] * 4 and "cache_misses" in changed["events"]
 
 
 def test_the_users_own_jax_cache_directory_wins(tmp_path):

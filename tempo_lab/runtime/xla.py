@@ -32,8 +32,9 @@ import jax
 import numpy as np
 
 from ..cache import LRU
+from ..ir.sdg import Op
 from ..schedule import For
-from .compile_cache import use_persistent_cache
+from .compile_cache import load_or_compile
 from .host import Host
 from .kernels import COMPILER_OPTIONS, attrs_key
 from .lowered import Lowered
@@ -149,13 +150,15 @@ class _Xla(XlaInspection):
                                  args)
             precision = jax.config.jax_default_matmul_precision  # part of what compiles
 
-            def make():
-                use_persistent_cache()
-                donate = (2,) if self.plan.carried else ()
-                return jax.jit(self._program(), donate_argnums=donate).lower(*args).compile(
-                    compiler_options=COMPILER_OPTIONS)
+            key = (self._key(), str(avals), precision)
 
-            self._fn = _PROGRAMS.get((self._key(), str(avals), precision), make)
+            def make():
+                donate = (2,) if self.plan.carried else ()
+                return load_or_compile((key, COMPILER_OPTIONS), lambda: jax.jit(
+                    self._program(), donate_argnums=donate).lower(*args).compile(
+                    compiler_options=COMPILER_OPTIONS), _functions(self.sdg))
+
+            self._fn = _PROGRAMS.get(key, make)
         return self._fn
 
     def _hosts(self, host: Host | None = None) -> tuple:
@@ -269,6 +272,25 @@ class _Xla(XlaInspection):
                       for n in self.schedule.ast.walk() if isinstance(n, For)),
                 (o.peel_small, o.peel_steps, o.peel_statements, o.peel_share),  # peeled loops
                 None if self.lowered.layout is None else self.lowered.layout.key())
+
+
+def _functions(sdg) -> list:
+    """The Python functions the ops of ``sdg`` call (a lifted function, a fused body's)."""
+    out: list = []
+
+    def visit(v):
+        if callable(v) and not isinstance(v, type):
+            out.append(v)
+        elif isinstance(v, Op):
+            for x in v.attrs.values():
+                visit(x)
+        elif isinstance(v, tuple):
+            for x in v:
+                visit(x)
+
+    for op in sdg.ops.values():
+        visit(op)
+    return out
 
 
 def _ready(got: tuple) -> tuple:
