@@ -846,6 +846,15 @@ def _check_nested_layout(page, dash):
         shot(name)
         assert took <= 2.0, f"{button} took {took:.1f} s"
         _reads_well(page, el, button)
+    # collapsed and fitted: the middle of what each closed group draws (its box and its
+    # name, drawn larger than its box) is on its box, where a click there lands
+    off = page.evaluate("""(el) => [...el.querySelectorAll("svg g.node[id^='g']")]
+      .filter((g) => { const a = g.getBoundingClientRect();
+        const b = g.querySelector(':scope > path').getBoundingClientRect();
+        const x = a.left + a.width / 2, y = a.top + a.height / 2;
+        return !(x >= b.left && x <= b.right && y >= b.top && y <= b.bottom); })
+      .map((g) => g.id)""", el)
+    assert off == []
 
 
 def test_charts_draw_on_ten_fresh_kernels(page, lab):

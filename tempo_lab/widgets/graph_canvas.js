@@ -95,9 +95,15 @@ function render({ model, el }) {
     // Titles drawn larger than their bands (far) would run into each other: outer groups
     // first, a title that overlaps one already shown gives way, and so does the title of a
     // group inside another whose box is on screen under 2.5 titles high.
+    // A title taller than half its box is centred on it, not hung from its top, so that
+    // it stays over its own box (and the middle of what a closed group draws is on it).
     const shown = [];
-    titles.forEach(({ text, box, depth }) => {
+    const high = (READ + 2) / s;    // a far title's height, in graph units
+    titles.forEach(({ text, box, depth, bb }) => {
       text.classList.remove("tl-hide");
+      if (text.dataset.y === undefined) text.dataset.y = text.getAttribute("y");
+      text.setAttribute("y", far && bb.height < 2 * high ?
+        (bb.y + bb.height / 2 - high / 2).toFixed(1) : text.dataset.y);
       if (!far) return;
       const r = text.getBoundingClientRect();
       if ((depth && box.getBoundingClientRect().height < 2.5 * (READ + 2)) ||
@@ -115,8 +121,9 @@ function render({ model, el }) {
     // two-op group above it whose title, drawn larger than its box, would hide it)
     titled = [...svg.querySelectorAll("g.cluster > text, g.node[id^='g'] > text:first-of-type")]
       .map((text) => { const box = text.parentElement.querySelector(":scope > path");
-        return { text, box, depth: depth(text.parentElement),
-                 area: box ? box.getBBox().width * box.getBBox().height : 0 }; })
+        const bb = box ? box.getBBox() : null;
+        return { text, box, bb, depth: depth(text.parentElement),
+                 area: bb ? bb.width * bb.height : 0 }; })
       .filter(({ box }) => box)
       .sort((a, b) => a.depth - b.depth || b.area - a.area);
     return titled;
