@@ -75,13 +75,20 @@ def llama():
 
 
 @pytest.mark.parametrize("kw", [{}, {"repetition_penalty": 1.3},
-                                {"temperature": 0.8, "top_k": 5, "seed": 3}])
-def test_generate_gives_the_same_tokens_split(llama, kw):
+                                {"temperature": 0.8, "top_k": 5, "seed": 3},
+                                {"eos": [2, 3, 50]}])
+def test_generate_gives_the_same_tokens_split(llama, kw, monkeypatch):
     """``tl.nn.generate`` (prompts of different lengths: split at the shortest) gives the
-    same tokens with the prompt's steps split off as fed one step at a time."""
+    same tokens with the prompt's steps split off as fed one step at a time; with ids that
+    end a row too, where the step dim is a ``tl.until`` bound (the split applies there)."""
     model, params = llama
     prompts = [[5, 9, 17, 3, 44, 12, 8, 30, 2], [7, 7, 1, 60, 22], [11, 2, 3, 4, 5, 6, 70]]
+    dims = []
+    compile_ = tl.Context.compile
+    monkeypatch.setattr(tl.Context, "compile", lambda self, *a, **k: (
+        lambda p: dims.append([d.name for d in p.sdg.dims]) or p)(compile_(self, *a, **k)))
     split = tl.nn.generate(model, params, prompts, max_new_tokens=6, **kw)
+    assert any(n.endswith("_pre") for n in dims[-1]), dims
     stepwise = tl.nn.generate(model, params, prompts, max_new_tokens=6,
                               config=tl.CompileConfig(passes=NO_PREFIX), **kw)
     assert split == stepwise

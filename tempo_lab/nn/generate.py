@@ -68,12 +68,9 @@ def generate(model, params, prompts, max_new_tokens: int | None = None,
     another: its host callbacks run inside the compiled program).
 
     ``early_stop``: with ids that end a row, the program stops at the step where every row
-    has ended (a ``tl.until`` over the steps), not at the longest row's limit. Its bound is
-    then data-dependent, which keeps the compiler from batching the prompt steps every row
-    shares (the prefix split of ``tempo_lab.passes.prefix``), so by default (None) it stops
-    early only where the new tokens it may save outnumber those steps (the largest
-    ``max_new_tokens`` above the shortest prompt's length), or where that split is off;
-    True: always, False: never."""
+    has ended (a ``tl.until`` over the steps), not at the longest row's limit (the default,
+    None, and True); False: never. The compiler still batches the prompt steps every row
+    shares (the prefix split of ``tempo_lab.passes.prefix``)."""
     if not callable(getattr(model, "generate", None)) or not hasattr(model, "vocab"):
         raise ArgumentError(f"tl.nn.generate: model must be a tl.nn decoder such as tl.nn.Llama, "
                             f"got {type(model).__name__}")
@@ -289,14 +286,9 @@ def _check_call(call: dict) -> None:
         bad("repetition_penalty", "a finite number > 0 (1: none)")
 
 
-def _stops_early(early_stop, stops, lengths, limits: list[int], config) -> bool:
-    """Whether the program ends when every row has ended (``early_stop``; None: see
-    ``generate``)."""
-    if not stops or early_stop is False:
-        return False
-    if early_stop or "prefix" not in config.passes or not config.vectorise_groups:
-        return True
-    return max(limits) > min(lengths)
+def _stops_early(early_stop, stops) -> bool:
+    """Whether the program ends when every row has ended (``early_stop``, see ``generate``)."""
+    return bool(stops) and early_stop is not False
 
 
 def _decode_batch(model, params, rows, limits: list[int], sampling: dict, config,
@@ -330,7 +322,7 @@ def _decode_batch(model, params, rows, limits: list[int], sampling: dict, config
                         **sampling)
         if stream is not None:
             sink(ids, stream)
-        if _stops_early(early_stop, stops, lengths, limits, config):
+        if _stops_early(early_stop, stops):
             step = as_tensor(t, ctx)
             last = from_array(lengths + np.asarray(limits, np.int32) - 1, domain=(b,),
                               name="last_step")

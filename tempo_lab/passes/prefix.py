@@ -23,13 +23,16 @@ Any recurrent-tensor program with a known prefix gets this, not only ``tl.nn`` d
 condition is a merge over ``t`` with a branch ``t < P`` (``P`` a constant of at least
 ``MIN_PREFIX``) that reads nothing of the cycle, an op of the cycle that reads the merge at its
 own step (the work to batch: a decode's embedding of the token; ``x[t - 2]`` alone holds none),
-and causal reads in the cycle. Not along a data-dependent dim (``tl.until``) or one a pass made.
+and causal reads in the cycle. Along a ``tl.until`` dim too (the prompt's steps are computed
+whole however early the loop ends), unless the cycle itself decides where it ends; ops off the
+cycle that the copy reads at its step (the prompt's token, a RoPE angle) are recomputed over
+``t_pre``, so the batch waits for no step of the loop. Not along a dim a pass made.
 """
 from __future__ import annotations
 
 from ..ir.graph import sccs
-from ..ir.ops import TensorType
-from ..ir.sdg import Edge, Op, index_functions
+from ..ir.ops import TensorType, flag
+from ..ir.sdg import Edge, Op
 from ..symbolic import TRUE, Const, Dim, Slice
 from ..symbolic.cond import Cmp
 from .manager import Editor, register
@@ -65,7 +68,7 @@ def _prefix_branch(ed: Editor, m: int) -> tuple[Dim, int, Edge] | None:
             continue
         (t,) = c.expr.symbols()
         if not isinstance(t, Dim) or t not in op.domain or ed.role(t) \
-                or t.bound.name in ed.dynamic or t.bound.name not in ed.bounds:
+                or t.bound.name not in ed.bounds:
             continue
         at0 = c.expr.substitute({t: Const(0)})
         step = c.expr.substitute({t: Const(1)}) - at0
@@ -84,6 +87,10 @@ def _split(ed: Editor, m: int, t: Dim, p: int, branch: Edge) -> bool:
     if p < MIN_PREFIX or p >= ed.bounds[t.bound.name]:
         ed.note(m, f"not split at {t} < {p}: the prefix is under {MIN_PREFIX} steps or "
                    f"covers every step")
+        return False
+    if comp & (set(ed.untils.values()) | {r.done for r in ed.ragged.values()}):
+        ed.note(m, f"not split at {t} < {p}: the recurrence itself decides where a "
+                   f"data-dependent bound ends")
         return False
     if branch.src in comp:
         ed.note(m, f"not split at {t} < {p}: its branch there reads the recurrence itself")
@@ -119,16 +126,31 @@ def _split(ed: Editor, m: int, t: Dim, p: int, branch: Edge) -> bool:
         pre[i] = ed.add(Op(-1, kind, pre_domain(op), _sub_type(op.type, to_pre), attrs,
                            op.loc, op.name, op.scope), [], i,
                         f"%{i} over the {p} steps of {t} before {branch.cond}")
-    cheap = index_functions(ed)
+    memo: dict[int, bool] = {}
+
+    def known(i: int) -> bool:
+        """Whether op ``i`` (over ``t``, off the cycle) can be recomputed over ``t_pre``: no
+        effect or callback, and what it reads over ``t`` it reads at its own step, from ops
+        that can be too (the prompt's token at a step, a RoPE angle, a position)."""
+        if i not in memo:
+            op = ed.ops[i]
+            memo[i] = False
+            memo[i] = i not in comp and not flag(op.kind, "effect") and op.kind != "source" \
+                and all(t not in ed.ops[e.src].domain or (
+                    tuple(e.index) == tuple(ed.ops[e.src].domain) and known(e.src))
+                    for e in ed.in_edges(i))
+        return memo[i]
 
     def clone(i: int) -> int:
-        """Index function ``i`` (a RoPE angle, a position) recomputed over ``t_pre``: read at
-        a step of ``t``, a copy could not be batched over ``t_pre``."""
+        """Op ``i`` recomputed over ``t_pre``: read at a step of ``t``, the copy would be
+        batched over ``t_pre`` only after the loop over ``t`` had made it (and along a
+        ``tl.until`` dim, after the steps that decide where the loop ends)."""
         if i not in pre:
             op = ed.ops[i]
-            ins = [Edge(-1, e.src, e.slot, e.index, e.cond, e.loc)
-                   if not ed.ops[e.src].domain else
-                   Edge(-1, clone(e.src), e.slot, pre_domain(ed.ops[e.src]), e.cond, e.loc)
+            ins = [Edge(-1, clone(e.src) if t in ed.ops[e.src].domain else e.src, e.slot,
+                        pre_domain(ed.ops[e.src]) if t in ed.ops[e.src].domain else
+                        tuple(_sub(x, to_pre) for x in e.index), e.cond.substitute(to_pre),
+                        e.loc)
                    for e in ed.in_edges(i)]
             pre[i] = ed.add(Op(-1, op.kind, pre_domain(op), _sub_type(op.type, to_pre),
                                _sub_attrs(op.attrs, to_pre), op.loc, op.name, op.scope), ins,
@@ -136,13 +158,12 @@ def _split(ed: Editor, m: int, t: Dim, p: int, branch: Edge) -> bool:
         return pre[i]
 
     def source(e: Edge) -> int:
-        """What a copy reads for ``e``: the copy of an op of the cycle, the index function
-        recomputed over ``t_pre`` where ``e`` reads it at its own step, else ``e``'s source."""
+        """What a copy reads for ``e``: the copy of an op of the cycle, the op recomputed over
+        ``t_pre`` where ``e`` reads it at its own step, else ``e``'s source."""
         if e.src in comp:
             return pre[e.src]
         src = ed.ops[e.src]
-        if e.src in cheap and t in src.domain and e.cond == TRUE \
-                and tuple(e.index) == tuple(src.domain):
+        if t in src.domain and tuple(e.index) == tuple(src.domain) and known(e.src):
             return clone(e.src)
         return e.src
 

@@ -73,22 +73,28 @@ def use_persistent_cache() -> None:
     _done = True
 
 
-def load_or_compile(key, compile_fn, functions=()):
+def load_or_compile(key, compile_fn, functions=(), keep: bool = True):
     """The compiled program for ``key`` (a tuple whose repr says what the program is made
     from; ``functions``: the Python functions it calls, whose reprs in it name them by address
     and are replaced by a digest of their code): loaded from the directory of serialized
     executables where tempo_lab's cache is on and holds it, else ``compile_fn()`` (then
-    written there)."""
+    written there). ``keep``: False for a program that calls back into this process (a
+    ``tl.sink`` or ``tl.source``), whose executable names its callbacks."""
     use_persistent_cache()
-    where = _executables()
+    where = _executables() if keep else None
+    if where is None:
+        return compile_fn()
     import numpy
 
     from .. import __version__ as ours
     text = repr((key, jax.__version__, jax.lib.__version__, numpy.__version__, ours,
                  jax.devices()[0].device_kind))
-    for fn in functions:
-        text = text.replace(repr(fn), _code_digest(fn))
-    if where is None or " at 0x" in text:
+    try:
+        for fn in functions:
+            text = text.replace(repr(fn), _code_digest(fn))
+    except Exception:  # what a function is made of, unreadable: not kept
+        return compile_fn()
+    if " at 0x" in text:
         return compile_fn()
     path = os.path.join(where, hashlib.sha256(text.encode()).hexdigest() + ".executable")
     try:
@@ -132,10 +138,10 @@ def _code_digest(fn, depth: int = 3) -> str:
         fn = fn.func
     fn = inspect.unwrap(fn)
     code = getattr(fn, "__code__", None)
-    module = getattr(fn, "__module__", None) or ""
-    if module.split(".")[0] in LIBRARIES:  # changes with their versions, part of the key
-        return "<" + "; ".join([*parts, f"{module}.{fn.__qualname__}"]) + ">"
-    if code is None:
+    module, name = getattr(fn, "__module__", None) or "", getattr(fn, "__qualname__", None)
+    if name and module.split(".")[0] in LIBRARIES:  # changes with their versions (the key's)
+        return "<" + "; ".join([*parts, f"{module}.{name}"]) + ">"
+    if code is None:  # an object called: known by its address
         return repr(fn)
 
     def code_text(c) -> str:

@@ -156,7 +156,8 @@ class _Xla(XlaInspection):
                 donate = (2,) if self.plan.carried else ()
                 return load_or_compile((key, COMPILER_OPTIONS), lambda: jax.jit(
                     self._program(), donate_argnums=donate).lower(*args).compile(
-                    compiler_options=COMPILER_OPTIONS), _functions(self.sdg))
+                    compiler_options=COMPILER_OPTIONS), _functions(self.sdg),
+                    keep=not self._calls_host)
 
             self._fn = _PROGRAMS.get(key, make)
         return self._fn
