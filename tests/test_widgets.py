@@ -648,6 +648,10 @@ def test_pass_diff_places_an_op_alike_on_both_sides(decoder16):
     st = decoder16.passes.explore().stepper
     st.rows.value = [r.name for r in decoder16.passes.records].index("cse")
     assert len(st.before.canvas.focus) == 4 and st.before.canvas.focus == st.after.canvas.focus
+    cse = decoder16.passes.records[st.slider.value]
+    erased = {i for i in cse.before.ops if i not in cse.after.ops}
+    found = {row[0] for row in st.after.canvas.index}      # the search finds both sides' ops
+    assert erased and erased <= found and set(cse.after.ops) <= found
 
 
 def test_run_and_profile_leaves_the_kernel_free():

@@ -226,6 +226,12 @@ class PassStepper:
         focus = self._first_change(r, before) if fresh else None
         self.before.show(before, self._in(r.before), fit=fresh, focus=focus)
         self.after.show(after, self._in(r.after), fit=fresh, focus=focus)
+        if fresh:    # each side's search box finds the ops of both sides
+            index = [list(row) for row in G.search_rows(Union(r.before, r.after))]
+            for panel in (self.before, self.after):
+                panel.index = index
+                if panel.canvas is not None:
+                    panel.canvas.index = index
 
     @staticmethod
     def _first_change(record, before):
