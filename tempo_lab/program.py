@@ -25,7 +25,7 @@ from .memory import best_schedule, meet_budget
 from .passes import run_passes
 from .runtime.executable import make_backend
 from .runtime.lowered import Lowered
-from .runtime.run import Run, put_back
+from .runtime.run import Run, put_back, put_back_recipe
 from .runtime.sharding import Layout
 from .stage import Stage
 from .symbolic import Bound
@@ -258,20 +258,9 @@ class Program(Stage):
 
     @functools.cached_property
     def _after_run(self) -> tuple[list, list[str]]:
-        """What a run's values need, worked out once: per output, each dim whose instances a
-        pass reordered with the order that puts them back, and the outputs over a ragged
-        dim and the dim it is ragged over (the others have no point past an instance's end,
-        so masking them would cost a run the time of a small program)."""
-        back = {dim: np.argsort(order) for dim, order in self.passes.orders.items()}
-        reorder, masked = [], []
-        ragged = {d.name: r.over for name, r in self.ragged.items()
-                  for d in self.sdg.dims if d.bound.name == name}
-        for k, rt in self._outputs.items():
-            dims = [d.name for d in rt.domain]
-            reorder += [(k, dims.index(dim), b) for dim, b in back.items() if dim in dims]
-            if any(d in dims and over in dims for d, over in ragged.items()):
-                masked.append(k)
-        return reorder, masked
+        """What a run's values need beyond the executable's, worked out once (``put_back``)."""
+        return put_back_recipe(self.passes.orders, self.ragged, self.sdg.dims,
+                               {k: rt.domain for k, rt in self._outputs.items()})
 
     @user_api
     def run(self, record: bool = False) -> Run:

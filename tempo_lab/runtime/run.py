@@ -141,6 +141,24 @@ def _by_dim(program, lengths) -> dict[str, tuple[str, np.ndarray]]:
             for bound, v in lengths.items()}
 
 
+def put_back_recipe(orders, ragged, dims, domains) -> tuple[list, list[str]]:
+    """What ``put_back`` does to a program's runs, worked out once: per output (``domains``:
+    name -> its domain's dims), each dim whose instances a pass reordered (``orders``: dim ->
+    the order it put them in) with the order that puts them back, and the outputs over a
+    ragged dim and the dim it is ragged over (``ragged``: bound name -> ``ir.sdg.Ragged``;
+    ``dims``: the SDG's; the other outputs have no point past an instance's end, so masking
+    them would cost a run the time of a small program)."""
+    back = {dim: np.argsort(order) for dim, order in orders.items()}
+    reorder, masked = [], []
+    over = {d.name: r.over for name, r in ragged.items() for d in dims if d.bound.name == name}
+    for k, domain in domains.items():
+        names = [d.name for d in domain]
+        reorder += [(k, names.index(dim), b) for dim, b in back.items() if dim in names]
+        if any(d in names and o in names for d, o in over.items()):
+            masked.append(k)
+    return reorder, masked
+
+
 def put_back(run: Run, reorder, masked, ragged) -> Run:
     """``run`` in the user's terms, as a new ``Run``: each output's instances that a pass
     reordered back in their order (``reorder``: (output, axis, the order that puts them back)),
