@@ -654,6 +654,20 @@ def test_pass_diff_places_an_op_alike_on_both_sides(decoder16):
     assert erased and erased <= found and set(cse.after.ops) <= found
 
 
+def test_a_profiling_run_keeps_the_colouring_and_the_open_groups():
+    """The SDG tab is rebuilt with the run's data: the colouring chosen before stays chosen
+    (a run used to reset it to op category), and so do the groups that were open."""
+    prog = _prog("interpreter")
+    dash = prog.explore().dashboard
+    view = dash.open("SDG")
+    view.colour.value = "bytes"
+    view.set_expanded(set())
+    dash.profile()
+    view = dash.views["SDG"]
+    assert view.colour.value == "bytes" and view.expanded == set()
+    assert "time" in {value for _, value in view.colour.options}
+
+
 def test_run_and_profile_leaves_the_kernel_free():
     """The profile tab's button returns at once; the run's steps show in the tab as it goes,
     and a run that fails says so there (a thread's exception reaches no cell)."""

@@ -104,17 +104,22 @@ class Dashboard:
     def profile(self, report=None):
         """Run the program once (recording statement times where the executor can) and show
         what was measured in every tab that has a view of it; the SDG tab keeps the groups
-        that were open. ``report``: as for ``recorded_run``."""
+        that were open and the colouring chosen. ``report``: as for ``recorded_run``."""
         self.run, self.kernels = recorded_run(self.prog, report)
         self.overview.value = self._overview_html()
-        opened = self.views["SDG"].expanded if "SDG" in self.views else None
+        shown = self.views.get("SDG")
+        opened = None if shown is None else shown.expanded
+        colour = None if shown is None else shown.colour.value
         for name in ("SDG", "Memory", "Profile"):
             if name in self.views:
                 replaced = self.views.pop(name).widget
                 self.open(name)
                 close_tree(replaced)
         if opened is not None:
-            self.views["SDG"].set_expanded(opened)
+            view = self.views["SDG"]
+            if colour in {value for _, value in view.colour.options}:
+                view.colour.value = colour       # the colouring chosen is kept
+            view.set_expanded(opened)
 
     def export(self, path=None):
         """Save the dashboard as a standalone HTML file (no kernel needed to read it): the SDG
