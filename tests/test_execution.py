@@ -697,6 +697,35 @@ def test_stage_objects_have_the_stage_vocabulary():
     assert p1.memory.peak_bytes == max(p1.memory.timeline)
 
 
+def test_stages_hold_each_fact_once_and_are_not_changed():
+    """The compiled bounds are one dict, held by the Lowered and read (not copied) by the
+    program and the XLA plan; the program's SDG, schedule and memory plan are its stages'; the
+    executable is made for its program; the budget is the memory planner's argument; a run
+    leaves the executable as it was."""
+    ctx = tl.Context(dims=("t",))
+    (t,), (T,) = ctx.dims, ctx.bounds
+    with ctx:
+        x = tl.placeholder((256,), "float32", domain=(t,), name="x")
+        x[0] = tl.ones((256,))
+        x[t] = x[t - 1] * 0.5 + 1.0
+        y = x[0:T].sum(axis=0)
+    prog = ctx.compile(bounds={T: 40}, outputs={"y": y})
+    assert prog.bounds is prog.lowered.bounds == {"T": 40}
+    if prog.executor == "xla":
+        assert prog.executable.plan.bounds is prog.lowered.bounds
+    assert prog.sdg is prog.passes.final and prog.schedule is prog.lowered.schedule
+    assert prog.memory is prog.lowered.memory is prog.lowered.plan and prog.memory.budget is None
+    assert prog.executable.program is prog and prog.on("codegen").executable.program is not prog
+    before = dict(vars(prog.executable))
+    run = prog.run()
+    assert run.program is prog and vars(prog.executable).keys() == before.keys()
+    assert all(vars(prog.executable)[k] is v for k, v in before.items() if k != "_unchecked")
+    budget = prog.memory.peak_bytes // 2
+    held = ctx.compile(bounds={T: 40}, outputs={"y": y},
+                       config=tl.CompileConfig(device_memory_budget=budget))
+    assert held.memory.budget == budget == held.memory.to_dict()["budget"]
+
+
 # ================================================================================================
 # 10. Differential: the default executor against the reference interpreter on random programs
 # (a few here; tests/test_random_programs.py runs 200 on every executor and pass switch)
