@@ -364,7 +364,11 @@ def test_profile_payloads(prog, run):
     assert sum(len(t.x) for t in fig.data) == len(kernels)
     rows = dict(F.compile_rows(prog))
     assert "schedule" in rows and any(k.startswith("pass ") for k in rows)
-    assert len(F.compile_figure(prog).data) == len(rows)
+    fig = F.compile_figure(prog)
+    assert len(fig.data) == len(rows)
+    colours = [t.marker.color for t in fig.data]
+    assert len(set(colours)) == len(colours)          # a colour per stage, none reused
+    assert fig.layout.legend.orientation == "v"       # beside the bar, not over its axis
 
 
 @pytest.mark.executors(PER_STATEMENT, reason="kernel events are per statement")

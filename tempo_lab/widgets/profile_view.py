@@ -289,16 +289,29 @@ def compile_rows(prog) -> list[tuple[str, float]]:
 
 
 def compile_figure(prog):
-    """Compile time by stage as one stacked horizontal bar; a ``go.Figure``."""
+    """Compile time by stage as one stacked horizontal bar; a ``go.Figure``. Every stage has
+    a colour of its own (the passes shades of blue, in order; the template's 10 colours were
+    reused over 17 stages), and the legend is a column at the right (a row under the bar
+    covered the axis title)."""
     import plotly.graph_objects as go
+    from plotly.colors import qualitative, sample_colorscale
 
+    rows = compile_rows(prog)
+    passes = [stage for stage, _ in rows if stage.startswith("pass")]
+    blues = iter(sample_colorscale("Blues", [0.3 + 0.6 * k / max(len(passes) - 1, 1)
+                                             for k in range(len(passes))]) if passes else [])
+    others = iter(qualitative.Set2 + qualitative.Pastel1)
     fig = go.Figure()
-    for stage, sec in compile_rows(prog):
+    for stage, sec in rows:
+        colour = next(blues) if stage.startswith("pass") else next(others, "#999999")
         fig.add_trace(go.Bar(orientation="h", y=["compile"], x=[sec * 1e3], name=stage,
+                             marker_color=colour,
                              hovertemplate=f"{stage}: %{{x:.2f}} ms<extra></extra>"))
-    fig.update_layout(template=TEMPLATE, barmode="stack", height=220,
+    fig.update_layout(template=TEMPLATE, barmode="stack", height=max(220, 20 * len(rows) + 100),
                       title="compile time by stage (ms)", xaxis_title="ms",
-                      margin=dict(l=70, r=10, t=40, b=40), legend=dict(orientation="h"))
+                      margin=dict(l=70, r=10, t=40, b=40),
+                      legend=dict(orientation="v", x=1.02, y=1, yanchor="top",
+                                  traceorder="normal", font=dict(size=11)))
     return fig
 
 
