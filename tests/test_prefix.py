@@ -60,6 +60,16 @@ def test_a_known_prefix_is_split_off_and_batched(executor):
         np.testing.assert_allclose(got[name], unsplit[name], rtol=1e-5, atol=1e-5)
 
 
+def test_a_prefix_under_half_of_the_steps_is_not_split():
+    """The steps after the prefix run under conditions (the loop is not split in two): a
+    prefix under half of the steps is not worth it."""
+    ctx, bounds, outputs = _attention_decoder(P=4, steps=11)
+    prog = ctx.compile(bounds=bounds, outputs=outputs, config=tl.CompileConfig(executor="xla"))
+    assert not _split(prog)
+    notes = [ev.note for r in prog.passes.records if r.name == "prefix" for ev in r.events]
+    assert any("under half" in n for n in notes), notes
+
+
 def test_a_prefix_of_one_step_is_not_split():
     ctx, bounds, outputs = _attention_decoder(P=1)
     prog = ctx.compile(bounds=bounds, outputs=outputs, config=tl.CompileConfig(executor="xla"))
@@ -82,14 +92,14 @@ def test_generate_gives_the_same_tokens_split(llama, kw, monkeypatch):
     same tokens with the prompt's steps split off as fed one step at a time; with ids that
     end a row too, where the step dim is a ``tl.until`` bound (the split applies there)."""
     model, params = llama
-    prompts = [[5, 9, 17, 3, 44, 12, 8, 30, 2], [7, 7, 1, 60, 22], [11, 2, 3, 4, 5, 6, 70]]
+    prompts = [[5, 9, 17, 3, 44, 12, 8, 30, 2], [7, 7, 1, 60, 22, 9, 9], [11, 2, 3, 4, 5, 6, 70]]
     dims = []
     compile_ = tl.Context.compile
     monkeypatch.setattr(tl.Context, "compile", lambda self, *a, **k: (
         lambda p: dims.append([d.name for d in p.sdg.dims]) or p)(compile_(self, *a, **k)))
-    split = tl.nn.generate(model, params, prompts, max_new_tokens=6, **kw)
+    split = tl.nn.generate(model, params, prompts, max_new_tokens=4, **kw)
     assert any(n.endswith("_pre") for n in dims[-1]), dims
-    stepwise = tl.nn.generate(model, params, prompts, max_new_tokens=6,
+    stepwise = tl.nn.generate(model, params, prompts, max_new_tokens=4,
                               config=tl.CompileConfig(passes=NO_PREFIX), **kw)
     assert split == stepwise
 
