@@ -84,9 +84,14 @@ def load_or_compile(key, compile_fn, functions=(), keep: bool = True):
     where = _executables() if keep else None
     if where is None:
         return compile_fn()
+    import importlib.metadata
+
     import numpy
 
-    from .. import __version__ as ours
+    try:
+        ours = importlib.metadata.version("tempo_lab")
+    except importlib.metadata.PackageNotFoundError:  # run from a source tree: not kept
+        return compile_fn()
     text = repr((key, jax.__version__, jax.lib.__version__, numpy.__version__, ours,
                  jax.devices()[0].device_kind))
     try:
