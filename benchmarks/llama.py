@@ -126,26 +126,36 @@ def _embed(p, ids):
     return p["embed.w"][ids].astype(jnp.float32)
 
 
-def forward(params, ids, model):
-    """Logits ``(B, T, vocab)`` for token ids ``(B, T)``, the whole sequence at once."""
+def layers(p, ids, model):
+    """Every layer over a whole sequence of token ids ``(B, T)`` at once, with a causal (or
+    window) mask: the last hidden state ``(B, T, embed)`` and each layer's keys and values
+    ``(B, T, kv_heads, head_dim)``."""
     import jax
     import jax.numpy as jnp
 
-    p = per_layer(params, model.layers, jnp.asarray)
     steps = ids.shape[1]
     pos = jnp.arange(steps)
     mask = _mask(pos[:, None], pos[None, :], model.window)                  # (Tq, Tk)
     group = model.heads // model.kv_heads
-    h = _embed(p, ids)
+    h, caches = _embed(p, ids), []
     for lp in p["layers"]:
         q, k, v = _qkv(lp, h, pos[None, :], model)                          # (B, T, H|KV, dh)
+        caches.append((k, v))
         q = q.reshape(*q.shape[:2], model.kv_heads, group, model.head_dim)
         s = jnp.einsum("bqkgd,bskd->bkgqs", q, k) / np.sqrt(model.head_dim)
         w = jax.nn.softmax(jnp.where(mask, s, -jnp.inf), axis=-1)
         att = jnp.einsum("bkgqs,bskd->bqkgd", w, v).reshape(*h.shape[:2], -1)
         h = h + linear(att, lp["attn.wo"])
         h = h + _mlp(lp, h, model)
-    return _head(p, h, model)
+    return h, caches
+
+
+def forward(params, ids, model):
+    """Logits ``(B, T, vocab)`` for token ids ``(B, T)``, the whole sequence at once."""
+    import jax.numpy as jnp
+
+    p = per_layer(params, model.layers, jnp.asarray)
+    return _head(p, layers(p, ids, model)[0], model)
 
 
 def cache_shape(model, batch: int, steps: int) -> tuple[int, ...]:

@@ -35,25 +35,11 @@ def jax_prefill(model):
     """The jitted plain-JAX prefill: ``(p, ids (B, P)) -> (last logits (B, vocab), [(k, v)
     per layer, each (B, P, kv_heads, head_dim)])``."""
     import jax
-    import jax.numpy as jnp
 
-    from .llama import _embed, _head, _mask, _mlp, _qkv, linear
+    from .llama import _head, layers
 
     def prefill(p, ids):
-        steps = ids.shape[1]
-        pos = jnp.arange(steps)
-        mask = _mask(pos[:, None], pos[None, :], model.window)
-        group = model.heads // model.kv_heads
-        h, caches = _embed(p, ids), []
-        for lp in p["layers"]:
-            q, k, v = _qkv(lp, h, pos[None, :], model)
-            caches.append((k, v))
-            q = q.reshape(*q.shape[:2], model.kv_heads, group, model.head_dim)
-            s = jnp.einsum("bqkgd,bskd->bkgqs", q, k) / np.sqrt(model.head_dim)
-            w = jax.nn.softmax(jnp.where(mask, s, -jnp.inf), axis=-1)
-            att = jnp.einsum("bkgqs,bskd->bqkgd", w, v).reshape(*h.shape[:2], -1)
-            h = h + linear(att, lp["attn.wo"])
-            h = h + _mlp(lp, h, model)
+        h, caches = layers(p, ids, model)
         return _head(p, h[:, -1], model), caches
 
     return jax.jit(prefill)

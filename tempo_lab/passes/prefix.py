@@ -184,9 +184,10 @@ def _split(ed: Editor, m: int, t: Dim, p: int, branch: Edge) -> bool:
 
     for i in sorted(comp):
         ins = [branch] if i == m else ed.in_edges(i)
-        edges = [Edge(pre[i], source(e), slot, index(e, source(e)),
+        srcs = [source(e) for e in ins]
+        edges = [Edge(pre[i], src, slot, index(e, src),
                       TRUE if i == m else e.cond.substitute(to_pre), e.loc)
-                 for slot, e in enumerate(ins)]
+                 for slot, (e, src) in enumerate(zip(ins, srcs))]
         ed.rewrite(pre[i], ed.ops[pre[i]], edges, f"reads the copies over {tp}")
     # the originals from P on: readers of points below P read a merge of copy and original
     merged: dict[int, int] = {}
@@ -203,19 +204,15 @@ def _split(ed: Editor, m: int, t: Dim, p: int, branch: Edge) -> bool:
                 f"%{i}: the copy over {tp} below {t} = {p}, the original from there")
         return merged[i]
 
-    copies = set(pre.values())  # the copies of the cycle and the recomputed index functions
+    copies = set(pre.values())  # the copies of the cycle and the ops recomputed over t_pre
     for i in sorted(comp):
         for e in ed.out_edges(i):
-            if e.dst in copies or (e.dst in merged.values()):
+            if e.dst in copies or e.dst in merged.values() or (
+                    e.dst in comp and _own_t(ed, e, t)):  # a copy, a join, the same step
                 continue
-            own = e.dst in comp and _own_t(ed, e, t)
-            if not own:
-                ed.reindex(e, e.index, f"reads %{i} below {t} = {p} from its copy over {tp}",
-                           src=merge_of(i))
-        for roots in (ed.outputs,):
-            for k, v in list(roots.items()):
-                if v == i:
-                    roots[k] = merge_of(i)
+            ed.reindex(e, e.index, f"reads %{i} below {t} = {p} from its copy over {tp}",
+                       src=merge_of(i))
+        ed.outputs = {k: merge_of(i) if v == i else v for k, v in ed.outputs.items()}
         ed.sinks = [merge_of(s) if s == i else s for s in ed.sinks]
     for i in comp:  # from P on: placeholders are demanded whole unless they say otherwise
         op = ed.ops[i]

@@ -180,8 +180,7 @@ class _Xla(XlaInspection):
         """The program's arguments for the compiled bounds: bound values (and run 0: no host
         to call back), host inputs and the carried stores' shapes."""
         bvec = np.asarray([self.bounds.get(p, 1) for p in self.sdg.params] + [0], np.int32)
-        kept = jax.tree.map(lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype),
-                            tuple(self.plan.fresh_store(i) for i in self.plan.carried))
+        kept = tuple(self.plan.fresh_store(i, jax.ShapeDtypeStruct) for i in self.plan.carried)
         return bvec, self._hosts(), kept
 
     def _call(self, fn, bvec, hosts) -> tuple:

@@ -495,17 +495,19 @@ class XlaPlan(Stage):
         return tuple(i for i in sorted(self.shapes) if i not in self.prefilled
                      and i not in unmasked and i not in outputs)
 
-    def fresh_store(self, i: int):
+    def fresh_store(self, i: int, make=None):
         """A carried store as the first run gets it, on the host: zeros (NaN, the largest int
         or true where ``XlaOptions.carry_poison``; ml_dtypes' 16-bit floats are of kind V),
-        as one array, or one per point of its axis where it is unstacked."""
+        as one array, or one per point of its axis where it is unstacked. ``make(shape,
+        dtype=...)`` makes each array instead (its shape and dtype alone, to compile with)."""
         shape, dtype = self.shapes[i]
         dtype = np.dtype(dtype)
-        fill = 0
-        if self.options.carry_poison:
-            fill = (np.nan if dtype.kind in "fcV" else True if dtype.kind == "b"
-                    else np.iinfo(dtype).max)
-        make = np.zeros if fill == 0 else functools.partial(np.full, fill_value=fill)
+        if make is None:
+            fill = 0
+            if self.options.carry_poison:
+                fill = (np.nan if dtype.kind in "fcV" else True if dtype.kind == "b"
+                        else np.iinfo(dtype).max)
+            make = np.zeros if fill == 0 else functools.partial(np.full, fill_value=fill)
         if i not in self.unstacked:  # zeros: pages the kernel maps as they are first written
             return make(shape, dtype=dtype)
         a = self.held_axis(i)
