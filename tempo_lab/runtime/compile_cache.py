@@ -33,9 +33,11 @@ directory is kept to ``MAX_BYTES`` too, the least recently written left out firs
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import importlib.util
 import os
+import pathlib
 import pickle
 import tempfile
 
@@ -89,7 +91,7 @@ def load_or_compile(key, compile_fn, functions=(), keep: bool = True):
     import numpy
 
     try:
-        ours = importlib.metadata.version("tempo_lab")
+        ours = importlib.metadata.version("tempo_lab"), _source_digest()
     except importlib.metadata.PackageNotFoundError:  # run from a source tree: not kept
         return compile_fn()
     text = repr((key, jax.__version__, jax.lib.__version__, numpy.__version__, ours,
@@ -112,8 +114,13 @@ def load_or_compile(key, compile_fn, functions=(), keep: bool = True):
         pass
     except Exception:  # written by another version, or half-written: compiled again
         _remove(path)
-    compiled = compile_fn()
     try:
+        from jax._src.config import enable_compilation_cache
+    except ImportError:  # no way to compile afresh: not kept
+        return compile_fn()
+    with enable_compilation_cache(False):  # an executable JAX loaded from its own cache and
+        compiled = compile_fn()  # serialized again lacked kernels on XLA:CPU (jax 0.10:
+    try:  # "Function slice_bitcast_fusion.16 not found" at its first run in the next process)
         from jax.experimental.serialize_executable import serialize
 
         data = pickle.dumps(serialize(compiled))
@@ -125,6 +132,19 @@ def load_or_compile(key, compile_fn, functions=(), keep: bool = True):
     except Exception:  # a program JAX cannot serialize, or a directory that is not writable
         pass
     return compiled
+
+
+@functools.lru_cache(maxsize=1)
+def _source_digest() -> str:
+    """A digest of tempo_lab's own source files: an installed copy edited in place (a
+    developer's) keeps its version number, and an executable traced by other code than this
+    must not be loaded (about 10 ms, once a process)."""
+    root = pathlib.Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for f in sorted(root.rglob("*.py")):
+        h.update(str(f.relative_to(root)).encode())
+        h.update(f.read_bytes())
+    return h.hexdigest()[:16]
 
 
 def _code_digest(fn, depth: int = 3) -> str:
