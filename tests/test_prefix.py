@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 
 import tempo_lab as tl
+from tempo_lab.schedule import Exec, For, If
+from tempo_lab.schedule.loops import to_code
 
 NO_PREFIX = tuple(p for p in tl.CompileConfig().passes if p != "prefix")
 CKPT = Path(__file__).parent / "fixtures" / "hf" / "llama3_tied"
@@ -60,14 +62,28 @@ def test_a_known_prefix_is_split_off_and_batched(executor):
         np.testing.assert_allclose(got[name], unsplit[name], rtol=1e-5, atol=1e-5)
 
 
-def test_a_prefix_under_half_of_the_steps_is_not_split():
-    """The steps after the prefix run under conditions (the loop is not split in two): a
-    prefix under half of the steps is not worth it."""
-    ctx, bounds, outputs = _attention_decoder(P=4, steps=11)
-    prog = ctx.compile(bounds=bounds, outputs=outputs, config=tl.CompileConfig(executor="xla"))
-    assert not _split(prog)
-    notes = [ev.note for r in prog.passes.records if r.name == "prefix" for ev in r.events]
-    assert any("under half" in n for n in notes), notes
+@pytest.mark.parametrize("P", [4, 10])
+@pytest.mark.parametrize("executor", ["xla", "codegen", "interpreter"])
+def test_the_loop_is_cut_at_the_prompts_end(executor, P):
+    """A prefix of 4 of 11 steps is split too: the loop over ``t`` is cut in two at the
+    prompt's end (``schedule/cut.py``), so the steps from it run the model with no branch on
+    ``P`` (on XLA, no ``lax.cond`` a step) and those before it only copy the prompt's results
+    (a prefix under half of the steps, and one ending a step before the last)."""
+    ctx, bounds, outputs = _attention_decoder(P=P, steps=11)
+    prog = ctx.compile(bounds=bounds, outputs=outputs,
+                       config=tl.CompileConfig(executor=executor, check_invariants=True))
+    assert _split(prog)
+    loops = [f for f in prog.executable.lowered.ast.walk()
+             if isinstance(f, For) and f.var == "t"]
+    assert len(loops) == 2, prog.executable.lowered.ast
+    guarded = {prog.sdg.ops[x.op].kind for n in loops[1].body.walk() if isinstance(n, If)
+               for x in n.walk() if isinstance(x, Exec)}
+    assert guarded <= {"dimval", "identity", "take", "from_array"}, to_code(loops[1])
+    want = ctx.compile(bounds=bounds, outputs=outputs,
+                       config=tl.CompileConfig(executor="reference")).run()
+    got = prog.run()
+    for name in outputs:
+        np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-5, err_msg=name)
 
 
 def test_a_prefix_of_one_step_is_not_split():

@@ -163,6 +163,55 @@ def test_a_loops_range_decides_a_condition_only_where_it_holds_throughout(c, fir
             assert c.evaluate({**env, "t": tv}) == got, (c, first, exact, env, tv)
 
 
+two_bound_conds = st.recursive(  # guards of a loop cut at B: a * t + k * T + m * B + c
+    st.tuples(st.integers(-1, 1), st.integers(-1, 1), st.integers(-1, 1), st.integers(-3, 3),
+              st.sampled_from([">=", "=="])).map(
+        lambda p: (lambda e: e >= 0 if p[4] == ">=" else eq(e, 0))(
+            p[0] * t + p[1] * T + p[2] * B + p[3])),
+    lambda inner: st.one_of(st.tuples(inner, inner).map(lambda p: p[0] & p[1]),
+                            inner.map(lambda c: ~c)),
+    max_leaves=3,
+)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(two_bound_conds, st.sampled_from(["before", "from", "whole"]))
+def test_a_cut_loops_ranges_decide_a_condition_only_where_it_holds_throughout(c, part):
+    """The ranges of the two loops a loop over ``t in 0..T`` is cut into at ``B``
+    (``schedule/cut.py``: ``0..min(T, B)`` and ``max(0, B)..T``, each end read as each of its
+    arguments, and the fact that a loop that runs has its end above its start): ``decide``
+    answers only what holds at every point, by brute force."""
+    from tempo_lab.schedule.cut import loop_ranges
+    from tempo_lab.schedule.loops import For, Seq
+
+    lo, hi = {"before": (0, min_(T, B)), "from": (max_(0, B), T), "whole": (0, T)}[part]
+    ranges = loop_ranges(For("t", tl.symbolic.as_expr(lo), tl.symbolic.as_expr(hi), Seq(())),
+                         {}, {}, lo, False)
+    got = tl.symbolic.cond.decide(c, ranges)
+    if got is None:
+        return
+    for tv_bound, bv_bound in itertools.product(range(1, 8), range(1, 8)):
+        env = {"T": tv_bound, "B": bv_bound}
+        first = tl.symbolic.as_expr(lo).evaluate(env)
+        for tv in range(first, tl.symbolic.as_expr(hi).evaluate(env)):
+            assert c.evaluate({**env, "t": tv}) == got, (c, part, env, tv)
+
+
+def test_a_cut_loops_ranges_settle_its_branches():
+    """The two parts of ``t in 0..T`` cut at ``B``: ``t >= B`` is False before and True from
+    it, and a guard that the part runs at all implies (``T >= B + 1``) is True from it."""
+    from tempo_lab.schedule.cut import loop_ranges
+    from tempo_lab.schedule.loops import For, Seq
+    from tempo_lab.symbolic.cond import decide
+
+    def ranges(lo, hi):
+        return loop_ranges(For("t", tl.symbolic.as_expr(lo), hi, Seq(())), {}, {}, lo, False)
+
+    before, after = ranges(0, min_(T, B)), ranges(max_(0, B), T)
+    assert decide(t >= B, before) is False and decide(t >= B, after) is True
+    assert decide(T - B - 1 >= 0, after) is True and decide(T - B - 1 >= 0, before) is None
+
+
 def test_a_recurrences_guards_are_settled_after_its_first_step():
     from tempo_lab.symbolic.cond import decide
 

@@ -21,6 +21,7 @@ from ..ir.sdg import SDG, Edge, Op
 from ..ir.vmap import in_axes, vdims
 from ..memory.plan import MemoryPlan, Storage
 from ..schedule import Exec, For, Schedule, While
+from ..schedule.cut import cut_loops
 from ..stage import Stage
 from ..symbolic import TRUE, Const, Dim, Expr, Slice, mod
 from ..symbolic.cond import Cond
@@ -189,7 +190,7 @@ class Lowered(Stage):
         self.layout = layout  # sharding.Layout over a device mesh, or None: one device
         self.bounds = bounds
         self._last_shapes: tuple = (None, [])  # (a run's bounds, its outputs' shapes)
-        self.ast = schedule.ast
+        self.ast = cut_loops(schedule.ast, sdg)  # loops that branch on one point, in two
         self.stmts: list[Stmt] = []
         self.of_exec: dict[int, tuple[int, ...]] = {}  # id(Exec node) -> its statements
         for node in self.ast.walk():

@@ -269,7 +269,7 @@ class _Xla(XlaInspection):
                 tuple(self.plan.pads), tuple(sorted(self.plan.checked)),
                 tuple(sorted((str(b), str(f)) for b, (f, _) in self.plan.floors.items())),
                 tuple((tuple(self.plan.segments(n)), self.plan.unrolled.get(id(n)))
-                      for n in self.schedule.ast.walk() if isinstance(n, For)),
+                      for n in self.lowered.ast.walk() if isinstance(n, For)),
                 (o.peel_small, o.peel_steps, o.peel_statements, o.peel_share),  # peeled loops
                 None if self.lowered.layout is None else self.lowered.layout.key())
 

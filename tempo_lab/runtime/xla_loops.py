@@ -14,6 +14,7 @@ import numpy as np
 
 from ..ir.ops import flag
 from ..schedule import Exec, For, If, Seq, While
+from ..schedule.cut import loop_ranges
 from ..symbolic import Dim, as_expr
 from ..symbolic.cond import decide
 from . import index_code as ic
@@ -36,7 +37,7 @@ def unrolled_loops(xp, spans: bool) -> dict[int, tuple[int, int]]:
     split, and unrolled they ran 1.34 ms a token against 1.97, first run 3.1 s against
     4.3)."""
     return {id(node): (node.lo.evaluate(xp.bounds), node.hi.evaluate(xp.bounds))
-            for node, loops in nodes_in_loops(xp.schedule.ast)
+            for node, loops in nodes_in_loops(xp.lowered.ast)
             if isinstance(node, For) and loops and _unrolls(xp, node, loops, spans)}
 
 
@@ -78,11 +79,8 @@ def traced_statements(lowered: Lowered, idx, lower: dict) -> list[int]:
 
 
 def ranged(xp, node: For, lower: dict, first, exact: bool) -> dict:
-    """``lower`` with ``node``'s variable starting at ``first`` (exactly ``first`` if
-    ``exact``); unchanged for a loop whose start moves with a ``tl.until`` bound."""
-    if node.step <= 0 or any(b.name in xp.sdg.untils for b in as_expr(node.lo).bounds()):
-        return lower
-    return {**lower, Dim(node.var): (first, exact)}
+    """``lower`` with ``node``'s range (``schedule.cut.loop_ranges``)."""
+    return loop_ranges(node, xp.sdg.untils, lower, first, exact)
 
 
 def peels(xp, node: For, lower: dict) -> bool:

@@ -74,7 +74,7 @@ class XlaPlan(Stage):
     def _build(self):
         lowered = self.lowered
         self.floors = self._floors()
-        self.local, apart = _local_values(self.sdg, self.memory, self.schedule.ast,
+        self.local, apart = _local_values(self.sdg, self.memory, self.lowered.ast,
                                           set(self.sdg.untils.values()))
         self.baked = self._baked()
         self.perms = self._store_perms()
@@ -96,12 +96,12 @@ class XlaPlan(Stage):
         if settled:  # traced values too, from the stores they were
             self.local = self.local | settled
             self.shapes = {i: v for i, v in self.shapes.items() if i not in settled}
-        self.ops = sorted({n.op for n in self.schedule.ast.walk() if isinstance(n, Exec)})
+        self.ops = sorted({n.op for n in self.lowered.ast.walk() if isinstance(n, Exec)})
         self.slot = {i: k for k, i in enumerate(self.ops)}  # statement counters, by op
         self.checked = {k for k, st in enumerate(lowered.stmts)
                         if flag(st.op.kind, "nonempty") and _may_be_empty(lowered, st)}
         self.ndom = max((len(st.op.domain) for st in lowered.stmts), default=0)
-        self._loop_nodes = [f for f in self.schedule.ast.walk() if isinstance(f, For)]
+        self._loop_nodes = [f for f in self.lowered.ast.walk() if isinstance(f, For)]
         # each loop (id of its node) -> its number, in the order the source lists them: what
         # names its while instruction (xla_profile's loop_seconds)
         self.loops = {id(f): k for k, f in enumerate(self._loop_nodes)}
@@ -110,14 +110,14 @@ class XlaPlan(Stage):
                              if self.segments(f)}
         self.seq_parts = {k: v for plan in self.switch_plans.values() if plan
                           for k, v in plan.items()}
-        self.source = "\n".join(describe(self, self.schedule.ast, 0, self.floors))
+        self.source = "\n".join(describe(self, self.lowered.ast, 0, self.floors))
         self.in_place = self._held_in_place()
         self.static_bytes = sum(nbytes(*v) for i, v in self.shapes.items()
                                 if i not in self.in_place)  # allocated by the program
         # statement counters in the program: a kernel per loop (an eighth of PPO's kernels,
         # each adding to XLA's compile time and peak memory) for what the bounds decide
         # without a tl.until loop (host_counts)
-        self.counts_on_device = any(isinstance(n, While) for n in self.schedule.ast.walk())
+        self.counts_on_device = any(isinstance(n, While) for n in self.lowered.ast.walk())
         self.carried = self._carried_stores()
         self.zero_args = self._zero_stores()
 
@@ -358,7 +358,7 @@ class XlaPlan(Stage):
             return {}
         skip = set(self.sdg.outputs.values()) | set(self.sdg.untils.values())
         found: dict[int, int | None] = {}
-        for node, loops in nodes_in_loops(self.schedule.ast):
+        for node, loops in nodes_in_loops(self.lowered.ast):
             if not isinstance(node, Exec):
                 continue
             consts = {Dim(f.var) for f in loops if id(f) in self.unrolled}
@@ -387,7 +387,7 @@ class XlaPlan(Stage):
         written: dict[int, set] = {}  # store -> {(loop, axis)} along which every write is in order
         where: dict[int, For] = {}  # statement -> the one loop not unrolled around it
         made: dict[int, list[int]] = {}  # op -> its statements
-        for node, loops in nodes_in_loops(self.schedule.ast):
+        for node, loops in nodes_in_loops(self.lowered.ast):
             if not isinstance(node, Exec):
                 continue
             outer = [f for f in loops if id(f) not in self.unrolled]
@@ -623,7 +623,7 @@ class XlaPlan(Stage):
                 if node.op in ops:
                     seen.add(node.op)
 
-        walk(self.schedule.ast, self.floors, set(), True)
+        walk(self.lowered.ast, self.floors, set(), True)
         return ops - bad
 
 def _may_be_empty(lowered: Lowered, st: Stmt) -> bool:

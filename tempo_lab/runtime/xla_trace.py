@@ -63,7 +63,7 @@ def make_program(plan: XlaPlan, host_ops: tuple[int, ...], outs: tuple[int, ...]
                  "w": {i: jnp.int32(-1) for i in plan.sdg.untils.values()},
                  "b": {p: env[ic.bound(p)] for p in plan.sdg.untils},
                  "err": err}
-        state = trace.node(plan.schedule.ast, env, state,
+        state = trace.node(plan.lowered.ast, env, state,
                            {i: trace.literal(i) for i in plan.baked})
         values = tuple(_logical(state["s"][i], plan.perms.get(i)) for i in outs)
         met = state["err"] is not err  # a checked max/min was traced

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ExprError
-from .expr import Bound, Const, Dim, Expr, Lin, Sym, as_expr, fast_evaluate
+from .expr import Bound, Const, Dim, Expr, Lin, MinMax, Sym, as_expr, fast_evaluate
 
 
 def not_a_bool(value, what: str):
@@ -249,18 +249,79 @@ def not_(c) -> Cond:
     return Not(c)
 
 
-def decide(c: Cond, lower: dict[Sym, tuple[Expr, bool]]) -> bool | None:
+@dataclass(frozen=True)
+class AtMost:
+    """A key of ``decide``'s ranges: ``sym`` is at most the entry's expression (a loop's
+    variable is at most its end less one)."""
+
+    sym: Sym
+
+
+def decide(c: Cond, lower: dict) -> bool | None:
     """Whether ``c`` holds wherever each dim or bound of ``lower`` is at least its expression
     (or equal to it, where flagged exact): True or False when that settles it, else None. A
-    loop's body then drops the branches its range settles (``t >= 1`` after the first step)."""
+    loop's body then drops the branches its range settles (``t >= 1`` after the first step).
+    An ``AtMost(v)`` key gives ``v`` a largest value too. Each reading of the ranges is sound
+    alone, so ``c`` is tried at the lower ends, then with the variables that have one at
+    their upper ends (``t <= P - 1`` settles ``t >= P``); a ``max`` lower end (``min`` upper
+    end) is read as each of its arguments (the loop from a cut at ``P``, ``max(0, P)..T``)."""
+    tops = {k.sym: e for k, (e, _) in lower.items() if isinstance(k, AtMost)}
+    lows = {k: v for k, v in lower.items() if not isinstance(k, AtMost)}
+    starts = _ends(lows, "max")
+    ends = _ends({v: (e, False) for v, e in tops.items()}, "min") if tops else []
+    readings = [(lo, {}) for lo in starts] + [(lo, top) for lo in starts for top in ends]
+    for lo, top in readings[:16]:
+        got = _decide(c, lo, {v: e for v, (e, _) in top.items()})
+        if got is not None:
+            return got
+    return None
+
+
+def _ends(ranges: dict, op: str) -> list[dict]:
+    """``ranges`` with each ``op`` (``max`` for lower ends) read as one of its arguments,
+    every combination."""
+    out = [{}]
+    for v, (e, exact) in ranges.items():
+        out = [{**r, v: (a, exact)} for r in out for a in ((e,) if exact else _alts(e, op))]
+    return out
+
+
+def _alts(e, op: str) -> tuple:
+    """``e``'s readings: the arguments of an ``op`` in it (``min(T, P) - 1``: ``T - 1`` and
+    ``P - 1``), or ``e`` alone."""
+    e = as_expr(e)
+    if isinstance(e, Lin) and len(e.terms) == 1 and e.terms[0][1] == 1:
+        return tuple(a + e.const for a in _alts(e.terms[0][0], op))
+    return e.args if isinstance(e, MinMax) and e.op == op else (e,)
+
+
+def _decide(c: Cond, lower: dict, tops: dict) -> bool | None:
     above = {v: Sym(f"{v.name}+") for v in lower}  # v = lo + (v+), with v+ >= 0
+    below = {v: Sym(f"{v.name}-") for v in tops}  # v = top - (v-), with v- >= 0
     mapping = {v: as_expr(lo) if exact else as_expr(lo) + above[v]
                for v, (lo, exact) in lower.items()}
-    # the loops' variables first, then the bounds their ranges name (c0 from -T + 1 with
-    # T from 8: c0 + T - 2 >= 0 holds after the first step, once T has cancelled)
+    mapping.update({v: as_expr(top) - below[v] for v, top in tops.items()})
+    # a variable between two ends says the upper is at least the lower (a loop from P to T
+    # runs only where T - 1 - P >= 0): a bound in that fact is written as what it is at
+    # least, plus a fresh amount (T = P + 1 + (T~)), so that a guard on it settles
+    facts, fresh = {}, set(above.values()) | set(below.values())
+    for v, top in tops.items():
+        if v in lower and not lower[v][1]:
+            fact = as_expr(top) - as_expr(lower[v][0])
+            terms = dict(fact.terms) if isinstance(fact, Lin) else {fact: 1} if isinstance(
+                fact, Bound) else {}
+            b = next((b for b, k in terms.items() if isinstance(b, Bound) and abs(k) == 1
+                      and b not in facts), None)
+            if b is not None:
+                f = Sym(f"{b.name}~")
+                fresh.add(f)
+                facts[b] = as_expr(b) - fact + f if terms[b] == 1 else as_expr(b) + fact - f
+    # the loops' variables first, then the facts, then the bounds their ranges name (c0
+    # from -T + 1 with T from 8: c0 + T - 2 >= 0 holds after the first step, once T has
+    # cancelled)
     steps = [m for m in ({v: e for v, e in mapping.items() if not isinstance(v, Bound)},
+                         facts,
                          {v: e for v, e in mapping.items() if isinstance(v, Bound)}) if m]
-    fresh = set(above.values())
 
     def go(c: Cond) -> bool | None:
         if isinstance(c, BoolConst):
