@@ -123,7 +123,7 @@ def test_generate_gives_the_same_tokens_split(llama, kw, monkeypatch):
 def test_a_decode_computes_the_model_from_the_prompts_end_only(llama):
     """Split, the decode steps' ops (over ``t``) are demanded from the prompt's end on: the
     prompt's steps run once, batched, not again one at a time; the output head runs at the
-    prompt's last step only, not at every prompt step."""
+    prompt's last step only, not at every prompt step. Tokens equal the unsplit program's."""
     model, params = llama
     P, steps = 9, 13
     ctx = tl.Context(dims=("b", "t", "n"))
@@ -141,6 +141,12 @@ def test_a_decode_computes_the_model_from_the_prompts_end_only(llama):
     assert over_t
     firsts = {prog.sdg.ops[i].label: _first_t(prog.schedule.domains[i], values) for i in over_t}
     assert all(f is None or f >= P - 1 for f in firsts.values()), firsts
+    # each layer's weights are buffers of their own: the prompt's loop over layers copies its
+    # layer's out, the decode steps read them in place (not a slice of all layers a step)
+    plan = prog.executable.prepared.plan
+    weights = {i for i, op in prog.sdg.ops.items() if op.label.startswith("layers_")
+               and op.kind == "from_array"}
+    assert weights and weights <= set(plan.unstacked), (weights, plan.unstacked)
     want = ctx.compile(bounds={b.bound: 1, t.bound: steps, n.bound: model.layers},
                        outputs={"ids": ids}, config=tl.CompileConfig(passes=NO_PREFIX)).run()
     np.testing.assert_array_equal(prog.run()["ids"], want["ids"])

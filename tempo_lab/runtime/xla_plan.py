@@ -353,27 +353,38 @@ class XlaPlan(Stage):
         ``n``). XLA copies a slice of a stacked buffer out at every step, even a constant
         slice of a buffer the loop never writes; a buffer of its own is read in place
         (measured: a two-layer MLP step 0.23 ms from a stacked buffer, 0.11 from one buffer
-        per layer). Not for outputs, ``tl.until`` conditions or under a mesh."""
+        per layer). A read may also pick the point by the variable of an outermost loop that
+        is not unrolled, once a step of it (a split-off prompt's layers, ``passes/prefix.py``):
+        its ``lax.switch`` copies that point out, as a slice of a stacked buffer would be,
+        while the decode loop's reads stay in place (at 1B widths, two layers: every decode
+        step had copied its 464 MB of weights). Not for outputs, ``tl.until`` conditions or
+        under a mesh."""
         if self.lowered.layout is not None:
             return {}
         skip = set(self.sdg.outputs.values()) | set(self.sdg.untils.values())
         found: dict[int, int | None] = {}
+        pinned: set[int] = set()  # read at a constant point somewhere (not only by a loop's)
         for node, loops in nodes_in_loops(self.lowered.ast):
             if not isinstance(node, Exec):
                 continue
             consts = {Dim(f.var) for f in loops if id(f) in self.unrolled}
+            rolled = [f for f in loops if id(f) not in self.unrolled]
+            once = {Dim(f.var) for f in rolled[:1] if len(rolled) == 1 and f is loops[0]}
             for st in self.lowered.stmts_of(node):
                 for r in st.reads:
                     if r.src in self.shapes:
-                        a = _constant_at([e[1] if e[0] == "p" else Const(0) for e in r.entries],
-                                         consts)
+                        at = [e[1] if e[0] == "p" else Const(0) for e in r.entries]
+                        a = _constant_at(at, consts | once)
                         if found.setdefault(r.src, a) != a:
                             found[r.src] = None
+                        if a is not None and _constant_at(at, consts) == a:
+                            pinned.add(r.src)
                 if node.op in self.shapes and node.op not in self.prefilled:
                     a = None if st.slots is None else _constant_at(st.slots, consts)
                     if found.setdefault(node.op, a) != a:
                         found[node.op] = None
-        return {i: a for i, a in found.items() if a is not None and i not in skip}
+                    pinned.add(node.op)
+        return {i: a for i, a in found.items() if a is not None and i not in skip and i in pinned}
 
     def _zeroed(self) -> set[tuple[int, int]]:
         """(statement, read) pairs whose padding is known to hold zeros, so that no op masks

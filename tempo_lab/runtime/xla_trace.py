@@ -402,10 +402,12 @@ class _Trace:
                 v = vals[r.src]
                 bufs.append(v.reshape((1,) * len(r.entries) + v.shape))
             elif r.src in xp.unstacked:  # the buffer of the point read, a constant here
-                a = at + xp.unstacked[r.src]
+                a = at + xp.unstacked[r.src]  # (or a copy of it, chosen by a loop's variable)
                 views = state["s"][r.src]
-                bufs.append(jnp.expand_dims(views[_clamped(ints[a], len(views))],
-                                            xp.held_axis(r.src)))
+                view = (views[_clamped(ints[a], len(views))] if _is_int(ints[a]) else
+                        lax.switch(jnp.clip(ints[a], 0, len(views) - 1),
+                                   [lambda j=j, vs=views: vs[j] for j in range(len(views))]))
+                bufs.append(jnp.expand_dims(view, xp.held_axis(r.src)))
                 ints[a] = 0
             else:
                 bufs.append(state["s"][r.src])
@@ -448,6 +450,10 @@ def _int32(x):
     """An index as an int32 scalar: a NumPy one where it is known while tracing (a constant of
     the program; ``jnp.int32`` made a device array each time, 800 of them in PPO's trace)."""
     return np.int32(x) if isinstance(x, ic.KNOWN_INT) else jnp.asarray(x, jnp.int32)
+
+
+def _is_int(j) -> bool:
+    return isinstance(j, (int, np.integer))
 
 
 def _clamped(j, n: int) -> int:
