@@ -43,6 +43,21 @@ def test_prompts_of_different_lengths_decode_as_each_alone(llama):
     assert both[1] == expected["greedy"][0, :6].tolist()
 
 
+@pytest.mark.parametrize("name", ["gpt2_tiny", "mistral_window", "qwen2_bias"])
+def test_every_architecture_decodes_a_padded_batch_as_each_alone(name):
+    """Prompts aligned at their ends (padded at the start): learned positions (GPT-2), a
+    sliding window shorter than the longest prompt (Mistral) and q/k/v biases (Qwen2) count
+    from each row's first token, and the padding gets no attention; with a repetition penalty,
+    the padding's ids are not held."""
+    model, params = tl.nn.AutoModel.from_pretrained(FIXTURES / "hf" / name)
+    rng = np.random.default_rng(1)
+    rows = [rng.integers(1, min(model.vocab, 90), size=k).tolist() for k in (2, 11, 5)]
+    for kw in ({}, {"repetition_penalty": 1.5}):
+        both = tl.nn.generate(model, params, rows, max_new_tokens=5, **kw)
+        alone = [tl.nn.generate(model, params, [r], max_new_tokens=5, **kw)[0] for r in rows]
+        assert both == alone, (kw, both, alone)
+
+
 def test_a_row_ends_at_its_end_of_sequence_token(llama):
     model, params, expected = llama
     greedy = expected["greedy"][0].tolist()

@@ -104,7 +104,7 @@ def llama():
                                 {"temperature": 0.8, "top_k": 5, "seed": 3},
                                 {"eos": [2, 3, 50]}])
 def test_generate_gives_the_same_tokens_split(llama, kw, monkeypatch):
-    """``tl.nn.generate`` (prompts of different lengths: split at the shortest) gives the
+    """``tl.nn.generate`` (prompts of different lengths, aligned at their ends) gives the
     same tokens with the prompt's steps split off as fed one step at a time; with ids that
     end a row too, where the step dim is a ``tl.until`` bound (the split applies there)."""
     model, params = llama

@@ -101,7 +101,7 @@ def _position(pos, ctx) -> RT:
 # -- attention --------------------------------------------------------------------------------------
 @library_scope()
 def attention(q: RT, k: RT, v: RT, t: Dim, window: int | None = None,
-              masked: bool = False) -> RT:
+              masked: bool = False, start: RT | None = None) -> RT:
     """Scaled dot-product attention of the query at each point over keys and values read along
     ``t`` over ``0:t+1``, or ``max(0, t-window+1):t+1`` (other dims of ``k``/``v`` are read at
     the current point). Shapes: ``q`` is ``(heads, d)`` or ``(d,)``, ``k`` ``(kv_heads, d)``
@@ -117,15 +117,23 @@ def attention(q: RT, k: RT, v: RT, t: Dim, window: int | None = None,
     every key and value is made before any query reads it (a sequence given whole: training,
     scoring, a prompt); where the token at ``t + 1`` comes from the output at ``t``
     (decoding) the whole read would be a cycle: keep the default there. ``tl.nn.Llama`` and
-    ``GPT2`` choose it themselves (``tokens_known``)."""
+    ``GPT2`` choose it themselves (``tokens_known``).
+
+    ``start`` (an int scalar per point of the other dims, or None): the first step of each row's
+    tokens, the steps before it padding (prompts of different lengths aligned at their ends,
+    ``decoding.decode``). Keys there get weight 0; a query there reads its own step only, so
+    that what it computes is finite (nothing real reads it)."""
     _check_attention(q, k, v, t, window)
-    if masked:
-        keys, values = _read(k, t, 0, t.bound), _read(v, t, 0, t.bound)
-    else:
-        start = 0 if window is None else api.max(0, t - int(window) + 1)
-        keys, values = _read(k, t, start), _read(v, t, start)   # (steps, [kv_heads,] d)
+    first = 0 if masked or window is None else api.max(0, t - int(window) + 1)
+    stop = t.bound if masked else None
+    keys, values = _read(k, t, first, stop), _read(v, t, first, stop)  # (steps, [kv,] d)
     scale = 1.0 / float(np.sqrt(spatial_shape(q)[-1]))
     mask = _causal(q.ctx, t, window) if masked else None
+    if start is not None:
+        here = as_tensor(t, q.ctx)
+        steps = _read(here, t, first, stop)
+        real = (steps >= start) | (steps == here)
+        mask = real if mask is None else mask & real
     if q.ndim == 1:
         weights = _softmax((keys @ q) * scale, mask)                # (steps,)
         return weights @ values
@@ -264,8 +272,10 @@ class MultiHeadAttention:
                 np.zeros(s, np.float32) for k, s in self.shapes.items()}
 
     @library_scope("attention")
-    def __call__(self, params, x: RT, t: Dim, masked: bool = False) -> RT:
-        """The attention of ``x`` at each point of ``t`` (``masked``: see ``attention``)."""
+    def __call__(self, params, x: RT, t: Dim, masked: bool = False,
+                 start: RT | None = None) -> RT:
+        """The attention of ``x`` at each point of ``t`` (``masked``, ``start``: see
+        ``attention``; with ``start``, positions count from it)."""
         me = f"MultiHeadAttention({self.embed}, {self.heads})"
         x = check_input(x, me, self.embed)
         if x.ndim != 1:
@@ -277,8 +287,10 @@ class MultiHeadAttention:
         q = q.reshape(self.heads, self.head_dim)
         k, v = (y.reshape(self.kv, self.head_dim) for y in (k, v))
         if self.rope:
-            q, k = (rope(y, t, self.rope_base, self.rope_scaling) for y in (q, k))
-        return attention(q, k, v, t, self.window, masked).reshape(self.heads * self.head_dim) @ w["wo"]
+            pos = t if start is None else as_tensor(t, x.ctx) - start
+            q, k = (rope(y, pos, self.rope_base, self.rope_scaling) for y in (q, k))
+        return attention(q, k, v, t, self.window, masked, start).reshape(
+            self.heads * self.head_dim) @ w["wo"]
 
 
 @dataclass(frozen=True)
@@ -314,7 +326,9 @@ class TransformerBlock:
         return out
 
     @library_scope("block")
-    def __call__(self, params, x: RT, t: Dim, masked: bool = False) -> RT:
+    def __call__(self, params, x: RT, t: Dim, masked: bool = False,
+                 start: RT | None = None) -> RT:
         p = self.parts
-        h = x + p["attn"](sub(params, "attn"), p["norm1"](sub(params, "norm1"), x), t, masked)
+        h = x + p["attn"](sub(params, "attn"), p["norm1"](sub(params, "norm1"), x), t, masked,
+                          start)
         return h + p["mlp"](sub(params, "mlp"), p["norm2"](sub(params, "norm2"), h))

@@ -3,8 +3,9 @@
 It writes the recurrent-tensor program a user would write with ``model.generate`` (a context
 over a batch dim ``b``, the step ``t`` and the layer dim ``n``), compiles it for the prompts'
 shape and runs it. Prompts of different lengths are decoded in one program: each is padded at
-its end and reads its own length, so each row's positions, attention and tokens are those it
-gets decoded alone (``decoding.decode``). A row ends at its first end-of-sequence token (kept in
+its start to the longest, its positions counted from its first token and its padding given no
+attention, so each row's tokens are those it gets decoded alone (``decoding.decode``), and all
+the prompts' steps run as one batch. A row ends at its first end-of-sequence token (kept in
 the ids, dropped from the text), or after its ``max_new_tokens``; the program's steps end
 where every row has ended (``tl.until``, see ``generate``'s ``early_stop``), else where the
 longest row's limit is. Settings the call leaves out come from the checkpoint's
@@ -295,7 +296,7 @@ def _decode_batch(model, params, rows, limits: list[int], sampling: dict, config
                   stream, stops: frozenset = frozenset(),
                   early_stop: bool | None = None) -> list[list[int]]:
     """Each row's ``limits[row]`` new tokens, all rows in one program: prompts padded at the
-    end to the longest, each row reading its own length (see ``decoding.decode``).
+    start to the longest, each row's positions and attention its own (``decoding.decode``).
 
     With ``stops`` (ids that end a row) the step dim's bound is ``tl.until(all rows ended)``:
     row ``b`` ends at step ``t`` when it is past its prompt and feeds a stop id there, or at
@@ -304,13 +305,14 @@ def _decode_batch(model, params, rows, limits: list[int], sampling: dict, config
     ran no faster: the rows of the batch step together until the last has ended, and it
     cannot stream, as a ``tl.sink`` over a ragged domain is refused.)"""
     lengths = np.array([len(r) for r in rows], dtype=np.int32)
-    steps = max(int(p) + n for p, n in zip(lengths, limits))
+    P = int(lengths.max())  # every row's prompt ends there: its new tokens from P on
+    steps = P + max(limits)
     config = config or CompileConfig()
     if stream is not None and config.executor == "auto":  # "auto" takes a sink to codegen
         config = dataclasses.replace(config, executor="xla")
-    prompt = np.zeros((len(rows), lengths.max()), dtype=np.int32)
+    prompt = np.zeros((len(rows), P), dtype=np.int32)
     for k, r in enumerate(rows):
-        prompt[k, :len(r)] = r
+        prompt[k, P - len(r):] = r
     ctx = Context(dims=("b", "t", "n"))
     b, t, n = ctx.dims
     B, T, N = ctx.bounds
@@ -318,18 +320,17 @@ def _decode_batch(model, params, rows, limits: list[int], sampling: dict, config
     with ctx:
         plen = from_array(lengths, domain=(b,), name="prompt_length")
         ids, _ = decode(model, params, from_array(prompt, domain=(b,), name="prompt"), t, n,
-                        me="tl.nn.generate", lengths=plen, shortest=int(lengths.min()),
-                        **sampling)
+                        me="tl.nn.generate", lengths=plen, **sampling)
         if stream is not None:
             sink(ids, stream)
         if _stops_early(early_stop, stops):
             step = as_tensor(t, ctx)
-            last = from_array(lengths + np.asarray(limits, np.int32) - 1, domain=(b,),
+            last = from_array(P + np.asarray(limits, np.int32) - 1, domain=(b,),
                               name="last_step")
             hit = None
             for i in sorted(stops):
                 hit = eq(ids, i) if hit is None else hit | eq(ids, i)
-            done = (step >= last) | (hit & (step >= plen))
+            done = (step >= last) | (hit & (step >= P))
             ended = placeholder((), "bool", domain=(b, t), name="row_ended")
             ended[b, 0] = done[b, 0]
             ended[b, t] = ended[b, t - 1] | done
@@ -337,7 +338,7 @@ def _decode_batch(model, params, rows, limits: list[int], sampling: dict, config
     prog = ctx.compile(bounds={B: len(rows), T: bound, N: model.layers},
                        outputs={"ids": ids}, config=config)
     got = prog.run()["ids"]
-    return [[int(i) for i in got[k, p:p + n]] for k, (p, n) in enumerate(zip(lengths, limits))]
+    return [[int(i) for i in got[k, P:P + n]] for k, n in enumerate(limits)]
 
 
 def _id_rows(prompts, vocab: int) -> list[list[int]]:
@@ -398,14 +399,14 @@ class _Stream:
     def __init__(self, fn, rows, limits: list[int], stops: frozenset, tokenizer):
         self.fn, self.limits, self.stops, self.tokenizer = fn, limits, stops, tokenizer
         self.__name__ = f"{getattr(fn, '__name__', type(fn).__name__)} (tl.nn.generate's stream)"
-        self.lengths = [len(r) for r in rows]
+        self.P = max(len(r) for r in rows)  # where every row's new tokens start
         self.tokens: list[list[int]] = [[] for _ in rows]
         self.text = [""] * len(rows)
 
     def __call__(self, point: dict, value) -> None:
         row = point["b"]
         got = self.tokens[row]
-        if point["t"] - self.lengths[row] != len(got) or len(got) == self.limits[row] or (
+        if point["t"] - self.P != len(got) or len(got) == self.limits[row] or (
                 got and got[-1] in self.stops):
             return          # a prompt step, or past the row's end
         got.append(int(value))

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import ShapeError
-from ..frontend.api import library_scope, placeholder, take
+from ..frontend.api import library_scope, maximum, placeholder, take
 from ..frontend.tensor import RecurrentTensor as RT
 from ..frontend.tensor import as_tensor
 from ..runtime.host import aligned_empty
@@ -89,9 +89,10 @@ class GPT2:
         return out
 
     @library_scope()
-    def __call__(self, params, ids: RT, t: Dim, n: Dim, masked: bool | None = None) -> RT:
+    def __call__(self, params, ids: RT, t: Dim, n: Dim, masked: bool | None = None,
+                 start: RT | None = None) -> RT:
         """Logits ``(vocab,)`` at every point of ``ids`` (int token ids over ``(..., t)``);
-        ``masked`` as for ``tl.nn.Llama``."""
+        ``masked`` and ``start`` as for ``tl.nn.Llama``."""
         me = f"GPT2(layers={self.layers})"
         ctx = _check_dims(ids, t, n, me)
         shapes = self.shapes()
@@ -106,25 +107,26 @@ class GPT2:
             w = {k[len("layers."):]: over_layers(shapes[k], params[k], k, n, me, "(in, out)")
                  for k in shapes if k.startswith("layers.")}
             table = param(params, "embed.w", shapes["embed.w"], ctx, me)
-            pos = take(param(params, "pos.w", shapes["pos.w"], ctx, me), as_tensor(t, ctx))
+            step = as_tensor(t, ctx) if start is None else maximum(as_tensor(t, ctx) - start, 0)
+            pos = take(param(params, "pos.w", shapes["pos.w"], ctx, me), step)
             h_in = placeholder((self.embed,), "float32", domain=dom, name="h_in")
             h_out = placeholder((self.embed,), "float32", domain=dom, name="h_out")
             h_in[at(dom, {n: 0})] = (Embedding(self.vocab, self.embed)(sub(params, "embed"), ids)
                                      + pos).astype("float32")
             h_in[at(dom, {})] = h_out[at(dom, {n: n - 1})]
             masked = tokens_known(ids, t) if masked is None else bool(masked)
-            h_out[at(dom, {})] = self._block(w, h_in, t, masked)
+            h_out[at(dom, {})] = self._block(w, h_in, t, masked, start)
             last = LayerNorm(self.embed, self.eps)(sub(params, "norm"),
                                                    h_out[at(dom, {n: n.bound - 1})])
             return last @ table.transpose(1, 0)
 
-    def _block(self, w: dict, x: RT, t: Dim, masked: bool) -> RT:
+    def _block(self, w: dict, x: RT, t: Dim, masked: bool, start: RT | None) -> RT:
         """One layer: ``h = x + attn(ln1(x)); h + mlp(ln2(h))``."""
         d, heads = self.embed, self.heads
         a = LayerNorm(d, self.eps)(sub(w, "norm1"), x)
         qkv = a @ w["attn.w_qkv"] + w["attn.b_qkv"]
         q, k, v = (qkv[..., k * d:(k + 1) * d].reshape(heads, d // heads) for k in range(3))
-        h = x + attention(q, k, v, t, masked=masked).reshape(d) @ w["attn.w_o"] + w["attn.b_o"]
+        h = x + attention(q, k, v, t, masked=masked, start=start).reshape(d) @ w["attn.w_o"] + w["attn.b_o"]
         m = LayerNorm(d, self.eps)(sub(w, "norm2"), h)
         return h + gelu(m @ w["mlp.w_fc"] + w["mlp.b_fc"]) @ w["mlp.w_proj"] + w["mlp.b_proj"]
 

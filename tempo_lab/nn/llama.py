@@ -129,12 +129,14 @@ class Llama:
 
     # -- the program ------------------------------------------------------------------------------
     @library_scope()
-    def __call__(self, params, ids: RT, t: Dim, n: Dim, masked: bool | None = None) -> RT:
+    def __call__(self, params, ids: RT, t: Dim, n: Dim, masked: bool | None = None,
+                 start: RT | None = None) -> RT:
         """Logits ``(vocab,)`` at every point of ``ids`` (int token ids over ``(..., t)``), from
         a residual stream over ``ids``'s dims plus the layer dim ``n``. ``masked``: attention
         over every token under a causal mask, batched over the tokens (``attention``); by
         default where every token is known before the model runs (``tokens_known``: training,
-        scoring), not where decoding feeds them back."""
+        scoring), not where decoding feeds them back. ``start``: each row's first real step,
+        the steps before it padding (``attention``); positions count from it."""
         me = f"Llama(layers={self.layers})"
         ctx = _check_dims(ids, t, n, me)
         with ctx:
@@ -152,7 +154,7 @@ class Llama:
                 sub(params, "embed"), ids).astype("float32")
             h_in[at(dom, {})] = h_out[at(dom, {n: n - 1})]
             masked = tokens_known(ids, t) if masked is None else bool(masked)
-            h_out[at(dom, {})] = self.block(blocks, h_in, t, masked)
+            h_out[at(dom, {})] = self.block(blocks, h_in, t, masked, start)
             last = RMSNorm(self.embed, self.eps)(sub(params, "norm"),
                                                  h_out[at(dom, {n: n.bound - 1})])
             if self.tied:

@@ -137,15 +137,15 @@ def _split(ed: Editor, m: int, t: Dim, p: int, branch: Edge) -> bool:
 
     def known(i: int) -> bool:
         """Whether op ``i`` (over ``t``, off the cycle) can be recomputed over ``t_pre``: no
-        effect or callback, and what it reads over ``t`` it reads at its own step, from ops
-        that can be too (the prompt's token at a step, a RoPE angle, a position)."""
+        effect or callback, and what it reads over ``t`` it reads at its own step or over
+        steps up to it, from ops that can be too (the prompt's token at a step, a RoPE angle,
+        a position, a padded row's mask of the steps so far)."""
         if i not in memo:
             op = ed.ops[i]
             memo[i] = False
             memo[i] = i not in comp and not flag(op.kind, "effect") and op.kind != "source" \
                 and all(t not in ed.ops[e.src].domain or (
-                    tuple(e.index) == tuple(ed.ops[e.src].domain) and known(e.src))
-                    for e in ed.in_edges(i))
+                    _so_far(ed, e, t) and known(e.src)) for e in ed.in_edges(i))
         return memo[i]
 
     def clone(i: int) -> int:
@@ -154,11 +154,10 @@ def _split(ed: Editor, m: int, t: Dim, p: int, branch: Edge) -> bool:
         ``tl.until`` dim, after the steps that decide where the loop ends)."""
         if i not in pre:
             op = ed.ops[i]
-            ins = [Edge(-1, clone(e.src) if t in ed.ops[e.src].domain else e.src, e.slot,
-                        pre_domain(ed.ops[e.src]) if t in ed.ops[e.src].domain else
-                        tuple(_sub(x, to_pre) for x in e.index), e.cond.substitute(to_pre),
-                        e.loc)
-                   for e in ed.in_edges(i)]
+            srcs = [clone(e.src) if t in ed.ops[e.src].domain else e.src
+                    for e in ed.in_edges(i)]
+            ins = [Edge(-1, src, e.slot, index(e, src), e.cond.substitute(to_pre), e.loc)
+                   for e, src in zip(ed.in_edges(i), srcs)]
             pre[i] = ed.add(Op(-1, op.kind, pre_domain(op), _sub_type(op.type, to_pre),
                                _sub_attrs(op.attrs, to_pre), op.loc, op.name, op.scope), ins,
                             i, f"%{i} recomputed over {tp}")
@@ -170,7 +169,7 @@ def _split(ed: Editor, m: int, t: Dim, p: int, branch: Edge) -> bool:
         if e.src in comp:
             return pre[e.src]
         src = ed.ops[e.src]
-        if t in src.domain and tuple(e.index) == tuple(src.domain) and known(e.src):
+        if t in src.domain and _so_far(ed, e, t) and known(e.src):
             return clone(e.src)
         return e.src
 
@@ -243,6 +242,26 @@ def _own_t(ed: Editor, e: Edge, t: Dim) -> bool:
     """Whether read ``e`` reads the producer at the reader's own ``t``."""
     src = ed.ops[e.src]
     return all(x == t for d, x in zip(src.domain, e.index) if d == t)
+
+
+def _so_far(ed: Editor, e: Edge, t: Dim) -> bool:
+    """Whether ``e`` reads its source at the reader's own point, or along ``t`` over steps
+    up to the reader's (``0:t + 1``, a window ending there): read by a copy over ``t_pre``,
+    those steps are all below ``P``."""
+    dims = tuple(ed.ops[e.src].domain)
+    if len(e.index) != len(dims):
+        return False
+    for d, x in zip(dims, e.index):
+        if d != t:
+            if x != d:
+                return False
+        elif isinstance(x, Slice):
+            if not isinstance(x.stop - t, Const) or (x.stop - t).value > 1 \
+                    or not x.start.dims() <= {t}:
+                return False
+        elif x != t:
+            return False
+    return True
 
 
 def _sub(x, mapping):
