@@ -164,3 +164,19 @@ def _first_t(s, values: dict) -> int | None:
     names = f.get_var_names(isl.dim_type.set)
     return f.dim_min_val(next(k for k, x in enumerate(names) if x.rstrip("'") == "t")
                          ).to_python()
+
+
+@pytest.mark.parametrize("executor", ["interpreter", "codegen", "xla"])
+def test_a_padded_batch_ending_early_is_the_references_on_every_executor(llama, executor):
+    """Prompts aligned at their ends, split off, and the loop over the steps (a ``tl.until``
+    loop: rows end at an id) cut at the prompts' end: every executor gives the reference's
+    tokens, a row ending at its first new token among them."""
+    model, params = llama
+    rows = [[5, 9, 17, 3, 44, 12, 8, 30, 2], [7, 7, 1], [11, 2, 3, 4, 5]]
+    first = tl.nn.generate(model, params, rows, max_new_tokens=1)[0][0]
+    want = tl.nn.generate(model, params, rows, max_new_tokens=10, eos=[first],
+                          config=tl.CompileConfig(executor="reference"))
+    assert len(want[0]) == 1
+    got = tl.nn.generate(model, params, rows, max_new_tokens=10, eos=[first],
+                         config=tl.CompileConfig(executor=executor))
+    assert got == want
