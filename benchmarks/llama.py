@@ -126,10 +126,11 @@ def _embed(p, ids):
     return p["embed.w"][ids].astype(jnp.float32)
 
 
-def layers(p, ids, model):
+def layers(p, ids, model, remat: bool = False):
     """Every layer over a whole sequence of token ids ``(B, T)`` at once, with a causal (or
     window) mask: the last hidden state ``(B, T, embed)`` and each layer's keys and values
-    ``(B, T, kv_heads, head_dim)``."""
+    ``(B, T, kv_heads, head_dim)``. ``remat``: each layer under ``jax.checkpoint``, so that a
+    gradient recomputes its activations instead of holding them."""
     import jax
     import jax.numpy as jnp
 
@@ -137,25 +138,31 @@ def layers(p, ids, model):
     pos = jnp.arange(steps)
     mask = _mask(pos[:, None], pos[None, :], model.window)                  # (Tq, Tk)
     group = model.heads // model.kv_heads
-    h, caches = _embed(p, ids), []
-    for lp in p["layers"]:
+
+    def layer(lp, h):
         q, k, v = _qkv(lp, h, pos[None, :], model)                          # (B, T, H|KV, dh)
-        caches.append((k, v))
         q = q.reshape(*q.shape[:2], model.kv_heads, group, model.head_dim)
         s = jnp.einsum("bqkgd,bskd->bkgqs", q, k) / np.sqrt(model.head_dim)
         w = jax.nn.softmax(jnp.where(mask, s, -jnp.inf), axis=-1)
         att = jnp.einsum("bkgqs,bskd->bqkgd", w, v).reshape(*h.shape[:2], -1)
         h = h + linear(att, lp["attn.wo"])
-        h = h + _mlp(lp, h, model)
+        return h + _mlp(lp, h, model), (k, v)
+
+    step = jax.checkpoint(layer) if remat else layer
+    h, caches = _embed(p, ids), []
+    for lp in p["layers"]:
+        h, kv = step(lp, h)
+        caches.append(kv)
     return h, caches
 
 
-def forward(params, ids, model):
-    """Logits ``(B, T, vocab)`` for token ids ``(B, T)``, the whole sequence at once."""
+def forward(params, ids, model, remat: bool = False):
+    """Logits ``(B, T, vocab)`` for token ids ``(B, T)``, the whole sequence at once
+    (``remat``: see ``layers``)."""
     import jax.numpy as jnp
 
     p = per_layer(params, model.layers, jnp.asarray)
-    return _head(p, layers(p, ids, model)[0], model)
+    return _head(p, layers(p, ids, model, remat)[0], model)
 
 
 def cache_shape(model, batch: int, steps: int) -> tuple[int, ...]:

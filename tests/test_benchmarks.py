@@ -169,11 +169,13 @@ def test_generate_benchmark_tiny(tmp_path):
 
 
 def test_train_benchmark_quick(tmp_path):
-    """Each system in its own process; the losses of three Adam steps agree."""
+    """Each system (plain JAX with and without a checkpoint per layer) in its own process; the
+    losses of three Adam steps agree."""
     out = tmp_path / "train.json"
     _run("benchmarks.train", "--quick", "--seq", "16", "--out", str(out))
     r = json.loads(out.read_text())
     assert r["losses_equal"] and r["time_ratio"] > 0 and r["rss_ratio"] > 0
+    assert r["time_ratio_checkpoint"] > 0 and len(r["jax_checkpoint"]["losses"]) == 3
     assert len(r["tempo_lab"]["losses"]) == 3 and r["tempo_lab"]["plan_peak"] > 0
 
 

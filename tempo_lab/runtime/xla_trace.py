@@ -396,18 +396,22 @@ class _Trace:
         fn = kernel_body(op, in_types, tuple(p for _, p in reads), out, False, st.levels,
                          tuple(None if r.src in vals else xp.perms.get(r.src) for r in st.reads),
                          tuple((k, i) in xp.zeroed for i in range(len(st.reads))))
-        bufs, ints, at = [], [ic.jax_int(x, env) for x in st.ints()], 0
+        exprs = st.ints()
+        bufs, ints, at = [], [ic.jax_int(x, env) for x in exprs], 0
+        picks: dict = {}  # (index, buffers) -> [(position in bufs, views, axis)]
         for r in st.reads:
             if r.src in vals:
                 v = vals[r.src]
                 bufs.append(v.reshape((1,) * len(r.entries) + v.shape))
             elif r.src in xp.unstacked:  # the buffer of the point read, a constant here
-                a = at + xp.unstacked[r.src]  # (or a copy of it, chosen by a loop's variable)
-                views = state["s"][r.src]
-                view = (views[_clamped(ints[a], len(views))] if _is_int(ints[a]) else
-                        lax.switch(jnp.clip(ints[a], 0, len(views) - 1),
-                                   [lambda j=j, vs=views: vs[j] for j in range(len(views))]))
-                bufs.append(jnp.expand_dims(view, xp.held_axis(r.src)))
+                a = at + xp.unstacked[r.src]
+                views, axis = state["s"][r.src], xp.held_axis(r.src)
+                if _is_int(ints[a]):
+                    bufs.append(jnp.expand_dims(views[_clamped(ints[a], len(views))], axis))
+                else:  # picked by a loop's variable: the statement runs under a lax.switch
+                    picks.setdefault((exprs[a], len(views)), []).append(
+                        (len(bufs), views, axis))
+                    bufs.append(None)
                 ints[a] = 0
             else:
                 bufs.append(state["s"][r.src])
@@ -425,7 +429,9 @@ class _Trace:
             host = io_callback(_host_call("source_call", k,
                                           lambda: np.zeros(shape.shape, shape.dtype)),
                                shape, self.run_id, tuple(point), ordered=True)
-        y = fn(tuple(bufs), ints, host, None)
+        y = _picked(lambda b: fn(tuple(b), ints, host, None), bufs,
+                    [(jnp.clip(_int32(ic.jax_int(e, env)), 0, n - 1), n, reads)
+                     for (e, n), reads in picks.items()])
         if op.kind == "sink" or k in xp.checked:
             r = st.reads[0]
             lens = r.lens([ic.jax_int(p.length, env) for p in r.padded()])
@@ -450,6 +456,26 @@ def _int32(x):
     """An index as an int32 scalar: a NumPy one where it is known while tracing (a constant of
     the program; ``jnp.int32`` made a device array each time, 800 of them in PPO's trace)."""
     return np.int32(x) if isinstance(x, ic.KNOWN_INT) else jnp.asarray(x, jnp.int32)
+
+
+def _picked(call, bufs: list, picks: list):
+    """``call(bufs)`` where reads of unstacked stores at a traced point (``picks``: (index,
+    buffers, [(position, views, axis)]) by index) are filled in: under a ``lax.switch`` on the
+    index whose branches read their point's buffers in place. Returning the buffer from a
+    switch instead copied a layer's weights out at every step of the loop (a prompt's layers
+    split off by ``passes/prefix.py``)."""
+    if not picks:
+        return call(bufs)
+    (j, n, reads), rest = picks[0], picks[1:]
+
+    def branch(v):
+        def f():
+            b = list(bufs)
+            for pos, views, axis in reads:
+                b[pos] = jnp.expand_dims(views[v], axis)
+            return _picked(call, b, rest)
+        return f
+    return lax.switch(j, [branch(v) for v in range(n)])
 
 
 def _is_int(j) -> bool:
