@@ -141,8 +141,8 @@ def test_a_decode_computes_the_model_from_the_prompts_end_only(llama):
     assert over_t
     firsts = {prog.sdg.ops[i].label: _first_t(prog.schedule.domains[i], values) for i in over_t}
     assert all(f is None or f >= P - 1 for f in firsts.values()), firsts
-    # each layer's weights are buffers of their own: the prompt's loop over layers copies its
-    # layer's out, the decode steps read them in place (not a slice of all layers a step)
+    # each layer's weights are buffers of their own: the prompt's loop over layers picks its
+    # layer's under a lax.switch, the decode steps read them in place (not a slice a step)
     plan = prog.executable.prepared.plan
     weights = {i for i, op in prog.sdg.ops.items() if op.label.startswith("layers_")
                and op.kind == "from_array"}

@@ -114,13 +114,11 @@ def load_or_compile(key, compile_fn, functions=(), keep: bool = True):
         pass
     except Exception:  # written by another version, or half-written: compiled again
         _remove(path)
-    try:
-        from jax._src.config import enable_compilation_cache
-    except ImportError:  # no way to compile afresh: not kept
-        return compile_fn()
-    with enable_compilation_cache(False):  # an executable JAX loaded from its own cache and
-        compiled = compile_fn()  # serialized again lacked kernels on XLA:CPU (jax 0.10:
-    try:  # "Function slice_bitcast_fusion.16 not found" at its first run in the next process)
+    hits = _jax_cache_hits()
+    compiled = compile_fn()
+    if _jax_cache_hits() != hits:  # an executable JAX loaded from its own cache, serialized
+        return compiled  # again, lacked kernels on XLA:CPU (jax 0.10: "Function
+    try:  # slice_bitcast_fusion not found" at its first run in the next process): not kept
         from jax.experimental.serialize_executable import serialize
 
         data = pickle.dumps(serialize(compiled))
@@ -132,6 +130,26 @@ def load_or_compile(key, compile_fn, functions=(), keep: bool = True):
     except Exception:  # a program JAX cannot serialize, or a directory that is not writable
         pass
     return compiled
+
+
+_HITS = [0]  # JAX persistent-cache hits in this process, counted from the first compile kept
+
+
+def _count_hit(event: str, **_) -> None:
+    if event.endswith("/compilation_cache/cache_hits"):
+        _HITS[0] += 1
+
+
+@functools.lru_cache(maxsize=1)
+def _listening() -> bool:
+    jax.monitoring.register_event_listener(_count_hit)
+    return True
+
+
+def _jax_cache_hits() -> int:
+    """How many programs JAX has loaded from its persistent cache so far (a public event)."""
+    _listening()
+    return _HITS[0]
 
 
 @functools.lru_cache(maxsize=1)

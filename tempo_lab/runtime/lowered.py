@@ -190,7 +190,8 @@ class Lowered(Stage):
         self.layout = layout  # sharding.Layout over a device mesh, or None: one device
         self.bounds = bounds
         self._last_shapes: tuple = (None, [])  # (a run's bounds, its outputs' shapes)
-        self.ast = cut_loops(schedule.ast, sdg)  # loops that branch on one point, in two
+        # loops that branch on one point, in two; the loop after each cut, by the one before
+        self.ast, self.cut_after = cut_loops(schedule.ast, sdg)
         self.stmts: list[Stmt] = []
         self.of_exec: dict[int, tuple[int, ...]] = {}  # id(Exec node) -> its statements
         for node in self.ast.walk():

@@ -354,16 +354,18 @@ class XlaPlan(Stage):
         slice of a buffer the loop never writes; a buffer of its own is read in place
         (measured: a two-layer MLP step 0.23 ms from a stacked buffer, 0.11 from one buffer
         per layer). A read may also pick the point by the variable of an outermost loop that
-        is not unrolled, once a step of it (a split-off prompt's layers, ``passes/prefix.py``):
-        its ``lax.switch`` copies that point out, as a slice of a stacked buffer would be,
-        while the decode loop's reads stay in place (at 1B widths, two layers: every decode
-        step had copied its 464 MB of weights). Not for outputs, ``tl.until`` conditions or
-        under a mesh."""
+        is not unrolled, once a step of it (a split-off prompt's layers, ``passes/prefix.py``),
+        where the axis has at most ``unroll_steps`` points: its statement runs under a
+        ``lax.switch`` whose branches read their point's buffer in place (``xla_trace``), and
+        the decode loop's reads stay in place too (at 1B widths, two layers, every decode step
+        had copied its 464 MB of weights). Not for outputs, ``tl.until`` conditions or under
+        a mesh."""
         if self.lowered.layout is not None:
             return {}
         skip = set(self.sdg.outputs.values()) | set(self.sdg.untils.values())
         found: dict[int, int | None] = {}
         pinned: set[int] = set()  # read at a constant point somewhere (not only by a loop's)
+        picked: set[int] = set()  # read at a point an outermost loop's variable picks
         for node, loops in nodes_in_loops(self.lowered.ast):
             if not isinstance(node, Exec):
                 continue
@@ -379,12 +381,17 @@ class XlaPlan(Stage):
                             found[r.src] = None
                         if a is not None and _constant_at(at, consts) == a:
                             pinned.add(r.src)
+                        elif a is not None:
+                            picked.add(r.src)
                 if node.op in self.shapes and node.op not in self.prefilled:
                     a = None if st.slots is None else _constant_at(st.slots, consts)
                     if found.setdefault(node.op, a) != a:
                         found[node.op] = None
                     pinned.add(node.op)
-        return {i: a for i, a in found.items() if a is not None and i not in skip and i in pinned}
+        return {i: a for i, a in found.items() if a is not None and i not in skip and i in pinned
+                and (i not in picked or self.shapes[i][0][self.perms[i].index(a) if i in
+                                                          self.perms else a]
+                     <= self.options.unroll_steps)}
 
     def _zeroed(self) -> set[tuple[int, int]]:
         """(statement, read) pairs whose padding is known to hold zeros, so that no op masks
@@ -404,6 +411,8 @@ class XlaPlan(Stage):
             outer = [f for f in loops if id(f) not in self.unrolled]
             if outer and outer[0] is not loops[0]:  # traced again per step of an unrolled loop
                 outer = []
+            # the steps before a cut and those from it (schedule/cut.py) write in order as one
+            outer = [self.lowered.cut_after.get(id(f), f) for f in outer]
             for k in self.lowered.of_exec.get(id(node), ()):
                 made.setdefault(node.op, []).append(k)
                 if len(outer) == 1:

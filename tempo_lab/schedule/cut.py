@@ -50,27 +50,31 @@ def _moves(e, untils) -> bool:
     return any(b.name in untils for b in as_expr(e).bounds())
 
 
-def cut_loops(ast: Node, sdg: SDG) -> Node:
+def cut_loops(ast: Node, sdg: SDG) -> tuple[Node, dict[int, For]]:
     """``ast`` with each loop that mostly branches on one point of its variable cut in two
-    there (``SHARE``); the nodes of loops left whole are the same objects."""
-    return _visit(ast, sdg, {})
+    there (``SHARE``), and the loop after each cut by the ``id`` of the loop before it (an
+    executor may treat the two as one loop writing in order); the nodes of loops left whole
+    are the same objects."""
+    pairs: dict[int, For] = {}
+    return _visit(ast, sdg, {}, pairs), pairs
 
 
-def _visit(node, sdg: SDG, ranges: dict):
+def _visit(node, sdg: SDG, ranges: dict, pairs: dict):
     if isinstance(node, Seq):
-        body = tuple(_visit(n, sdg, ranges) for n in node.body)
+        body = tuple(_visit(n, sdg, ranges, pairs) for n in node.body)
         return node if all(a is b for a, b in zip(body, node.body)) else Seq(body)
     if isinstance(node, If):
-        then = _visit(node.then, sdg, ranges)
-        orelse = None if node.orelse is None else _visit(node.orelse, sdg, ranges)
+        then = _visit(node.then, sdg, ranges, pairs)
+        orelse = None if node.orelse is None else _visit(node.orelse, sdg, ranges, pairs)
         return node if then is node.then and orelse is node.orelse else If(
             node.cond, then, orelse)
     if not isinstance(node, For):
         return node
     whole = loop_ranges(node, sdg.untils, ranges, node.lo, False)
-    p = _point(node, sdg, whole) if whole is not ranges else None
+    # by steps of one only: a part from max(lo, P) by steps of k would leave the stride
+    p = _point(node, sdg, whole) if whole is not ranges and node.step == 1 else None
     if p is None:
-        body = _visit(node.body, sdg, whole)
+        body = _visit(node.body, sdg, whole, pairs)
         return node if body is node.body else replace(node, body=body)
     parts = []
     for lo, hi in ((node.lo, min_(node.hi, p)), (max_(node.lo, p), node.hi)):
@@ -80,7 +84,9 @@ def _visit(node, sdg: SDG, ranges: dict):
             inner[AtMost(Dim(node.var))] = (as_expr(p) - 1, False)
         body = _settled(node.body, sdg, inner)
         if body is not None or isinstance(node, While):  # (a tl.until loop checks its end)
-            parts.append(replace(part, body=_visit(body or Seq(()), sdg, inner)))
+            parts.append(replace(part, body=_visit(body or Seq(()), sdg, inner, pairs)))
+    if len(parts) == 2:
+        pairs[id(parts[0])] = parts[1]
     return Seq(tuple(parts))
 
 
