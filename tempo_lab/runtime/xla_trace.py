@@ -398,7 +398,7 @@ class _Trace:
                          tuple((k, i) in xp.zeroed for i in range(len(st.reads))))
         exprs = st.ints()
         bufs, ints, at = [], [ic.jax_int(x, env) for x in exprs], 0
-        picks: dict = {}  # (index, buffers) -> [(position in bufs, views, axis)]
+        picks: dict = {}  # (index, points) -> [(position in bufs, views, axis)]
         for r in st.reads:
             if r.src in vals:
                 v = vals[r.src]
@@ -460,8 +460,8 @@ def _int32(x):
 
 def _picked(call, bufs: list, picks: list):
     """``call(bufs)`` where reads of unstacked stores at a traced point (``picks``: (index,
-    buffers, [(position, views, axis)]) by index) are filled in: under a ``lax.switch`` on the
-    index whose branches read their point's buffers in place. Returning the buffer from a
+    number of points, [(position in bufs, views, axis)]), one per index) are filled in: under
+    a ``lax.switch`` on the index whose branches read their point's buffers in place. Returning the buffer from a
     switch instead copied a layer's weights out at every step of the loop (a prompt's layers
     split off by ``passes/prefix.py``)."""
     if not picks:
