@@ -71,8 +71,13 @@ def _visit(node, sdg: SDG, ranges: dict, pairs: dict):
     if not isinstance(node, For):
         return node
     whole = loop_ranges(node, sdg.untils, ranges, node.lo, False)
-    # by steps of one only: a part from max(lo, P) by steps of k would leave the stride
-    p = _point(node, sdg, whole) if whole is not ranges and node.step == 1 else None
+    # by steps of one only: a part from max(lo, P) by steps of k would leave the stride; a
+    # tl.until loop only where its end is its bound, which ends the second part as well once
+    # the first has reached it (each part checks the end anew)
+    ends = isinstance(node, While) and node.bound not in {
+        b.name for b in as_expr(node.hi).bounds()}
+    p = _point(node, sdg, whole) if whole is not ranges and node.step == 1 and not ends \
+        else None
     if p is None:
         body = _visit(node.body, sdg, whole, pairs)
         return node if body is node.body else replace(node, body=body)
