@@ -15,6 +15,7 @@ import numpy as np
 from ..ir.ops import flag
 from ..schedule import Exec, For, If, Seq, While
 from ..schedule.cut import loop_ranges
+from ..schedule.loops import execs_under
 from ..symbolic import Dim, as_expr
 from ..symbolic.cond import decide
 from . import index_code as ic
@@ -108,7 +109,7 @@ def peels(xp, node: For, lower: dict) -> bool:
     steps = math.inf if lo.dims() or hi.dims() else hi.evaluate(xp.bounds) - lo.evaluate(
         xp.bounds)  # steps that vary with an outer loop's point: counted as many
     total = gained = 0
-    for n, loops, conds in _execs_under(node.body):
+    for n, loops, conds in execs_under(node.body):
         copies = math.prod(unrolls.get(id(f), 1) for f in loops)
         total += copies
         idx = xp.lowered.of_exec.get(id(n), ())
@@ -118,21 +119,6 @@ def peels(xp, node: For, lower: dict) -> bool:
     o = xp.options
     return gained > 0 and (total <= o.peel_small or steps >= o.peel_steps and (
         total <= o.peel_statements or gained * o.peel_share >= total))
-
-
-def _execs_under(node, loops: tuple = (), conds: tuple = ()):
-    """Every statement with the loops and the conditions (of ``If`` nodes) around it."""
-    if isinstance(node, Seq):
-        for n in node.body:
-            yield from _execs_under(n, loops, conds)
-    elif isinstance(node, If):
-        yield from _execs_under(node.then, loops, conds + (node.cond,))
-        if node.orelse is not None:
-            yield from _execs_under(node.orelse, loops, conds + (node.cond,))
-    elif isinstance(node, For):
-        yield from _execs_under(node.body, loops + (node,), conds)
-    elif isinstance(node, Exec):
-        yield node, loops, conds
 
 
 def items(node) -> list:

@@ -21,7 +21,7 @@ from ..ir.sdg import SDG
 from ..symbolic import Const, Dim, as_expr
 from ..symbolic.cond import AtMost, Cmp, Junction, Not, decide
 from ..symbolic.expr import Lin, MinMax, max_, min_
-from .loops import Exec, For, If, Node, Seq, While
+from .loops import Exec, For, If, Node, Seq, While, execs_under
 
 SHARE = 2  # a loop is cut where the branches the cut settles hold a 1/SHARE of its statements;
 # at a point that moves with a bound, not a fixed number of steps from either end
@@ -123,7 +123,7 @@ def _point(node: For, sdg: SDG, whole: dict):
     """The point where ``node`` is cut (an expression of bounds), or None."""
     v = Dim(node.var)
     stmts, found = [], []
-    for conds in _conds(node.body, sdg, ()):
+    for conds in _conds(node.body, sdg):
         open_ = [c for c in conds if decide(c, whole) is None]
         stmts.append(open_)
         found += [p for c in open_ for p in _points(c, v, sdg.untils) if p not in found]
@@ -140,21 +140,12 @@ def _point(node: For, sdg: SDG, whole: dict):
     return best if most and most * SHARE >= len(stmts) else None
 
 
-def _conds(node, sdg: SDG, around: tuple):
+def _conds(node, sdg: SDG):
     """For each statement under ``node``: the branch conditions around it (within ``node``)
     and, for a merge, those of its branches."""
-    if isinstance(node, Seq):
-        for n in node.body:
-            yield from _conds(n, sdg, around)
-    elif isinstance(node, If):
-        yield from _conds(node.then, sdg, around + (node.cond,))
-        if node.orelse is not None:
-            yield from _conds(node.orelse, sdg, around + (node.cond,))
-    elif isinstance(node, For):
-        yield from _conds(node.body, sdg, around)
-    elif isinstance(node, Exec):
-        op = sdg.ops[node.op]
-        at = {Dim(d.name): a for d, a in zip(op.domain, node.args)}
+    for x, _, around in execs_under(node):
+        op = sdg.ops[x.op]
+        at = {Dim(d.name): a for d, a in zip(op.domain, x.args)}
         yield around + (tuple(e.cond.substitute(at) for e in sdg.in_edges(op.id))
                         if op.kind == "merge" else ())
 

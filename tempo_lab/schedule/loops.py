@@ -113,6 +113,22 @@ class If(Node):
             yield from self.orelse.walk()
 
 
+def execs_under(node: Node, loops: tuple = (), conds: tuple = ()) -> Iterator[tuple]:
+    """Every statement under ``node`` with the loops and the conditions (of ``If`` nodes)
+    around it, within ``node``: ``(exec, loops, conds)``."""
+    if isinstance(node, Seq):
+        for n in node.body:
+            yield from execs_under(n, loops, conds)
+    elif isinstance(node, If):
+        yield from execs_under(node.then, loops, conds + (node.cond,))
+        if node.orelse is not None:
+            yield from execs_under(node.orelse, loops, conds + (node.cond,))
+    elif isinstance(node, For):
+        yield from execs_under(node.body, loops + (node,), conds)
+    elif isinstance(node, Exec):
+        yield node, loops, conds
+
+
 def to_code(node: Node, label=lambda op: f"%{op}", stmt=None, indent: int = 0) -> list[str]:
     """Readable loop pseudo-code, one statement per line; ``stmt(exec_node)`` may spell out
     what an ``Exec`` computes."""
