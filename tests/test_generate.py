@@ -296,3 +296,20 @@ def test_the_batch_stops_when_every_row_has_ended(llama, monkeypatch):
     with pytest.raises(tl.ArgumentError, match="early_stop must be True, False or None") as err:
         tl.nn.generate(model, params, prompts, eos=stops, early_stop="yes")
     assert str(err.value).startswith(f"{__file__}:")
+
+
+@pytest.mark.parametrize("bad", ["float", "vector", "over_t"])
+def test_a_bad_start_is_a_located_error(bad):
+    """``start=`` (each row's first real step) must be an int scalar per row, not varying
+    over the step dim: else a ShapeError at the user's line that says so."""
+    model = tl.nn.Llama(vocab=32, embed=16, layers=1, heads=2, kv_heads=1, hidden=32)
+    ctx = tl.Context(dims=("b", "t", "n"))
+    b, t, n = ctx.dims
+    with ctx:
+        ids = tl.from_array(np.zeros((2, 5), np.int32), domain=(b, t))
+        start = {"float": tl.from_array(np.array([0.5, 1.0], np.float32), domain=(b,)),
+                 "vector": tl.from_array(np.zeros((2, 3), np.int32), domain=(b,)),
+                 "over_t": tl.from_array(np.zeros((2, 5), np.int32), domain=(b, t))}[bad]
+        with pytest.raises(tl.ShapeError, match=r"test_generate\.py:\d+: .*start") as err:
+            model(model.init(0), ids, t, n, start=start)
+    assert ("varies over the step dim" in str(err.value)) == (bad == "over_t")

@@ -124,6 +124,7 @@ def attention(q: RT, k: RT, v: RT, t: Dim, window: int | None = None,
     ``decoding.decode``). Keys there get weight 0; a query there reads its own step only, so
     that what it computes is finite (nothing real reads it)."""
     _check_attention(q, k, v, t, window)
+    start = check_start(start, t, "attention")
     first = 0 if masked or window is None else api.max(0, t - int(window) + 1)
     stop = t.bound if masked else None
     keys, values = _read(k, t, first, stop), _read(v, t, first, stop)  # (steps, [kv,] d)
@@ -149,6 +150,21 @@ def attention(q: RT, k: RT, v: RT, t: Dim, window: int | None = None,
     scores = (qg @ keys.transpose(1, 2, 0)) * scale             # (kv_heads, group, steps)
     weights = _softmax(scores, mask)
     return (weights @ values).reshape(heads, spatial_shape(v)[-1])
+
+
+def check_start(start, t: Dim, me: str):
+    """``start`` as given (None, or an int scalar tensor per row that does not vary over
+    ``t``), else a ``ShapeError`` that says what it is."""
+    if start is None:
+        return None
+    if not isinstance(start, RT) or start.shape != () or start.dtype.kind not in "iu":
+        raise ShapeError(f"{me}: start must be an int scalar tensor per row (each row's first "
+                         f"real step), got {getattr(start, 'type', type(start).__name__)}; "
+                         f"e.g. tl.from_array(np.array([3, 0], np.int32), domain=(b,))")
+    if t in start.domain:
+        raise ShapeError(f"{me}: start varies over the step dim {t}; give one first step per "
+                         f"row, over the other dims only")
+    return start
 
 
 def _read(x: RT, t: Dim, start, stop=None) -> RT:

@@ -32,7 +32,7 @@ from ..frontend.tensor import as_tensor
 from ..runtime.host import aligned_empty
 from ..symbolic import Dim
 from ._params import ParamError, param, param_dims, rng, sub
-from .attention import attention, tokens_known
+from .attention import attention, check_start, tokens_known
 from .decoding import at, decode, over_layers
 from .layers import Embedding, LayerNorm, gelu
 from .llama import _check_dims, _draw, floating_dtype
@@ -95,6 +95,7 @@ class GPT2:
         ``masked`` and ``start`` as for ``tl.nn.Llama``."""
         me = f"GPT2(layers={self.layers})"
         ctx = _check_dims(ids, t, n, me)
+        start = check_start(start, t, me)
         shapes = self.shapes()
         absent = [k for k in shapes if k not in params]
         if absent:

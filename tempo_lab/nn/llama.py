@@ -39,7 +39,7 @@ from ..ir.ops import canonical_dtype, is_floating
 from ..runtime.host import aligned_empty
 from ..symbolic import Dim
 from ._params import ParamError, param, param_dims, rng, sub
-from .attention import RopeScaling, TransformerBlock, tokens_known
+from .attention import RopeScaling, TransformerBlock, check_start, tokens_known
 from .decoding import at, decode, over_layers
 from .layers import Embedding, RMSNorm
 
@@ -139,6 +139,7 @@ class Llama:
         the steps before it padding (``attention``); positions count from it."""
         me = f"Llama(layers={self.layers})"
         ctx = _check_dims(ids, t, n, me)
+        start = check_start(start, t, me)
         with ctx:
             # the residual stream varies over the ids' dims and the parameters' (weights
             # over an iteration dim i, being trained), and over the layers
