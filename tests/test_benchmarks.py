@@ -168,13 +168,15 @@ def test_generate_benchmark_tiny(tmp_path):
     assert r["batch"] == 3 and r["throughput_x"] > 0 and r["first_token_cached_s"] > 0
 
 
-def test_train_benchmark_quick(tmp_path):
+@pytest.mark.parametrize("mixed", [False, True], ids=["float32", "mixed"])
+def test_train_benchmark_quick(tmp_path, mixed):
     """Each system (plain JAX with and without a checkpoint per layer) in its own process; the
-    losses of three Adam steps agree."""
+    losses of three Adam steps agree, also in mixed precision (bfloat16 weights, float32
+    masters)."""
     out = tmp_path / "train.json"
-    _run("benchmarks.train", "--quick", "--seq", "16", "--out", str(out))
+    _run("benchmarks.train", "--quick", "--seq", "16", "--out", str(out), *["--mixed"] * mixed)
     r = json.loads(out.read_text())
-    assert r["losses_equal"] and r["time_ratio"] > 0 and r["rss_ratio"] > 0
+    assert r["losses_equal"] and r["mixed"] == mixed and r["time_ratio"] > 0 and r["rss_ratio"] > 0
     assert r["time_ratio_checkpoint"] > 0 and len(r["jax_checkpoint"]["losses"]) == 3
     assert len(r["tempo_lab"]["losses"]) == 3 and r["tempo_lab"]["plan_peak"] > 0
 

@@ -2,6 +2,7 @@
 checked step by step against a NumPy implementation of the same update rules."""
 from __future__ import annotations
 
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -119,3 +120,65 @@ def test_a_learning_rate_schedule_is_read_where_each_update_starts():
         k, p_, g, state, step))
     np.testing.assert_allclose(np.asarray(res["w"]).reshape(N, 3),
                                np.stack([h["w"] for h in hist]), rtol=1e-4, atol=1e-5)
+
+
+def jax_mixed_precision_adam(lr, steps, w0, b1=0.9, b2=0.999, eps=1e-8):
+    """Mixed precision as written in JAX: bfloat16 weights rounded from float32 masters, the
+    gradient of the bfloat16 weights widened, Adam on the masters. -> (weights, masters)."""
+    import jax
+    import jax.numpy as jnp
+
+    def loss(w):
+        return ((jnp.asarray(X) @ w - jnp.asarray(Y)) ** 2).mean()
+
+    master, m, v, ws, masters = jnp.asarray(w0), 0.0, 0.0, [], []
+    for step in range(1, steps + 1):
+        w = master.astype(jnp.bfloat16)
+        ws.append(w)
+        masters.append(master)
+        g = jax.grad(loss)(w).astype(jnp.float32)
+        m, v = b1 * m + (1 - b1) * g, b2 * v + (1 - b2) * g * g
+        master = master - lr * (m / (1 - b1 ** step)) / (jnp.sqrt(v / (1 - b2 ** step)) + eps)
+    return np.stack(ws), np.stack(masters)
+
+
+def _mixed(master_dtype, executor="auto", lr=1e-3, steps=12):
+    ctx = tl.Context(dims=("i",))
+    (i,) = ctx.dims
+    with ctx:
+        p = tl.optim.parameters({"w": np.ones(3, np.float32)}, dim=i, dtype="bfloat16",
+                                master_dtype=master_dtype)
+        loss = ((tl.constant(X) @ p["w"] - tl.constant(Y)) ** 2).mean()
+        tl.optim.Adam(lr=lr).minimize(loss, p)
+    config = tl.CompileConfig(executor=executor)
+    return ctx.compile(bounds={ctx.bounds[0]: steps}, config=config,
+                       outputs={"w": p["w"], "master": p.masters["w"]}).run()
+
+
+@pytest.mark.executors(("reference", "auto", "interpreter"), reason="the reference, what a "
+                       "user runs and one back end per statement")
+def test_mixed_precision_updates_float32_masters_as_jax_does(executor):
+    """bfloat16 weights with float32 masters: the weights are the masters rounded, the
+    masters and moments take every update. Steps of lr = 1e-3 on weights near 1 are under half
+    a bfloat16 step (2^-8), so they only add up in the masters."""
+    res = _mixed("float32", executor)
+    ws, masters = jax_mixed_precision_adam(1e-3, 12, np.ones(3, np.float32))
+    assert res["w"].dtype == ml_dtypes.bfloat16 and res["master"].dtype == np.float32
+    np.testing.assert_allclose(res["master"], masters, rtol=0, atol=1e-6)
+    np.testing.assert_array_equal(res["w"].astype(np.float32), ws.astype(np.float32))
+    assert (res["w"][-1] != 1).all()
+
+
+def test_without_masters_bfloat16_updates_round_away():
+    """The same training with the updates in bfloat16: each update rounds back to 1, which is
+    why masters exist."""
+    res = _mixed(None)
+    np.testing.assert_array_equal(res["w"].astype(np.float32), 1.0)
+
+
+def test_a_master_dtype_no_wider_than_the_weights_is_a_located_error():
+    ctx = tl.Context(dims=("i",))
+    (i,) = ctx.dims
+    with ctx, pytest.raises(tl.DTypeError, match="master_dtype") as e:
+        tl.optim.parameters({"w": W0}, dim=i, dtype="float32", master_dtype="bfloat16")
+    assert e.value.loc.file == __file__

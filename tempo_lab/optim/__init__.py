@@ -15,6 +15,13 @@ Several updates per iteration (PPO's epochs and minibatches) make the parameters
 several dims, ``parameters(init, dim=(i, e, m))``: the updates run in the dims' lexicographic
 order, so ``p[i, e, 0]`` follows ``p[i, e - 1, M - 1]`` and ``p[i, 0, 0]`` follows
 ``p[i - 1, E - 1, M - 1]``; Adam's step count is that order's position.
+
+Mixed precision: ``parameters(init, dim=i, dtype="bfloat16", master_dtype="float32")`` gives
+the model bfloat16 weights, ``p[i] = master[i].astype(bfloat16)``, while the optimiser updates
+float32 master weights (``p.masters``) and keeps its moments in float32: an update smaller than
+a bfloat16 step (lr 1e-4 on a weight near 1 moves it by a 30th of one) accumulates in the
+master instead of being rounded away. The gradient is taken in the weights' dtype, as
+``jax.grad`` of a bfloat16 model gives it, and widened before the update.
 """
 from __future__ import annotations
 
@@ -22,35 +29,55 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import ArgumentError, DefinitionError, user_location
+from ..errors import ArgumentError, DefinitionError, DTypeError, user_location
 from ..frontend.api import CLASS, library_scope, placeholder, sqrt
 from ..frontend.autodiff import grad
 from ..frontend.context import current_context, scope
 from ..frontend.tensor import RecurrentTensor, apply, as_tensor, constant
+from ..ir.ops import canonical_dtype, is_floating
 from ..symbolic import Dim, eq
 
 
 class Parameters(dict):
     """Names -> placeholders over ``dims`` (the update order, outermost first), with the initial
-    values an optimiser assigns."""
+    values an optimiser assigns. With mixed precision, ``masters`` holds the wider placeholders
+    the optimiser updates (``init`` is then theirs) and each entry is a narrowing of its master;
+    without, ``masters`` is the parameters themselves."""
 
-    def __init__(self, tensors: dict, init: dict, dims: tuple[Dim, ...]):
+    def __init__(self, tensors: dict, init: dict, dims: tuple[Dim, ...],
+                 masters: dict | None = None):
         super().__init__(tensors)
         self.init, self.dims = init, dims
+        self.masters = masters if masters is not None else dict(tensors)
 
 
 @library_scope()
-def parameters(init: dict, dim, dtype="float32") -> Parameters:
+def parameters(init: dict, dim, dtype="float32", master_dtype=None) -> Parameters:
     """Placeholders over ``(dim,)``, or over ``dim`` if it is a tuple of dims (one update per
     point, in lexicographic order), one per entry of ``init`` (name -> array), to be defined by
-    an optimiser's ``minimize``."""
+    an optimiser's ``minimize``. With ``master_dtype`` wider than ``dtype`` (``"bfloat16"``
+    weights, ``"float32"`` masters), the optimiser updates master weights and its moments in
+    ``master_dtype`` and the parameters are their rounding to ``dtype``."""
+    loc = user_location()
     dims = dim if isinstance(dim, tuple) else (dim,)
     if not dims or not all(isinstance(d, Dim) for d in dims) or len(set(dims)) < len(dims):
         raise DefinitionError(f"parameters live over an iteration dim (e.g. i) or a tuple of "
-                              f"distinct dims (e.g. (i, e, m)); got {dim!r}", user_location())
-    arrays = {k: np.asarray(v, dtype) for k, v in init.items()}
-    return Parameters({k: placeholder(a.shape, dtype, domain=dims, name=k)
-                       for k, a in arrays.items()}, arrays, dims)
+                              f"distinct dims (e.g. (i, e, m)); got {dim!r}", loc)
+    dt = canonical_dtype(dtype)
+    wide = dt if master_dtype is None else canonical_dtype(master_dtype)
+    if master_dtype is not None and not (is_floating(dt) and is_floating(wide)
+                                         and wide.itemsize > dt.itemsize):
+        raise DTypeError(f"parameters: master_dtype ({wide.name}) must be a floating type wider "
+                         f"than dtype ({dt.name}), e.g. dtype='bfloat16', "
+                         f"master_dtype='float32'; leave master_dtype out to update the "
+                         f"parameters in their own dtype", loc)
+    arrays = {k: np.asarray(v, wide) for k, v in init.items()}
+    tensors = {k: placeholder(a.shape, dt, domain=dims, name=k) for k, a in arrays.items()}
+    if master_dtype is None:
+        return Parameters(tensors, arrays, dims)
+    masters = {k: placeholder(a.shape, wide, domain=dims, name=f"{k}_master")
+               for k, a in arrays.items()}
+    return Parameters(tensors, arrays, dims, masters)
 
 
 def _steps(dims: tuple[Dim, ...]) -> list[tuple[tuple, tuple]]:
@@ -115,11 +142,16 @@ class _Optimizer:
         with ctx, scope("update"):
             step = _position(dims, ctx)
             for name, p in params.items():
-                p[_first(dims)] = constant(params.init[name], ctx)
-                states = self._states(name, p)
+                master = params.masters[name]
+                master[_first(dims)] = constant(params.init[name], ctx)
+                states = self._states(name, master)
                 for key, before in _steps(dims):
-                    p[key] = self._update(p[before], grads[name][before], states, key, before,
-                                          step, self._lr(dims, before))
+                    g = grads[name][before]
+                    g = g if master is p else g.astype(master.dtype)
+                    master[key] = self._update(master[before], g, states, key, before, step,
+                                               self._lr(dims, before))
+                if master is not p:
+                    p[dims] = master.astype(p.dtype)
         return grads
 
     def _lr(self, dims, before):
