@@ -108,3 +108,22 @@ def test_a_device_memory_budget_runs_a_dim_too_large_for_it_in_blocks(executor):
     run = prog.run()
     np.testing.assert_allclose(run["y"], want, rtol=1e-5, atol=1e-3)
     assert run.profile.peak_bytes == prog.memory.peak_bytes <= 200 * 2**10
+
+
+def test_a_dim_of_one_point_is_vectorised_whatever_its_point_takes():
+    """One batch entry whose values are each over the value budget: batched, the dim holds no
+    more than its loop would (at Llama-3.2-1B widths the embedding table's gradient, 1 GB a
+    point, had kept the batch dim a loop and every per-entry gradient a store); two entries
+    stay a loop."""
+    for points, looped in ((1, False), (2, True)):
+        ctx = tl.Context(dims=("b",))
+        (b,) = ctx.dims
+        with ctx:
+            x = tl.from_array(X[:points], (b,))
+            y = tl.tanh(x.expand_dims(1) * x.expand_dims(0)).sum(axis=(0, 1))
+        prog = compile_(ctx, {ctx.bounds[0]: points}, {"y": y}, "reference",
+                        vectorise_budget_bytes=D * D * 4 - 1)
+        loops = {d.name for op in prog.sdg.ops.values() for d in op.domain}
+        assert bool(loops) == looped, loops
+        np.testing.assert_allclose(prog.run()["y"], np.tanh(
+            X[:points, :, None] * X[:points, None, :]).sum((1, 2)), rtol=1e-5, atol=1e-3)

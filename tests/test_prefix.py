@@ -86,6 +86,22 @@ def test_the_loop_is_cut_at_the_prompts_end(executor, P):
         np.testing.assert_allclose(got[name], want[name], rtol=1e-5, atol=1e-5, err_msg=name)
 
 
+def test_the_lowered_program_says_where_a_loop_was_cut_and_why_not():
+    """``Lowered.cut_notes`` (and its ``pretty()``): the split decode's loop over ``t`` cut at
+    the prompt's end; without the split, the branch on the prompt's end (a constant 4 here)
+    is a fixed number of steps from the start, which the cut leaves alone."""
+    ctx, bounds, outputs = _attention_decoder(P=4, steps=11)
+    notes = {}
+    for name, passes in (("split", None), ("whole", NO_PREFIX)):
+        config = tl.CompileConfig(executor="xla", **({"passes": passes} if passes else {}))
+        lowered = ctx.compile(bounds=bounds, outputs=outputs, config=config).lowered
+        notes[name] = [n for n in lowered.cut_notes if n.startswith("t in")]
+        assert all(n in lowered.pretty() for n in notes[name])
+    assert len(notes["split"]) == 1 and ": cut at T_PRE" in notes["split"][0], notes
+    assert len(notes["whole"]) == 1 and "not cut at 4: a fixed number of steps" in \
+        notes["whole"][0], notes
+
+
 def test_a_prefix_of_one_step_is_not_split():
     ctx, bounds, outputs = _attention_decoder(P=1)
     prog = ctx.compile(bounds=bounds, outputs=outputs, config=tl.CompileConfig(executor="xla"))

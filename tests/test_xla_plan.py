@@ -265,3 +265,52 @@ def test_random_programs_read_no_kept_store_before_writing_it(program):
         for _ in range(2):
             assert_outputs_match(program, run_tempo(program, prog, calls),
                                  what="xla, kept stores starting as NaN")
+
+
+def test_an_optimisers_zero_moments_are_a_broadcast_not_a_store():
+    """Adam's moments start from a zero broadcast made once (over no dims). Held as a store,
+    it was as large as the parameter for the whole run (1 GB for Llama-3.2-1B's embedding
+    table); baked, each read is a broadcast XLA fuses. The results stay the reference's."""
+    w0 = np.random.default_rng(0).normal(size=(600, 500)).astype(np.float32)  # > FOLD_BYTES
+    ctx = tl.Context(dims=("i",))
+    (i,) = ctx.dims
+    with ctx:
+        p = tl.optim.parameters({"w": w0}, dim=i)
+        loss = ((p["w"] - 1.0) ** 2).mean()
+        tl.optim.Adam(lr=0.01).minimize(loss, p)
+    prog = ctx.compile(bounds={ctx.bounds[0]: 3}, outputs={"loss": loss},
+                       config=tl.CompileConfig(executor="xla"))
+    plan = prog.executable.prepared.plan
+    zeros = [k for k, op in plan.sdg.ops.items() if op.kind == "broadcast_to" and not op.domain]
+    assert zeros and set(zeros) <= plan.baked and not set(zeros) & set(plan.shapes), zeros
+    np.testing.assert_allclose(prog.run()["loss"], prog.on("reference").run()["loss"],
+                               rtol=1e-5)
+
+
+def test_a_value_made_at_the_first_step_only_is_not_a_traced_value_of_later_steps():
+    """PPO with an Adam that reads its moments where it writes them: isl then schedules a
+    value of no dims (the sample count as a float, which the mean reward divides by) inside
+    the iteration loop under ``i == 0``, read at every step. Taken for a value a ``lax.cond``
+    returns, it was zeros from the second iteration on, and the returns inf where the
+    reference gives 4 (a silent wrong result); now it stays a store."""
+    from tempo_lab.frontend.api import sqrt
+    from tempo_lab.rl import CartPole
+
+    def update(self, p, g, states, key, before, step, lr):
+        states["m"][key] = self.b1 * states["m"][before] + (1 - self.b1) * g
+        states["v"][key] = self.b2 * states["v"][before] + (1 - self.b2) * g * g
+        m, v = (s[tuple(s.domain)] for s in (states["m"], states["v"]))
+        step = step.astype(p.dtype)
+        return p - lr * (m / (1 - self.b1 ** step)) / (sqrt(v / (1 - self.b2 ** step))
+                                                       + self.eps)
+
+    cfg = tl.rl.PPOConfig(hidden=4, update_epochs=2, num_minibatches=2)
+    ctx = tl.Context(dims=cfg.DIMS)
+    with mock.patch.object(tl.optim.Adam, "_update", update):
+        tr = tl.rl.ppo(ctx, CartPole(), cfg)
+    prog = ctx.compile(bounds=cfg.bounds(ctx, 2, 2, 4),
+                       outputs={"return": tr.episode_return, "theta": tr.params["theta"]},
+                       config=tl.CompileConfig(executor="xla"))
+    got, want = prog.run(), prog.on("reference").run()
+    np.testing.assert_allclose(got["return"], want["return"], rtol=1e-5)
+    np.testing.assert_allclose(got["theta"], want["theta"], rtol=1e-5, atol=1e-6)

@@ -87,14 +87,17 @@ def _batchable(op: Op, d: Dim, size: int, budget: int | None) -> bool:
 
 def _unbatchable(op: Op, d: Dim, size: int, budget: int | None) -> str:
     """Why ``op`` itself allows no batch over ``d`` (empty: it allows one): an effect, a value
-    or shape that depends on ``d`` otherwise, or more bytes than the budget."""
+    or shape that depends on ``d`` otherwise, or more bytes than the budget. A dim of one
+    point batches into no more bytes than its loop holds, however large the point (a batch of
+    one whose gradient is a 1 GB embedding table: looped, each such value was a store carried
+    through the loop instead of a value XLA frees)."""
     if flag(op.kind, "effect"):
         return f"an effect ({op.kind}) runs once per point of {d}"
     if op.kind == "dimval" and op.attrs["expr"] != d and _mentions(op.attrs["expr"], d):
         return f"its value {op.attrs['expr']} depends on {d}"
     if any(not isinstance(s, int) and _mentions(s, d) for s in op.type.shape):
         return f"its shape {op.type} depends on {d}"
-    if budget is not None and largest_point(op) * size > budget:
+    if budget is not None and size > 1 and largest_point(op) * size > budget:
         return (f"a batch of {size} points would take {largest_point(op) * size} B, over "
                 f"the {budget} B one value may take (CompileConfig.value_budget)")
     return ""

@@ -190,8 +190,9 @@ class Lowered(Stage):
         self.layout = layout  # sharding.Layout over a device mesh, or None: one device
         self.bounds = bounds
         self._last_shapes: tuple = (None, [])  # (a run's bounds, its outputs' shapes)
-        # loops that branch on one point, in two; the loop after each cut, by the one before
-        self.ast, self.cut_after = cut_loops(schedule.ast, sdg)
+        # loops that branch on one point, in two; the loop after each cut, by the one before;
+        # where each loop that branches on a point was cut, or why not
+        self.ast, self.cut_after, self.cut_notes = cut_loops(schedule.ast, sdg)
         self.stmts: list[Stmt] = []
         self.of_exec: dict[int, tuple[int, ...]] = {}  # id(Exec node) -> its statements
         for node in self.ast.walk():
@@ -320,7 +321,9 @@ class Lowered(Stage):
         calls = [f"s{k}: {self.stmts[k].op.kind} {self.stmts[k].op.label} at "
                  f"{self.stmts[k].op.loc}" for k in self.sources + self.sinks]
         return [("statements", [self._stmt_line(k, st) for k, st in enumerate(self.stmts)]),
-                ("stores", stores), ("loops", loops), ("host inputs", hosts),
+                ("stores", stores), ("loops", loops),
+                ("loops cut at a point their branches name, or not", self.cut_notes),
+                ("host inputs", hosts),
                 ("callbacks (tl.source, tl.sink)", calls), *self.devices_section()]
 
     def devices_section(self) -> list[tuple[str, list[str]]]:

@@ -264,7 +264,7 @@ class _Xla(XlaInspection):
                 tuple(sorted(self.plan.perms.items())), tuple(sorted(self.plan.unstacked.items())),
                 tuple(sorted(self.plan.by_point)), self.plan.carried,
                 tuple(sorted(self.plan.local)), tuple(sorted(self.sdg.untils.items())),
-                tuple((i, np.asarray(self.sdg.ops[i].attrs["value"]).tobytes())
+                tuple((i, np.asarray(self.sdg.ops[i].attrs.get("value", ())).tobytes())
                       for i in sorted(self.plan.baked)),
                 tuple(self.plan.pads), tuple(sorted(self.plan.checked)),
                 tuple(sorted((str(b), str(f)) for b, (f, _) in self.plan.floors.items())),

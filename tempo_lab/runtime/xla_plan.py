@@ -24,7 +24,7 @@ from ..ir.vmap import base_op
 from ..memory.plan import MemoryPlan
 from ..schedule import Exec, For, If, Seq, While, statement_counts
 from ..stage import Stage
-from ..symbolic import Bound, Const, Dim, as_expr
+from ..symbolic import TRUE, Bound, Const, Dim, as_expr
 from ..symbolic import isl as I
 from ..symbolic.cond import decide
 from ..symbolic.expr import Lin
@@ -189,12 +189,17 @@ class XlaPlan(Stage):
     def _baked(self) -> set[int]:
         """Small constants (not outputs) written into the program as literals, not held in
         stores: XLA then sees their values (``1 / (1 + exp(-z))`` stays a sigmoid with a
-        constant one; passed in as a run-time value, the fused kernel was measured 7x slower)."""
+        constant one; passed in as a run-time value, the fused kernel was measured 7x slower).
+        And broadcasts of them made once (an optimiser's zero moments): a broadcast where
+        each is read, which XLA fuses into its reader, where a store of one was as large as
+        the parameter (1 GB for Llama-3.2-1B's embedding table) and held for the whole run."""
         outputs = set(self.sdg.outputs.values())
-        return {i for i, s in self.memory.storages.items()
-                if (op := self.sdg.ops[i]).kind == "const" and not op.domain
-                and i not in outputs and np.size(op.attrs["value"]) <= BAKED_SIZE
-                and np.shape(op.attrs["value"]) == tuple(s.spatial)}
+        consts = {i for i, s in self.memory.storages.items()
+                  if (op := self.sdg.ops[i]).kind == "const" and not op.domain
+                  and i not in outputs and np.size(op.attrs["value"]) <= BAKED_SIZE
+                  and np.shape(op.attrs["value"]) == tuple(s.spatial)}
+        return consts | {i for i in self.memory.storages if i not in outputs
+                         and _broadcast_of(self.sdg, i, consts)}
 
     def _store_perms(self) -> dict[int, tuple]:
         """Stores held in another order of axes than the logical one (point axes, then value
@@ -718,6 +723,16 @@ def _constant_at(exprs, consts: set) -> int | None:
                  and _constant_in(as_expr(e), consts)), None)
 
 
+def _broadcast_of(sdg: SDG, i: int, consts: set[int]) -> bool:
+    """Whether op ``i`` is a ``broadcast_to`` over no dims, to a static shape, of one of
+    ``consts`` read whole."""
+    op = sdg.ops[i]
+    if op.kind != "broadcast_to" or op.domain or not op.type.is_static:
+        return False
+    (e,) = sdg.in_edges(i)
+    return e.src in consts and not e.index and e.cond == TRUE
+
+
 def _local_values(sdg: SDG, plan: MemoryPlan, ast, keep: set[int]
                   ) -> tuple[set[int], set[int]]:
     """Point stores whose every read happens later in the same loop iteration that wrote them,
@@ -726,6 +741,7 @@ def _local_values(sdg: SDG, plan: MemoryPlan, ast, keep: set[int]
     decides those)."""
     where: dict[int, tuple] = {}   # exec op -> (enclosing For id, position, If branches)
     execs: dict[int, Exec] = {}
+    loops: dict[int, str] = {}     # For id -> its variable
     count: dict[int, int] = {}
     pos = [0]
 
@@ -734,6 +750,7 @@ def _local_values(sdg: SDG, plan: MemoryPlan, ast, keep: set[int]
             for n in node.body:
                 visit(n, loop, branches)
         elif isinstance(node, For):
+            loops[id(node)] = node.var
             visit(node.body, id(node), ())
         elif isinstance(node, If):
             visit(node.then, loop, branches + (id(node.then),))
@@ -756,6 +773,7 @@ def _local_values(sdg: SDG, plan: MemoryPlan, ast, keep: set[int]
         loop, p, branches = where[i]
         w_op = sdg.ops[i]
         w_at = tuple(execs[i].args)
+        moved = {d.name for a in w_at for d in as_expr(a).dims()}  # loop variables it names
         ok = True
         for e in sdg.out_edges(i):
             r = execs.get(e.dst)
@@ -771,6 +789,12 @@ def _local_values(sdg: SDG, plan: MemoryPlan, ast, keep: set[int]
                 ok = False
                 break
             if rbranches[:len(branches)] != branches:
+                if loop is not None and loops[loop] not in moved:
+                    # the same point at every step, written under a condition (a value
+                    # of no dims made at the first step): a later step reads what an
+                    # earlier one wrote, which a lax.cond returning it would give as zeros
+                    ok = False
+                    break
                 ok = None  # a reader outside the If that wrote it: _settled_locals
         if ok:
             out.add(i)

@@ -96,6 +96,9 @@ class _Trace:
         ``x``), which in float16 skipped the overflow that NumPy, the reference and the other
         executors meet (an opaque value is computed with as written)."""
         o = self.xp.sdg.ops[op]
+        if o.kind == "broadcast_to":  # of a baked constant (XlaPlan._baked)
+            return jnp.broadcast_to(self.literal(self.xp.sdg.in_edges(op)[0].src),
+                                    o.type.shape)
         value = jnp.asarray(np.asarray(o.attrs["value"], o.type.dtype))
         sixteen = any(accumulator(d.type.dtype) != d.type.dtype
                       for d in (self.xp.sdg.ops[e.dst] for e in self.xp.sdg.out_edges(op)))

@@ -50,22 +50,25 @@ def _moves(e, untils) -> bool:
     return any(b.name in untils for b in as_expr(e).bounds())
 
 
-def cut_loops(ast: Node, sdg: SDG) -> tuple[Node, dict[int, For]]:
+def cut_loops(ast: Node, sdg: SDG) -> tuple[Node, dict[int, For], list[str]]:
     """``ast`` with each loop that mostly branches on one point of its variable cut in two
-    there (``SHARE``), and the loop after each cut by the ``id`` of the loop before it (an
-    executor may treat the two as one loop writing in order); the nodes of loops left whole
+    there (``SHARE``), the loop after each cut by the ``id`` of the loop before it (an
+    executor may treat the two as one loop writing in order), and a line per loop whose body
+    branches on such a point: where it was cut, or why not. The nodes of loops left whole
     are the same objects."""
     pairs: dict[int, For] = {}
-    return _visit(ast, sdg, {}, pairs), pairs
+    notes: list[str] = []
+    return _visit(ast, sdg, {}, pairs, notes), pairs, notes
 
 
-def _visit(node, sdg: SDG, ranges: dict, pairs: dict):
+def _visit(node, sdg: SDG, ranges: dict, pairs: dict, notes: list):
     if isinstance(node, Seq):
-        body = tuple(_visit(n, sdg, ranges, pairs) for n in node.body)
+        body = tuple(_visit(n, sdg, ranges, pairs, notes) for n in node.body)
         return node if all(a is b for a, b in zip(body, node.body)) else Seq(body)
     if isinstance(node, If):
-        then = _visit(node.then, sdg, ranges, pairs)
-        orelse = None if node.orelse is None else _visit(node.orelse, sdg, ranges, pairs)
+        then = _visit(node.then, sdg, ranges, pairs, notes)
+        orelse = None if node.orelse is None else _visit(node.orelse, sdg, ranges, pairs,
+                                                         notes)
         return node if then is node.then and orelse is node.orelse else If(
             node.cond, then, orelse)
     if not isinstance(node, For):
@@ -76,10 +79,16 @@ def _visit(node, sdg: SDG, ranges: dict, pairs: dict):
     # the first has reached it (each part checks the end anew)
     ends = isinstance(node, While) and node.bound not in {
         b.name for b in as_expr(node.hi).bounds()}
-    p = _point(node, sdg, whole) if whole is not ranges and node.step == 1 and not ends \
-        else None
+    p, why = _point(node, sdg, whole) if whole is not ranges else (None, None)
+    loop = f"{node.var} in {node.lo}..{node.hi}"
+    if p is not None and (node.step != 1 or ends):
+        why = (f"not cut at {p}: " + ("its steps are of " + str(node.step) if node.step != 1
+               else "a tl.until loop whose end is not its bound"))
+        p = None
+    if why:
+        notes.append(f"{loop}: {why}")
     if p is None:
-        body = _visit(node.body, sdg, whole, pairs)
+        body = _visit(node.body, sdg, whole, pairs, notes)
         return node if body is node.body else replace(node, body=body)
     parts = []
     for lo, hi in ((node.lo, min_(node.hi, p)), (max_(node.lo, p), node.hi)):
@@ -89,7 +98,8 @@ def _visit(node, sdg: SDG, ranges: dict, pairs: dict):
             inner[AtMost(Dim(node.var))] = (as_expr(p) - 1, False)
         body = _settled(node.body, sdg, inner)
         if body is not None or isinstance(node, While):  # (a tl.until loop checks its end)
-            parts.append(replace(part, body=_visit(body or Seq(()), sdg, inner, pairs)))
+            parts.append(replace(part, body=_visit(body or Seq(()), sdg, inner, pairs,
+                                                   notes)))
     if len(parts) == 2:
         pairs[id(parts[0])] = parts[1]
     return Seq(tuple(parts))
@@ -120,24 +130,34 @@ def _settled(node, sdg: SDG, ranges: dict):
 
 
 def _point(node: For, sdg: SDG, whole: dict):
-    """The point where ``node`` is cut (an expression of bounds), or None."""
+    """The point where ``node`` is cut (an expression of bounds) or None, and a line saying
+    where or why not (None: its body branches on no point of its variable)."""
     v = Dim(node.var)
     stmts, found = [], []
     for conds in _conds(node.body, sdg):
         open_ = [c for c in conds if decide(c, whole) is None]
         stmts.append(open_)
         found += [p for c in open_ for p in _points(c, v, sdg.untils) if p not in found]
-    best, most = None, 0
+    best, most, ends = None, 0, []
     for p in found:
         if any(isinstance(p - as_expr(end), Const) for end in (node.lo, node.hi)):
-            continue  # a few steps at an end: the XLA executor traces a first step apart
+            ends.append(p)  # a few steps at an end: the XLA executor traces a first step apart
+            continue
         before = {**whole, AtMost(v): (as_expr(p) - 1, False)}
         after = {**whole, v: (p, False)}
         gained = sum(1 for cs in stmts if any(
             decide(c, before) is not None and decide(c, after) is not None for c in cs))
         if gained > most:
             best, most = p, gained
-    return best if most and most * SHARE >= len(stmts) else None
+    if most and most * SHARE >= len(stmts):
+        return best, f"cut at {best} (settles the branches of {most} of {len(stmts)} statements)"
+    if most:
+        return None, (f"not cut at {best}: it settles the branches of {most} of {len(stmts)} "
+                      f"statements, under 1/{SHARE}")
+    if ends:
+        return None, (f"not cut at {', '.join(map(str, ends))}: a fixed number of steps from "
+                      f"an end (the XLA executor traces a first step apart)")
+    return None, None
 
 
 def _conds(node, sdg: SDG):
