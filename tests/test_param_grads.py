@@ -174,3 +174,32 @@ def test_a_checkpoint_fine_tunes_as_docs_training_says(name):
     curve = ctx.compile(bounds={"I": 5, "B": 1, "N": model.layers, "T": 12},
                         outputs={"ce": ce}).run()["ce"].mean(axis=(1, 2))
     assert np.isfinite(curve).all() and curve[-1] < 0.8 * curve[0], curve
+
+
+def test_a_layers_weights_are_taken_where_each_pass_reads_them_not_held_between():
+    """Fine-tuning with the layer dim outside the tokens: a layer's weights, taken at the
+    layer's index, are read by its forward and its backward pass. One take read by both was
+    a store of every layer's weights held from the one to the other (a second copy of them);
+    each pass now takes them itself, a value of its step. The losses stay the reference's."""
+    m = tl.nn.Llama(vocab=64, embed=32, layers=2, heads=2, kv_heads=1, hidden=48)
+    ids = np.random.default_rng(0).integers(0, 64, (1, 9))
+    ctx = tl.Context(dims=("i", "b", "n", "t"))
+    i, b, n, t = ctx.dims
+    with ctx:
+        p = tl.optim.parameters(m.init(seed=0), dim=i)
+        params = {k: (tl.take(v, n) if k.startswith("layers.") else v) for k, v in p.items()}
+        lg = m(params, tl.from_array(ids[:, :8], domain=(b, t)), t, n)
+        top = lg.max()
+        loss = tl.log(tl.exp(lg - top).sum()) + top - tl.take(
+            lg, tl.from_array(ids[:, 1:], domain=(b, t)))
+        tl.optim.Adam(lr=1e-2).minimize(loss, p)
+    prog = ctx.compile(bounds=dict(zip(ctx.bounds, (3, 1, 2, 8))), outputs={"loss": loss},
+                       config=tl.CompileConfig(executor="xla"))
+    plan = prog.executable.prepared.plan
+    weights = {k for k, op in plan.sdg.ops.items() if (op.name or "").startswith("layers.")
+               and op.kind == "merge"}
+    held = [plan.sdg.ops[k].label for k in plan.shapes if plan.sdg.ops[k].kind == "take"
+            and plan.sdg.in_edges(k)[0].src in weights]
+    assert not held, held
+    np.testing.assert_allclose(prog.run()["loss"], prog.on("reference").run()["loss"],
+                               rtol=1e-4, atol=1e-5)

@@ -37,7 +37,7 @@ import islpy as isl
 
 from ..ir.graph import sccs
 from ..ir.ops import flag
-from ..ir.sdg import SDG, index_functions
+from ..ir.sdg import SDG, index_functions, taken_views
 from ..symbolic import Const, Dim, Slice
 from ..symbolic import isl as I
 
@@ -83,7 +83,10 @@ class _Fusion:
         # at loop time direction * x + shift
         self.placed: dict[tuple[int, str], tuple[int, int]] = {}
         self.unshifted = {d.name for d in sdg.dims if d.bound.name in sdg.untils}
+        # placed with their readers: index functions, and the views taken of a value at one
+        # (passes/vectorise.py gives each reader its own take of a layer's weights)
         self.cheap = index_functions(sdg)
+        self.cheap |= taken_views(sdg, self.cheap)
 
     def _level_gap(self, dep: Dep, o: str) -> int:
         """The distance ``dst.o - src.o`` at which the two run at the same loop time."""
