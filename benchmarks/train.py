@@ -96,7 +96,6 @@ def run_tempo_lab(args) -> dict:
                               xla_split=args.xla_split or tl.CompileConfig().xla_split)
     t0 = time.perf_counter()
     prog = ctx.compile(bounds=bounds, outputs={"ce": ce}, config=config)
-    t1 = time.perf_counter()
     xla = hasattr(prog.executable, "memory_analysis")
     if xla:  # compiles the XLA program ahead of the first run
         prog.executable.memory_analysis()
