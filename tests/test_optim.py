@@ -182,3 +182,21 @@ def test_a_master_dtype_no_wider_than_the_weights_is_a_located_error():
     with ctx, pytest.raises(tl.DTypeError, match="master_dtype") as e:
         tl.optim.parameters({"w": W0}, dim=i, dtype="float32", master_dtype="bfloat16")
     assert e.value.loc.file == __file__
+
+
+def test_mixed_precision_over_several_dims_takes_the_same_updates():
+    """Mixed-precision parameters over (i, m), one update per point in lexicographic order:
+    the same masters as over i alone with as many points."""
+    runs = {}
+    for dims in (("i",), ("i", "m")):
+        ctx = tl.Context(dims=dims)
+        with ctx:
+            p = tl.optim.parameters({"w": np.ones(3, np.float32)},
+                                    dim=ctx.dims if len(dims) > 1 else ctx.dims[0],
+                                    dtype="bfloat16", master_dtype="float32")
+            loss = ((tl.constant(X) @ p["w"] - tl.constant(Y)) ** 2).mean()
+            tl.optim.Adam(lr=1e-3).minimize(loss, p)
+        bounds = dict(zip(ctx.bounds, (6, 2) if len(dims) > 1 else (12,)))
+        runs[dims] = np.asarray(ctx.compile(bounds=bounds, outputs={"m": p.masters["w"]})
+                                .run()["m"]).reshape(12, 3)
+    np.testing.assert_allclose(runs[("i", "m")], runs[("i",)], rtol=0, atol=1e-6)

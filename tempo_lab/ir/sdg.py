@@ -302,24 +302,27 @@ class SDG(Stage):
         return "\n".join(lines)
 
 
+def taken_view(graph, i: int, cheap: set[int]) -> bool:
+    """Whether op ``i`` is a ``take`` of a value held over fewer dims, read at its own point,
+    at an index of ``cheap`` ops read at theirs (a layer's weights at the layer's index,
+    ``tl.take(w, n)``): as cheap to take again where a reader runs as an index function."""
+    op = graph.ops[i]
+    if op.kind != "take" or op.attrs.get("vdims"):
+        return False
+    ins = graph.in_edges(i)
+    if len(ins) != 2 or any(e.cond != TRUE for e in ins):
+        return False
+    value, index = (graph.ops[e.src] for e in ins)
+    return bool(value.domain) and set(value.domain) < set(op.domain) \
+        and tuple(ins[0].index) == tuple(value.domain) and index.id in cheap \
+        and tuple(ins[1].index) == tuple(index.domain)
+
+
 def taken_views(graph, cheap: set[int]) -> set[int]:
-    """The ``take`` ops of a value held over fewer dims, read at its own point, at an index
-    of ``cheap`` ops (a layer's weights at the layer's index, ``tl.take(w, n)``), each read by
-    one op: as cheap to take again where the reader runs as an index function."""
-    out = set()
-    for i, op in graph.ops.items():
-        if op.kind != "take" or op.attrs.get("vdims"):
-            continue
-        ins = graph.in_edges(i)
-        if len(ins) != 2 or any(e.cond != TRUE for e in ins):
-            continue
-        value, index = (graph.ops[e.src] for e in ins)
-        if (value.domain and set(value.domain) < set(op.domain)
-                and tuple(ins[0].index) == tuple(value.domain) and index.id in cheap
-                and tuple(ins[1].index) == tuple(index.domain)
-                and len({e.dst for e in graph.out_edges(i)}) == 1):
-            out.add(i)
-    return out
+    """The ``taken_view`` ops read by one op each (``passes/vectorise.py`` gives each reader
+    its own): placed with their reader, as index functions are."""
+    return {i for i in graph.ops if taken_view(graph, i, cheap)
+            and len({e.dst for e in graph.out_edges(i)}) == 1}
 
 
 def index_functions(graph) -> set[int]:

@@ -25,7 +25,9 @@ losses and their cotangents run as batched computations, as hand-written JAX wou
 Not along a dim the stream pass made running sums along (``CompileConfig(stream=True)``): a
 batch reads every step of the loop's values, so memory would grow with the steps again.
 Values of ``d``'s index alone stay in the loop (``_left_in_loop``), and so do inputs the
-recurrence reads (``_looped_inputs``). On by default; ``CompileConfig(vectorise_groups=False)``
+recurrence reads (``_looped_inputs``). A layer's weights taken at the layer's index and read
+by several ops (its forward and backward pass) are taken once per reader
+(``_takes_per_reader``), each beside its reader, not held from one to the other. On by default; ``CompileConfig(vectorise_groups=False)``
 keeps the ops in the loop.
 """
 from __future__ import annotations
@@ -38,7 +40,7 @@ import numpy as np
 from ..ir.demand import demand, param_context
 from ..ir.graph import sccs
 from ..ir.ops import CATALOG, TensorType, flag, infer, norm_dim
-from ..ir.sdg import Edge, Op, index_functions
+from ..ir.sdg import Edge, Op, index_functions, taken_view
 from ..symbolic import TRUE, Bound, Const, Dim, Expr, Slice
 from ..symbolic import isl as I
 from ..symbolic.expr import MinMax
@@ -641,18 +643,12 @@ def _takes_per_reader(ed: Editor):
     from the one to the other (a second copy of them: 0.45 GiB at Llama-3.2-1B widths with 2
     layers, 3.6 GiB with 16); a take per reader is a value of its reader's step."""
     changed = False
+    cheap = index_functions(ed)
     for i in sorted(ed.ops):
         op = ed.ops.get(i)
-        if op is None or op.kind != "take" or op.attrs.get("vdims"):
+        if op is None or not taken_view(ed, i, cheap):
             continue
         ins = ed.in_edges(i)
-        if len(ins) != 2 or any(e.cond != TRUE for e in ins):
-            continue
-        value, index = (ed.ops[e.src] for e in ins)
-        if not (value.domain and set(value.domain) < set(op.domain)
-                and tuple(ins[0].index) == tuple(value.domain) and index.kind == "dimval"
-                and tuple(ins[1].index) == tuple(index.domain)):
-            continue
         outs = ed.out_edges(i)
         readers = sorted({e.dst for e in outs})
         if len(readers) < 2 or any(tuple(e.index) != tuple(op.domain) or e.cond != TRUE

@@ -198,8 +198,9 @@ class XlaPlan(Stage):
                   if (op := self.sdg.ops[i]).kind == "const" and not op.domain
                   and i not in outputs and np.size(op.attrs["value"]) <= BAKED_SIZE
                   and np.shape(op.attrs["value"]) == tuple(s.spatial)}
-        return consts | {i for i in self.memory.storages if i not in outputs
-                         and _broadcast_of(self.sdg, i, consts)}
+        return consts | {i for i, s in self.memory.storages.items() if i not in outputs
+                         and _broadcast_of(self.sdg, i, consts)
+                         and tuple(self.sdg.ops[i].type.shape) == tuple(s.spatial)}
 
     def _store_perms(self) -> dict[int, tuple]:
         """Stores held in another order of axes than the logical one (point axes, then value
@@ -597,7 +598,8 @@ class XlaPlan(Stage):
         loop's range settles where a read is traced (``t >= 1`` in the steps after a peeled
         first step), so the value is there, or a ``lax.cond`` that returns it (zeros from the
         branch that does not write it: a reader reads it only where it was written, as the
-        SDG's reads stay in their producer's domain). PPO's rollout step kept one such value
+        SDG's reads stay in their producer's domain, and in the step that wrote it, as
+        ``_local_values`` offers only values whose point moves with the loop). PPO's rollout step kept one such value
         (the state where the episode went on) in a store carried through the loop: XLA then
         copied four stores of every step (164 KB each, a sixth of the iteration) to keep that
         store's reads apart from their in-place updates; an optimiser's new moments and
@@ -738,7 +740,9 @@ def _local_values(sdg: SDG, plan: MemoryPlan, ast, keep: set[int]
     """Point stores whose every read happens later in the same loop iteration that wrote them,
     inside the If branch that wrote them (if any): held as traced values, never stored. And
     those that qualify but for a read outside that If (``XlaPlan._settled_locals``
-    decides those)."""
+    decides those), provided their point names the loop's variable: one that does not (a
+    value of no dims made under ``i == 0`` and read at every step) is written at one step and
+    read at later ones, so it stays a store."""
     where: dict[int, tuple] = {}   # exec op -> (enclosing For id, position, If branches)
     execs: dict[int, Exec] = {}
     loops: dict[int, str] = {}     # For id -> its variable

@@ -91,7 +91,8 @@ class _Trace:
         self.lower: dict = dict(xp.floors)  # and what the bounds are at least
 
     def literal(self, op: int):
-        """A baked constant. One that an op of 16-bit floats reads passes an optimisation
+        """A baked constant, or a broadcast of one (``XlaPlan._baked``). A constant that an op
+        of 16-bit floats reads passes an optimisation
         barrier: XLA's algebraic simplifier folds constant factors (``(x * 1000) / 1000`` to
         ``x``), which in float16 skipped the overflow that NumPy, the reference and the other
         executors meet (an opaque value is computed with as written)."""

@@ -85,7 +85,7 @@ def _visit(node, sdg: SDG, ranges: dict, pairs: dict, notes: list):
         why = (f"not cut at {p}: " + ("its steps are of " + str(node.step) if node.step != 1
                else "a tl.until loop whose end is not its bound"))
         p = None
-    if why:
+    if why and f"{loop}: {why}" not in notes:  # (a loop inside a cut one: once, not per part)
         notes.append(f"{loop}: {why}")
     if p is None:
         body = _visit(node.body, sdg, whole, pairs, notes)
