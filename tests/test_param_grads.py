@@ -134,13 +134,15 @@ def test_a_llama_fine_tuning_step_holds_no_weight_sized_value_per_token():
     assert np.isfinite(prog.run()["loss"]).all()
 
 
-def test_weights_over_iterations_and_ids_without_them_train():
-    """Token ids over (b, t), the weights over the iteration dim i: the model's values vary
-    over i too (it was a DefinitionError whose advice pointed the wrong way)."""
+def _tiny_fine_tuning(dims: tuple[str, str, str, str]):
+    """A 2-layer Llama of width 32 fine-tuned with Adam on 8 tokens over ``dims`` (the
+    iteration, batch, token and layer dims, in the context's order), the same batch at every
+    iteration: the context and the per-token loss."""
     m = tl.nn.Llama(vocab=64, embed=32, layers=2, heads=2, kv_heads=1, hidden=48)
     ids = np.random.default_rng(0).integers(0, 64, (1, 9))
-    ctx = tl.Context(dims=("i", "b", "t", "n"))
-    i, b, t, n = ctx.dims
+    ctx = tl.Context(dims=dims)
+    named = dict(zip(dims, ctx.dims))
+    i, b, t, n = (named[k] for k in ("i", "b", "t", "n"))
     with ctx:
         p = tl.optim.parameters(m.init(seed=0), dim=i)
         params = {k: (tl.take(v, n) if k.startswith("layers.") else v) for k, v in p.items()}
@@ -149,6 +151,14 @@ def test_weights_over_iterations_and_ids_without_them_train():
         loss = tl.log(tl.exp(lg - top).sum()) + top - tl.take(
             lg, tl.from_array(ids[:, 1:], domain=(b, t)))
         tl.optim.Adam(lr=1e-2).minimize(loss, p)
+    return ctx, loss
+
+
+def test_weights_over_iterations_and_ids_without_them_train():
+    """Token ids over (b, t), the weights over the iteration dim i: the model's values vary
+    over i too (it was a DefinitionError whose advice pointed the wrong way)."""
+    ctx, loss = _tiny_fine_tuning(("i", "b", "t", "n"))
+    i, b, t, _ = ctx.dims
     assert tuple(loss.domain) == (i, b, t)
     curve = ctx.compile(bounds=dict(zip(ctx.bounds, (4, 1, 8, 2))),
                         outputs={"loss": loss}).run()["loss"].mean(axis=(1, 2))
@@ -181,18 +191,7 @@ def test_a_layers_weights_are_taken_where_each_pass_reads_them_not_held_between(
     layer's index, are read by its forward and its backward pass. One take read by both was
     a store of every layer's weights held from the one to the other (a second copy of them);
     each pass now takes them itself, a value of its step. The losses stay the reference's."""
-    m = tl.nn.Llama(vocab=64, embed=32, layers=2, heads=2, kv_heads=1, hidden=48)
-    ids = np.random.default_rng(0).integers(0, 64, (1, 9))
-    ctx = tl.Context(dims=("i", "b", "n", "t"))
-    i, b, n, t = ctx.dims
-    with ctx:
-        p = tl.optim.parameters(m.init(seed=0), dim=i)
-        params = {k: (tl.take(v, n) if k.startswith("layers.") else v) for k, v in p.items()}
-        lg = m(params, tl.from_array(ids[:, :8], domain=(b, t)), t, n)
-        top = lg.max()
-        loss = tl.log(tl.exp(lg - top).sum()) + top - tl.take(
-            lg, tl.from_array(ids[:, 1:], domain=(b, t)))
-        tl.optim.Adam(lr=1e-2).minimize(loss, p)
+    ctx, loss = _tiny_fine_tuning(("i", "b", "n", "t"))
     prog = ctx.compile(bounds=dict(zip(ctx.bounds, (3, 1, 2, 8))), outputs={"loss": loss},
                        config=tl.CompileConfig(executor="xla"))
     plan = prog.executable.prepared.plan
