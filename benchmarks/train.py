@@ -21,10 +21,10 @@ agree to bfloat16 rounding (``MIXED_LOSS_RTOL``).
 
 Each system runs in a process of its own (its peak RSS is its own). Reported per system: time
 per iteration (median over runs), compile (tempo_lab: ``ctx.compile`` plus XLA's compile,
-made ahead of the first run with the persistent compilation cache off; JAX: lower + compile), the first run's time beyond a later run's
-(``first_run_extra_s``: a new process's stores first written, which the kernel maps as they
-are touched), peak RSS, and the losses; the ratios tempo_lab / JAX; to
-``benchmarks/results/train.json``.
+made ahead of the first run with the persistent compilation cache off; JAX: lower + compile),
+the first run's time beyond a later run's (``first_run_extra_s``: a new process's stores
+first written, which the kernel maps as they are touched), peak RSS, and the losses; the
+ratios tempo_lab / JAX; to ``benchmarks/results/train.json``.
 """
 from __future__ import annotations
 
@@ -100,9 +100,9 @@ def run_tempo_lab(args) -> dict:
     if xla:  # compiles the XLA program ahead of the first run (and puts the inputs on the
         # device, the initial weights included, which plain JAX's compile does not count)
         prog.executable.memory_analysis()
-    t2 = time.perf_counter()
+    t1 = time.perf_counter()
     first = prog.run()
-    t3 = time.perf_counter()
+    t2 = time.perf_counter()
     times = []
     for _ in range(args.runs):
         s = time.perf_counter()
@@ -111,9 +111,9 @@ def run_tempo_lab(args) -> dict:
     run = statistics.median(times) * args.iters
     losses = np.asarray(first["ce"]).reshape(args.iters, -1).sum(axis=1)
     # without XLA's compile apart, the first run's extra time is counted as compile
-    compile_s = (t2 - t0) if xla else (t3 - t0) - run
+    compile_s = (t1 - t0) if xla else (t2 - t0) - run
     return {"s_per_iter": statistics.median(times), "compile_s": compile_s,
-            "first_run_extra_s": (t3 - t2) - run if xla else None, "peak_rss": _peak_rss(),
+            "first_run_extra_s": (t2 - t1) - run if xla else None, "peak_rss": _peak_rss(),
             "plan_peak": int(prog.memory.peak_bytes), "losses": losses.tolist()}
 
 

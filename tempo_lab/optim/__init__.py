@@ -47,8 +47,11 @@ class Parameters(dict):
     def __init__(self, tensors: dict, init: dict, dims: tuple[Dim, ...],
                  masters: dict | None = None):
         super().__init__(tensors)
-        self.init, self.dims = init, dims
-        self.masters = masters if masters is not None else dict(tensors)
+        self.init, self.dims, self._masters = init, dims, masters
+
+    @property
+    def masters(self) -> dict:
+        return self if self._masters is None else self._masters
 
 
 @library_scope()

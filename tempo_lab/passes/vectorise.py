@@ -27,8 +27,8 @@ batch reads every step of the loop's values, so memory would grow with the steps
 Values of ``d``'s index alone stay in the loop (``_left_in_loop``), and so do inputs the
 recurrence reads (``_looped_inputs``). A layer's weights taken at the layer's index and read
 by several ops (its forward and backward pass) are taken once per reader
-(``_takes_per_reader``), each beside its reader, not held from one to the other. On by default; ``CompileConfig(vectorise_groups=False)``
-keeps the ops in the loop.
+(``_takes_per_reader``), each beside its reader, not held from one to the other. On by
+default; ``CompileConfig(vectorise_groups=False)`` keeps the ops in the loop.
 """
 from __future__ import annotations
 

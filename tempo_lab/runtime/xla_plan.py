@@ -599,8 +599,9 @@ class XlaPlan(Stage):
         first step), so the value is there, or a ``lax.cond`` that returns it (zeros from the
         branch that does not write it: a reader reads it only where it was written, as the
         SDG's reads stay in their producer's domain, and in the step that wrote it, as
-        ``_local_values`` offers only values whose point moves with the loop). PPO's rollout step kept one such value
-        (the state where the episode went on) in a store carried through the loop: XLA then
+        ``_local_values`` offers only values whose point moves with the loop). PPO's
+        rollout step kept one such value (the state where the episode went on) in a store
+        carried through the loop: XLA then
         copied four stores of every step (164 KB each, a sixth of the iteration) to keep that
         store's reads apart from their in-place updates; an optimiser's new moments and
         parameters (written under ``i >= 1``, read by the merge after it) were stores as big

@@ -92,10 +92,10 @@ class _Trace:
 
     def literal(self, op: int):
         """A baked constant, or a broadcast of one (``XlaPlan._baked``). A constant that an op
-        of 16-bit floats reads passes an optimisation
-        barrier: XLA's algebraic simplifier folds constant factors (``(x * 1000) / 1000`` to
-        ``x``), which in float16 skipped the overflow that NumPy, the reference and the other
-        executors meet (an opaque value is computed with as written)."""
+        of 16-bit floats reads passes an optimisation barrier: XLA's algebraic simplifier folds
+        constant factors (``(x * 1000) / 1000`` to ``x``), which in float16 skipped the overflow
+        that NumPy, the reference and the other executors meet (an opaque value is computed
+        with as written)."""
         o = self.xp.sdg.ops[op]
         if o.kind == "broadcast_to":  # of a baked constant (XlaPlan._baked)
             return jnp.broadcast_to(self.literal(self.xp.sdg.in_edges(op)[0].src),
@@ -465,9 +465,9 @@ def _int32(x):
 def _picked(call, bufs: list, picks: list):
     """``call(bufs)`` where reads of unstacked stores at a traced point (``picks``: (index,
     number of points, [(position in bufs, views, axis)]), one per index) are filled in: under
-    a ``lax.switch`` on the index whose branches read their point's buffers in place. Returning the buffer from a
-    switch instead copied a layer's weights out at every step of the loop (a prompt's layers
-    split off by ``passes/prefix.py``)."""
+    a ``lax.switch`` on the index whose branches read their point's buffers in place.
+    Returning the buffer from a switch instead copied a layer's weights out at every step of
+    the loop (a prompt's layers split off by ``passes/prefix.py``)."""
     if not picks:
         return call(bufs)
     (j, n, reads), rest = picks[0], picks[1:]
