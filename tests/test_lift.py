@@ -154,3 +154,36 @@ def test_bad_functions_are_clear_errors():
             tl.lift(jnp.sum)(x[0:t + 1])
         with pytest.raises(tl.ShapeError, match="array or a tuple"):
             tl.lift(lambda a: {"a": a})(x)
+
+
+def test_a_lifted_product_contracts_its_left_operand_on_its_last_axes():
+    """``jax_ops.lhs_last``: the same values for every ``dot_general`` form (batch axes,
+    several contracted axes, nested ``jit``, under ``vmap`` and ``grad``), and on the CPU a
+    weight's gradient compiled as a product whose left operand is contracted on its last axis
+    (XLA:CPU's fast library takes no other)."""
+    from jax import lax
+
+    from tempo_lab.runtime.jax_ops import lhs_last
+
+    rng = np.random.default_rng(1)
+    x = jnp.asarray(rng.normal(size=(4, 6, 5)), jnp.float32)
+    y = jnp.asarray(rng.normal(size=(4, 6, 3)), jnp.float32)
+    forms = [
+        lambda a, b: lax.dot_general(a, b, (((1,), (1,)), ((0,), (0,)))),
+        lambda a, b: lax.dot_general(a, b, (((0, 1), (0, 1)), ((), ()))),
+        lambda a, b: jax.jit(lambda u, v: jnp.einsum("bsi,bsj->ij", u, v))(a, b),
+        lambda a, b: jax.vmap(lambda u, v: u.T @ v)(a, b),
+        lambda a, b: jax.grad(lambda w: jnp.tanh(a @ w).sum())(jnp.ones((5, 3))),
+        lambda a, b: a @ jnp.ones((5, 2)),  # already contracted on its last axis
+    ]
+    for f in forms:
+        np.testing.assert_allclose(lhs_last(f)(x, y), f(x, y), rtol=1e-5, atol=1e-5)
+
+    def grad_w(a, g):  # the weight gradient of a @ w, as jax.vjp writes it
+        return jax.vjp(lambda w: a @ w, jnp.zeros((64, 64)))[1](g)[0]
+
+    a = jnp.ones((2000, 64), jnp.float32)
+    text = jax.jit(lhs_last(grad_w)).lower(a, a).compile().as_text()
+    if jax.default_backend() == "cpu":
+        assert "lhs_contracting_dims={0}" in jax.jit(grad_w).lower(a, a).compile().as_text()
+        assert "lhs_contracting_dims={0}" not in text, text

@@ -300,9 +300,60 @@ def _jax_concatenate(op, xs, lens, types, out):
 
 
 def lift_output(attrs: dict, xs: list):
-    """A ``tl.lift`` op's value: its function on the inputs, the op's output picked out."""
-    out = attrs["jax_fn"](*xs)
+    """A ``tl.lift`` op's value: its function on the inputs (its products with a left operand
+    contracted on its last axes: ``lhs_last``), the op's output picked out."""
+    out = lhs_last(attrs["jax_fn"])(*xs)
     return out if attrs["out"] is None else out[attrs["out"]]
+
+
+def lhs_last(fn):
+    """``fn`` with each ``dot_general`` whose left operand is not contracted on its last axes
+    (a weight's gradient ``x.T @ g`` as ``jax.vjp`` writes it: contracted on the samples'
+    axis) given that operand transposed so that it is, and its product kept in that form, each
+    held by an optimisation barrier (XLA otherwise folds both transposes back into the
+    product). XLA:CPU runs the product in that form on its fast library (XNNPACK), the other
+    on a slower path: a (64, 64) weight's gradient from 2 000 samples takes 116 us against 140,
+    the transpose's copy included, and PPO's iteration 0.87x the time it took. Nested ``jit``
+    calls are evaluated inline; other calls (control flow, custom derivatives) as they are."""
+    def run(*args):
+        closed, shape = jax.make_jaxpr(fn, return_shape=True)(*args)
+        out = _lhs_last_eval(closed.jaxpr, closed.consts, jax.tree_util.tree_leaves(args))
+        return jax.tree_util.tree_unflatten(jax.tree_util.tree_structure(shape), out)
+    return run
+
+
+def _lhs_last_eval(jaxpr, consts, args) -> list:
+    from jax.extend.core import Literal
+
+    env = dict(zip(jaxpr.constvars, consts))
+    env.update(zip(jaxpr.invars, args))
+    for eqn in jaxpr.eqns:
+        ins = [v.val if isinstance(v, Literal) else env[v] for v in eqn.invars]
+        if eqn.primitive is lax.dot_general_p:
+            outs = [_dot_lhs_last(*ins, **eqn.params)]
+        elif eqn.primitive.name in ("pjit", "jit") and "jaxpr" in eqn.params:
+            inner = eqn.params["jaxpr"]
+            outs = _lhs_last_eval(inner.jaxpr, inner.consts, ins)
+        else:
+            bound = eqn.primitive.get_bind_params(eqn.params)  # (subfuns, params) before jax 0.7
+            subfuns, params = bound if isinstance(bound, tuple) else ((), bound)
+            with eqn.ctx.manager:
+                outs = eqn.primitive.bind(*subfuns, *ins, **params)
+            outs = outs if eqn.primitive.multiple_results else [outs]
+        env.update(zip(eqn.outvars, outs))
+    return [v.val if isinstance(v, Literal) else env[v] for v in jaxpr.outvars]
+
+
+def _dot_lhs_last(x, y, dimension_numbers, **params):
+    (cx, cy), (bx, by) = dimension_numbers
+    free = [a for a in range(x.ndim) if a not in cx and a not in bx]
+    order = [*bx, *free, *cx]
+    if order == list(range(x.ndim)):
+        return lax.dot_general(x, y, dimension_numbers, **params)
+    x = lax.optimization_barrier(jnp.transpose(x, order))
+    nb, nf = len(bx), len(free)
+    dims = ((tuple(range(nb + nf, x.ndim)), tuple(cy)), (tuple(range(nb)), tuple(by)))
+    return lax.optimization_barrier(lax.dot_general(x, y, dims, **params))
 
 
 def run_body(op: Op, xs: list, lens: list, in_types, compute_one):
