@@ -343,8 +343,8 @@ def memory_from_dict(data: dict, sdg: SDG):
                                       data["timeline"]["bytes"]], lifetimes, (),
                       [_count(k, "timeline.steps") for k in data["timeline"]["steps"]],
                       _count(data["steps"], "steps"), _count(data["peak_bytes"], "peak_bytes"),
-                      _count(data.get("offloaded_bytes", 0), "offloaded_bytes"))
-    plan.budget = data.get("budget")
+                      _count(data.get("offloaded_bytes", 0), "offloaded_bytes"),
+                      data.get("budget"))
     return plan
 
 

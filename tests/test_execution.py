@@ -714,7 +714,7 @@ def test_stages_hold_each_fact_once_and_are_not_changed():
     if prog.executor == "xla":
         assert prog.executable.plan.bounds is prog.lowered.bounds
     assert prog.sdg is prog.passes.final and prog.schedule is prog.lowered.schedule
-    assert prog.memory is prog.lowered.memory is prog.lowered.plan and prog.memory.budget is None
+    assert prog.memory is prog.lowered.memory and prog.memory.budget is None
     assert prog.executable.program is prog and prog.on("codegen").executable.program is not prog
     before = dict(vars(prog.executable))
     run = prog.run()

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from rt_helpers import COMPILED, DISTINCT_COMPILED
 
 import tempo_lab as tl
 from tempo_lab.schedule import Exec, For, If
@@ -41,7 +42,7 @@ def _split(prog) -> bool:
     return any(d.name.endswith("_pre") for d in prog.sdg.dims)
 
 
-@pytest.mark.parametrize("executor", ["xla", "interpreter"])
+@pytest.mark.executors(DISTINCT_COMPILED, reason="the split runs on every kind of back end")
 def test_a_known_prefix_is_split_off_and_batched(executor):
     ctx, bounds, outputs = _attention_decoder()
     prog = ctx.compile(bounds=bounds, outputs=outputs,
@@ -63,7 +64,7 @@ def test_a_known_prefix_is_split_off_and_batched(executor):
 
 
 @pytest.mark.parametrize("P", [4, 10])
-@pytest.mark.parametrize("executor", ["xla", "codegen", "interpreter"])
+@pytest.mark.executors(COMPILED, reason="the cut is the lowered program's")
 def test_the_loop_is_cut_at_the_prompts_end(executor, P):
     """A prefix of 4 of 11 steps is split too: the loop over ``t`` is cut in two at the
     prompt's end (``schedule/cut.py``), so the steps from it run the model with no branch on
@@ -182,7 +183,7 @@ def _first_t(s, values: dict) -> int | None:
                          ).to_python()
 
 
-@pytest.mark.parametrize("executor", ["interpreter", "codegen", "xla"])
+@pytest.mark.executors(COMPILED, reason="the cut is the lowered program's")
 def test_a_padded_batch_ending_early_is_the_references_on_every_executor(llama, executor):
     """Prompts aligned at their ends, split off, and the loop over the steps (a ``tl.until``
     loop: rows end at an id) cut at the prompts' end: every executor gives the reference's

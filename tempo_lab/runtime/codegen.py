@@ -65,10 +65,10 @@ class _Codegen:
 
     @property
     def predicted_peak_bytes(self) -> int:
-        return self.lowered.plan.peak_bytes
+        return self.lowered.memory.peak_bytes
 
     def store_bytes(self, bounds: Mapping[str, int]) -> dict[int, int]:
-        return self.lowered.plan.store_bytes(bounds)
+        return self.lowered.memory.store_bytes(bounds)
 
     def sections(self):
         return [("source", self.source.splitlines())]
@@ -249,7 +249,7 @@ class _Codegen:
         if store:
             grow = [k for k, x in enumerate(self.lowered.stores[i].slots) if x is None]
             caps = "".join(f", cap{i}_{k}" for k in grow)
-            if self.lowered.plan.budget is not None:  # a store freed every iteration (only
+            if self.lowered.memory.budget is not None:  # a store freed every iteration (only
                 # under a budget, memory/offload.py) gets a fresh buffer in the next
                 w(d, f"if b{i} is None:")
                 w(d + 1, f"b{i}{caps}, z{i} = R.alloc({i})")

@@ -30,10 +30,10 @@ class _Interpreter:
 
     @property
     def predicted_peak_bytes(self) -> int:
-        return self.lowered.plan.peak_bytes
+        return self.lowered.memory.peak_bytes
 
     def store_bytes(self, bounds: Mapping[str, int]) -> dict[int, int]:
-        return self.lowered.plan.store_bytes(bounds)
+        return self.lowered.memory.store_bytes(bounds)
 
     def sections(self):
         return []

@@ -207,12 +207,6 @@ class Lowered(Stage):
         self.sinks = tuple(k for k, st in enumerate(self.stmts) if st.op.kind == "sink")
         self.loops = tuple(n for n in self.ast.walk() if isinstance(n, For))
 
-    @property
-    def plan(self) -> MemoryPlan:
-        """The memory plan under the name the backends (``codegen.py``, ``interpreter.py``,
-        ``xla_plan.py``) read it by; ``memory`` is its name everywhere else."""
-        return self.memory
-
     def stmts_of(self, node: Exec) -> list[Stmt]:
         return [self.stmts[k] for k in self.of_exec[id(node)]]
 
