@@ -15,7 +15,7 @@ import pytest
 os.environ.setdefault("PYTHONHASHSEED", "0")
 # No persistent compilation cache in the suite (tl.config.compilation_cache): a cache on disk
 # shared by the workers and kept between runs would make a test's path depend on what earlier
-# runs compiled. tests/test_compile_cache.py turns it on in processes of its own.
+# runs compiled. tests/runtime/test_compile_cache.py turns it on in processes of its own.
 os.environ.setdefault("TEMPO_LAB_COMPILATION_CACHE", "")
 
 

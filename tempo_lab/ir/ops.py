@@ -4,7 +4,7 @@ interpreter), the JAX rule (the kernels), the VJP (``tl.grad``) and flags that p
 executors read instead of lists of kinds. The rules are written where their vocabulary lives
 (``runtime/reference.py``, ``runtime/jax_ops.py``, ``frontend/vjp.py``) and registered here by
 name; an elementwise op is one row of ``UNARY``/``BINARY`` below, which gives all four.
-``tests/test_ops.py`` checks that every op has every rule or says it has none (``NONE``).
+``tests/ir/test_ops.py`` checks that every op has every rule or says it has none (``NONE``).
 
 Shapes are tuples of ints and (for ranges read through a slice such as ``0:t+1``) symbolic index
 expressions. Dtypes follow ``jax.numpy`` promotion, including weak types for Python scalars and

@@ -12,7 +12,7 @@ import pytest
 
 import tempo_lab as tl
 
-FIXTURE = Path(__file__).parent / "fixtures" / "tokenizer"
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "tokenizer"
 EXPECTED = json.loads((FIXTURE / "expected.json").read_text())
 
 

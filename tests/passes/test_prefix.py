@@ -14,7 +14,7 @@ from tempo_lab.schedule import Exec, For, If
 from tempo_lab.schedule.loops import to_code
 
 NO_PREFIX = tuple(p for p in tl.CompileConfig().passes if p != "prefix")
-CKPT = Path(__file__).parent / "fixtures" / "hf" / "llama3_tied"
+CKPT = Path(__file__).parents[1] / "fixtures" / "hf" / "llama3_tied"
 
 
 def _attention_decoder(P: int = 6, steps: int = 11):

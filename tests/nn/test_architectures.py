@@ -13,7 +13,7 @@ import pytest
 
 import tempo_lab as tl
 
-HF = Path(__file__).parent / "fixtures" / "hf"
+HF = Path(__file__).parents[1] / "fixtures" / "hf"
 
 
 def _logits(model, params, ids: np.ndarray) -> np.ndarray:

@@ -11,7 +11,7 @@ import pytest
 
 import tempo_lab as tl
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).parents[1] / "fixtures"
 CKPT = FIXTURES / "hf" / "llama3_tied"          # vocab 96, as the tokenizer fixture's
 
 

@@ -28,7 +28,7 @@ from tempo_lab.demo import decoder, make_weights, numpy_decoder
 from tempo_lab.runtime import kernels as kernels_mod
 from tempo_lab.symbolic.sizes import pad
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/ is not a package
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ is not a package
 
 from randprog import ATOL, RTOL, build, program_strategy, to_source  # noqa: E402
 
@@ -339,7 +339,7 @@ def test_batched_window_decoder_matches_numpy_on_both_executors(weights, batched
 # 5. Another bound value reuses the compiled kernels
 # ================================================================================================
 # These tests pin the loop-AST interpreter, whose kernels (shared with generated code) live in
-# the process-wide cache counted here; tests/test_executors.py covers XLA loops.
+# the process-wide cache counted here; tests/runtime/test_executors.py covers XLA loops.
 # Kernels are specialised on static shapes only. A window of constant width reads a fixed number
 # of slots and a ring store has a fixed size, so a program whose stores are all points and rings
 # needs no new kernel (and no new XLA compilation) for another T. A causal range 0:t+1 is padded
@@ -536,7 +536,7 @@ def test_statement_counts_are_what_walk_runs_without_visiting_every_point():
     from collections import Counter
 
     from tempo_lab.schedule import Exec, statement_counts, walk
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "passes"))
     from test_remat import _table_program
     ctx, outs, _ = _table_program()
     N, T = ctx.bounds

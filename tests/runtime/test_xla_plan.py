@@ -13,7 +13,7 @@ from hypothesis import given, settings
 import tempo_lab as tl
 from tempo_lab.runtime import xla_plan
 
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))  # tests/ is not a package
+sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))  # tests/ is not a package
 from budget import examples  # noqa: E402
 from randprog import assert_outputs_match, compile_program, program_strategy, run_tempo  # noqa: E402
 

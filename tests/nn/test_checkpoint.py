@@ -21,11 +21,11 @@ from safetensors.numpy import load_file, save_file
 
 import tempo_lab as tl
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/ is not a package
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ is not a package
 from budget import examples  # noqa: E402
 
-HF = Path(__file__).parent / "fixtures" / "hf"
-CONFIGS = Path(__file__).parent / "fixtures" / "configs"
+HF = Path(__file__).parents[1] / "fixtures" / "hf"
+CONFIGS = Path(__file__).parents[1] / "fixtures" / "configs"
 FIXTURES = ("llama3_tied", "untied_bf16", "sharded_v4")
 
 

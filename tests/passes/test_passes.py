@@ -17,7 +17,7 @@ import tempo_lab as tl
 from tempo_lab.passes import REGISTRY, check_invariants
 from tempo_lab.symbolic import Dim
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/ is not a package
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ is not a package
 from budget import examples  # noqa: E402
 from randprog import assert_outputs_match, numpy_eval, program_strategy, run_tempo  # noqa: E402
 from rt_helpers import COMPILED, DISTINCT_COMPILED  # noqa: E402

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 SCRIPT = r'''
 import json
@@ -88,7 +88,7 @@ print("RESULT " + json.dumps(out), flush=True)
 def launch(tmp_path, script: str, *args: str, timeout: float = 240):
     path = tmp_path / "script.py"
     path.write_text(script)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests" / "runtime")])}
     env.pop("XLA_FLAGS", None)
     return subprocess.run([sys.executable, "-m", "tempo_lab.launch", *args, str(path)],
                           capture_output=True, text=True, cwd=ROOT, env=env,

@@ -16,7 +16,7 @@ import tempo_lab as tl
 from tempo_lab.demo import decoder, make_weights
 from tempo_lab.memory.simulate import simulate
 
-sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parents[1]))
 from randprog import compile_program, program_strategy  # noqa: E402
 
 EVERY = 10**9  # a run_all no loop here reaches: every iteration runs

@@ -22,7 +22,7 @@ import tempo_lab as tl
 from tempo_lab.demo import decoder, make_weights, numpy_decoder
 from tempo_lab.runtime import xla_plan
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/ is not a package
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ is not a package
 
 from test_execution import (  # noqa: E402
     counter,

@@ -18,7 +18,7 @@ from jax.sharding import Mesh
 
 import tempo_lab as tl
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 def rnn(config, batch=8):
     rng = np.random.default_rng(0)
@@ -134,7 +134,7 @@ def test_four_devices_give_the_reference_results_and_a_partitioned_program(tmp_p
     script.write_text("import json, sys\nimport jax, numpy as np\nimport tempo_lab as tl\n"
                       "from jax.sharding import Mesh\n"
                       "from benchmarks.shard import main, partitioned\n"
-                      "sys.path.insert(0, 'tests')\nfrom test_sharding import rnn\n"
+                      "sys.path.insert(0, 'tests/runtime')\nfrom test_sharding import rnn\n"
                       "tl.config.progress = False\n" + textwrap.dedent(CHECK))
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
            "PYTHONPATH": str(ROOT)}

@@ -12,7 +12,7 @@ import pytest
 import tempo_lab as tl
 
 pytestmark = pytest.mark.skipif(jax.default_backend() != "gpu", reason="needs a GPU")
-HF = Path(__file__).parent / "fixtures" / "hf"
+HF = Path(__file__).parents[1] / "fixtures" / "hf"
 
 
 def test_a_recurrence_with_causal_and_window_reads_equals_the_reference():

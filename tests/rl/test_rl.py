@@ -89,7 +89,7 @@ def test_cartpole_reset_and_termination():
     assert terminated and not truncated
 
 
-GYM = Path(__file__).parent / "fixtures" / "gym"
+GYM = Path(__file__).parents[1] / "fixtures" / "gym"
 
 
 @pytest.mark.parametrize("name,make", [("cartpole", CartPole), ("pendulum", Pendulum)])

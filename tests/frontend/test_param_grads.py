@@ -22,7 +22,7 @@ import tempo_lab as tl
 
 DIMS = ("i", "b", "t")
 VOCAB = 5
-FIXTURES = Path(__file__).parent / "fixtures" / "hf"
+FIXTURES = Path(__file__).parents[1] / "fixtures" / "hf"
 
 
 def point_loss(w, table, v, x, idx):
