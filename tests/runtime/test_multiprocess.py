@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from rt_helpers import COMPILED
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -25,6 +26,7 @@ from jax.sharding import Mesh
 
 import tempo_lab as tl
 from benchmarks.shard import PROGRAMS, partitioned
+from tempo_lab.executors import lowering
 from test_sharding import rnn, stored_rnn
 
 tl.config.progress = False
@@ -35,7 +37,7 @@ mesh = Mesh(np.array(jax.devices()), ("data",))
 sharded = tl.CompileConfig(mesh=mesh, shard={"b": "data"})
 
 want = rnn(tl.CompileConfig(executor="reference")).run()
-for ex in ("xla", "codegen", "interpreter"):
+for ex in lowering():
     prog = rnn(tl.CompileConfig(executor=ex, mesh=mesh, shard={"b": "data"}))
     got = prog.run()
     out[ex] = max(float(np.abs(got[k] - want[k]).max()) for k in ("h", "m"))
@@ -88,7 +90,8 @@ print("RESULT " + json.dumps(out), flush=True)
 def launch(tmp_path, script: str, *args: str, timeout: float = 240):
     path = tmp_path / "script.py"
     path.write_text(script)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "tests" / "runtime")])}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [str(ROOT), str(ROOT / "tests"), str(ROOT / "tests" / "runtime")])}
     env.pop("XLA_FLAGS", None)
     return subprocess.run([sys.executable, "-m", "tempo_lab.launch", *args, str(path)],
                           capture_output=True, text=True, cwd=ROOT, env=env,
@@ -110,7 +113,7 @@ def test_two_processes_run_one_sharded_program(tmp_path):
     assert proc.returncode == 0 and set(got) == {0, 1}, proc.stdout[-4000:]
     for k, out in got.items():
         assert (out["process"], out["processes"], out["devices"], out["local"]) == (k, 2, 4, 2)
-        for ex in ("xla", "codegen", "interpreter"):
+        for ex in COMPILED:
             assert out[ex] < 1e-5, (k, ex, out[ex])  # a sharded sum adds in another order
         assert out["partitioned"] and out["decoder_partitioned"]
         assert out["decoder"] < 1e-4

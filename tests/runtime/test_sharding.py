@@ -15,6 +15,7 @@ import jax
 import numpy as np
 import pytest
 from jax.sharding import Mesh
+from rt_helpers import COMPILED
 
 import tempo_lab as tl
 
@@ -111,7 +112,7 @@ mesh = Mesh(np.array(jax.devices()), ("data",))
 assert len(jax.devices()) == 4, jax.devices()
 out = {}
 want = rnn(tl.CompileConfig(executor="reference")).run()
-for ex in ("xla", "codegen", "interpreter"):
+for ex in lowering():
     prog = rnn(tl.CompileConfig(executor=ex, mesh=mesh, shard={"b": "data"}))
     got = prog.run()
     out[ex] = max(float(np.abs(got[k] - want[k]).max()) for k in ("h", "m"))
@@ -134,7 +135,8 @@ def test_four_devices_give_the_reference_results_and_a_partitioned_program(tmp_p
     script.write_text("import json, sys\nimport jax, numpy as np\nimport tempo_lab as tl\n"
                       "from jax.sharding import Mesh\n"
                       "from benchmarks.shard import main, partitioned\n"
-                      "sys.path.insert(0, 'tests/runtime')\nfrom test_sharding import rnn\n"
+                      "from tempo_lab.executors import lowering\n"
+                      "sys.path[:0] = ['tests', 'tests/runtime']\nfrom test_sharding import rnn\n"
                       "tl.config.progress = False\n" + textwrap.dedent(CHECK))
     env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=4",
            "PYTHONPATH": str(ROOT)}
@@ -143,7 +145,7 @@ def test_four_devices_give_the_reference_results_and_a_partitioned_program(tmp_p
     line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT ")), None)
     assert proc.returncode == 0 and line, proc.stderr[-3000:]
     out = json.loads(line[len("RESULT "):])
-    for ex in ("xla", "codegen", "interpreter"):
+    for ex in COMPILED:
         assert out[ex] < 1e-5, (ex, out[ex])  # a sharded sum adds in another order
     assert out["partitioned"]
     device, total = out["device_peak"]
