@@ -63,7 +63,7 @@ def program(config, over_b=False):
         tl.sink(y if over_b else y[0:B, t].sum(axis=0),
                 lambda p, v: calls.append([p["t"], float(v)]))
     return ctx.compile(bounds={B: 8, T: 5}, outputs={"y": y}, config=config)
-for ex in ("xla", "codegen"):
+for ex in lowering():
     calls.clear()
     got = program(tl.CompileConfig(executor=ex, mesh=mesh, shard={"b": "data"})).run()["y"]
     out[f"callbacks_{ex}"] = [sorted(calls), got.tolist()]
@@ -117,7 +117,7 @@ def test_two_processes_run_one_sharded_program(tmp_path):
             assert out[ex] < 1e-5, (k, ex, out[ex])  # a sharded sum adds in another order
         assert out["partitioned"] and out["decoder_partitioned"]
         assert out["decoder"] < 1e-4
-        for ex in ("xla", "codegen"):
+        for ex in COMPILED:
             calls, y = out[f"callbacks_{ex}"]
             # the source's value is process 0's (100 t), whichever process reads it
             assert y == [[2 * (5 * b + t) + 200 * t for t in range(5)] for b in range(8)]
