@@ -337,7 +337,7 @@ def _lhs_last_eval(jaxpr, consts, args) -> list:
             inner = eqn.params["jaxpr"]
             outs = _lhs_last_eval(inner.jaxpr, inner.consts, ins)
         else:
-            bound = eqn.primitive.get_bind_params(eqn.params)  # (subfuns, params) before jax 0.7
+            bound = eqn.primitive.get_bind_params(eqn.params)  # older jax: (subfuns, params)
             subfuns, params = bound if isinstance(bound, tuple) else ((), bound)
             with eqn.ctx.manager:
                 outs = eqn.primitive.bind(*subfuns, *ins, **params)
