@@ -66,10 +66,12 @@ def close_tree(widget) -> None:
 
 def slider_grid(sliders) -> object:
     """Sliders side by side, each at least 300 px wide, wrapping to the next row rather than
-    squashing their tracks to nothing (PPO has six bounds)."""
+    squashing their tracks to nothing (PPO has six bounds). Each fills its cell by the
+    grid's stretch (width ``auto``): at ``100%`` its margin came on top of the cell's width
+    and the grid scrolled sideways by those 2 px (a stray scrollbar under the sliders)."""
     W = _ipywidgets()
     for s in sliders:
-        s.layout.width = "100%"
+        s.layout.width = "auto"
         s.style.description_width = "initial"
     return W.GridBox(list(sliders), layout=W.Layout(
         width="100%", grid_template_columns="repeat(auto-fill, minmax(300px, 1fr))",

@@ -420,9 +420,10 @@ def _constant(op) -> str:
 
 def heat(fraction: float) -> str:
     """White for nothing to red for the largest cost drawn (square-root scale, so that small
-    costs still show)."""
+    costs still show). The red is light enough for a node's black label to read on it (5.3:1;
+    the darker red before gave 4.3:1, under the 4.5:1 of WCAG AA)."""
     f = min(max(fraction, 0.0), 1.0) ** 0.5
-    r, g, b = (round(255 + (c - 255) * f) for c in (0xd7, 0x30, 0x1f))
+    r, g, b = (round(255 + (c - 255) * f) for c in (0xe3, 0x4a, 0x33))
     return f"#{r:02x}{g:02x}{b:02x}"
 
 
@@ -489,22 +490,36 @@ def svg_html(svg: str, max_height: int = 640) -> str:
             f'border:1px solid #eee">{svg}</div>')
 
 
+def legend_items(spec: GraphSpec) -> list[tuple[str, str, str]]:
+    """What the colours mean, as ``(text, fill, border)``: a swatch per fill drawn, then the
+    borders of search hits and of the selected op (the cost scale is ``spec.heat``). The
+    legend above the canvas and the one in the SVG (``layout.svg``, what a download or an
+    export saves) are both made from these."""
+    items = [(t, c, "#888") for t, c in sorted(spec.legend.items())]
+    if any(n.border == MATCH for n in spec.nodes):
+        items.append(("search hit", "#ffffff", MATCH))
+    if any(n.border == HIGHLIGHT for n in spec.nodes):
+        items.append(("selected", "#ffffff", HIGHLIGHT))
+    return items
+
+
+def heat_legend(spec: GraphSpec) -> str:
+    """The cost scale's words, when nodes are coloured by a cost."""
+    return f"0 → {spec.heat} (square-root scale)" if spec.heat else ""
+
+
 def legend_html(spec: GraphSpec) -> str:
     """What the colours mean: a swatch per fill drawn, or the cost scale."""
     def swatch(colour: str, text: str, border: str = "#888") -> str:
         return (f'<span style="display:inline-block;width:11px;height:11px;background:{colour};'
                 f'border:1px solid {border};margin:0 3px 0 9px;vertical-align:-1px"></span>'
                 f"{html.escape(text)}")
-    items = [swatch(c, t) for t, c in sorted(spec.legend.items())]
+    items = [swatch(c, t, b) for t, c, b in legend_items(spec)]
     if spec.heat:
         items.insert(0, '<span style="display:inline-block;width:80px;height:11px;'
                         f'background:linear-gradient(90deg,#ffffff,{heat(1.0)});border:1px '
                         'solid #888;margin:0 3px 0 9px;vertical-align:-1px"></span>'
-                        f"0 → {html.escape(spec.heat)} (square-root scale)")
-    if any(n.border == MATCH for n in spec.nodes):
-        items.append(swatch("#ffffff", "search hit", MATCH))
-    if any(n.border == HIGHLIGHT for n in spec.nodes):
-        items.append(swatch("#ffffff", "selected", HIGHLIGHT))
+                        + html.escape(heat_legend(spec)))
     return ('<div class="tempo-lab-legend" style="font-size:90%;'
             'color:var(--jp-ui-font-color1,#444)">colour:'
             + "".join(items) + "</div>") if items else ""

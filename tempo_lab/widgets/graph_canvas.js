@@ -218,8 +218,10 @@ function render({ model, el }) {
     svg.removeAttribute("height");
     svg.style.width = "100%";
     svg.style.height = "100%";
-    const vb = svg.viewBox.baseVal;
-    full = [vb.x, vb.y, vb.width, vb.height];
+    // fit the drawing's own box (data-box): the view box also holds the colour legend that
+    // a download keeps, drawn above the graph and hidden here (the HTML legend says it)
+    const vb = svg.viewBox.baseVal, own = (svg.getAttribute("data-box") || "").split(" ");
+    full = own.length === 4 ? own.map(Number) : [vb.x, vb.y, vb.width, vb.height];
     names = null;
     titled = null;
     detail.scale = null;
@@ -253,7 +255,7 @@ function render({ model, el }) {
     centre(pending);
     pending = false;
   }
-  function download() {
+  function download() {   // the SVG as layout.py made it: light, with its colour legend
     const blob = new Blob([model.get("svg")], { type: "image/svg+xml" });
     const a = document.createElement("a");
     a.href = URL.createObjectURL(blob);

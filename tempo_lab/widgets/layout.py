@@ -570,12 +570,12 @@ def _rect(x, y, w, h, r=4.0) -> str:
             f"{x + r:.1f},{y:.1f}Z")
 
 
-def _title(it: Item, text: str) -> str:
+def _title(it: Item, text: str, fill: str = "#333") -> str:
     """A group's title, centred in the band at the top of its box, hanging from its top: drawn
     larger when zoomed out, it grows down into its own box (not up into the one above) and
     evenly to both sides (the middle of what a closed group draws stays on its box)."""
     return (f'<text text-anchor="middle" x="{it.x + it.w / 2:.1f}" y="{it.y + 5:.1f}" '
-            f'dominant-baseline="hanging" font-size="{TITLE_FONT:g}" fill="#333">'
+            f'dominant-baseline="hanging" font-size="{TITLE_FONT:g}" fill="{fill}">'
             f"{_text(text)}</text>")
 
 
@@ -603,10 +603,11 @@ def _node_svg(it: Item) -> str:
         if ghost:
             box += (f'<path class="tl-ghost" fill="#000" fill-opacity="0.07" '
                     f'pointer-events="none" d="{ghost}"/>')
-        return box + _title(it, lines[0]) + "".join(
+        # black like an op's label: #333 read 3.2:1 on the red of the largest cost
+        return box + _title(it, lines[0], "#000") + "".join(
             f'<text text-anchor="middle" x="{it.x + it.w / 2:.1f}" '
             f'y="{it.y + TITLE_H + (j + 1) * NODE_FONT * 1.2 - 3:.1f}" '
-            f'font-size="{NODE_FONT:g}" fill="#333">{_text(line)}</text>'
+            f'font-size="{NODE_FONT:g}" fill="#000">{_text(line)}</text>'
             for j, line in enumerate(lines[1:])) + "</g>"
     top = it.y + it.h / 2 - len(lines) * NODE_FONT * 1.2 / 2
     return box + "".join(
@@ -615,12 +616,53 @@ def _node_svg(it: Item) -> str:
         f"{_text(line)}</text>" for j, line in enumerate(lines)) + "</g>"
 
 
-def to_svg(lay: Layout) -> str:
+LEGEND_ROW = 16.0    # the height of a row of the legend drawn above the graph
+
+
+def legend_svg(spec: G.GraphSpec, width: float) -> tuple[str, float]:
+    """What the colours mean (``graph.legend_items``, the cost scale first), as an SVG group
+    in rows above the drawing (at negative y, wrapped at ``width``, at least 320), and the
+    height it takes. Why: the legend above the canvas is HTML, so that a downloaded or
+    exported SVG had colours and nothing to say what they mean."""
+    items = [(t, f, b, 11.0) for t, f, b in G.legend_items(spec)]
+    if spec.heat:
+        items.insert(0, (G.heat_legend(spec), "url(#tl-heat)", "#888", 80.0))
+    if not items:
+        return "", 0.0
+    width = max(width, 320.0)
+    out, x, row, on_row = [], text_width("colour:", NODE_FONT) + 12, 0, 0
+    for text, fill, border, swatch in items:
+        w = swatch + 4 + text_width(text, NODE_FONT) + 12
+        if on_row and x + w > width:
+            x, row, on_row = 6.0, row + 1, 0
+        out.append((x, row, text, fill, border, swatch))
+        x, on_row = x + w, on_row + 1
+    height = (row + 1) * LEGEND_ROW + 8
+    parts = [f'<text x="6" y="{-height + 4 + 11:.1f}" font-size="{NODE_FONT:g}" '
+             'fill="#333">colour:</text>']
+    for x, k, text, fill, border, swatch in out:
+        y = -height + 4 + k * LEGEND_ROW
+        parts.append(f'<rect x="{x:.1f}" y="{y + 2:.1f}" width="{swatch:g}" height="11" '
+                     f'fill="{fill}" stroke="{border}"/><text x="{x + swatch + 4:.1f}" '
+                     f'y="{y + 11:.1f}" font-size="{NODE_FONT:g}" fill="#333">'
+                     f"{_text(text)}</text>")
+    heat = (f'<defs><linearGradient id="tl-heat"><stop offset="0" stop-color="#ffffff"/>'
+            f'<stop offset="1" stop-color="{G.heat(1.0)}"/></linearGradient></defs>'
+            if spec.heat else "")
+    return (f'<g class="tl-legend" font-family="Helvetica,Arial,sans-serif">{heat}'
+            + "".join(parts) + "</g>"), height
+
+
+def to_svg(lay: Layout, legend: tuple[str, float] = ("", 0.0)) -> str:
     """The layout as SVG, in graphviz's shapes (``g.node`` and ``g.cluster`` with the keys as
     ids, ``g.edge``), which is what the canvas and its tests read. A group's ``g.cluster``
     holds its box, its edges, what is drawn in it and, last, its title, so that its title is
-    drawn over what is inside it (zoomed out, titles are drawn larger than their bands)."""
+    drawn over what is inside it (zoomed out, titles are drawn larger than their bands).
+    ``legend`` (``legend_svg``) is drawn above the graph, in the view box of the file but not
+    in ``data-box``, the drawing's own box, which the canvas fits to (it shows the legend in
+    HTML above itself)."""
     W, H = lay.width, lay.height
+    top = legend[1]
     edges: dict[str, list[Edge]] = {}
     for e in lay.edges:
         if e.points:
@@ -640,13 +682,16 @@ def to_svg(lay: Layout) -> str:
             out.append(_node_svg(it))
             walk(it.children)   # a closed group's ops kept in sight (a search hit), over it
     walk(lay.items)
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{W:.0f}pt" height="{H:.0f}pt" '
-            f'viewBox="0 0 {W:.1f} {H:.1f}"><g id="graph0" class="graph" '
-            'font-family="Helvetica,Arial,sans-serif"><rect width="100%" height="100%" '
-            'fill="white"/>' + "".join(out) + "</g></svg>")
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{W:.0f}pt" '
+            f'height="{H + top:.0f}pt" viewBox="0 {-top:g} {W:.1f} {H + top:.1f}" '
+            f'data-box="0 0 {W:.1f} {H:.1f}"><rect class="tl-bg" y="{-top:g}" width="100%" '
+            'height="100%" fill="white"/><g id="graph0" class="graph" '
+            'font-family="Helvetica,Arial,sans-serif">' + "".join(out) + "</g>"
+            + legend[0] + "</svg>")
 
 
 def svg(spec: G.GraphSpec) -> str | None:
-    """The nested layout of ``spec`` as SVG, or None when ``dot`` is missing or fails."""
+    """The nested layout of ``spec`` as SVG, with its colour legend above it, or None when
+    ``dot`` is missing or fails."""
     lay = layout(spec)
-    return None if lay is None else to_svg(lay)
+    return None if lay is None else to_svg(lay, legend_svg(spec, lay.width))

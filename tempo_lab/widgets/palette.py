@@ -1,5 +1,6 @@
 """Fixed colours, so that every picture of the same program looks the same in every session:
-op categories reuse the SDG's own table, domains hash their name, edits have one colour each."""
+op categories reuse the SDG's own table, domains hash their name, edits have one colour each;
+and the charts' shared style (plotly template, where a title goes)."""
 from __future__ import annotations
 
 import zlib
@@ -27,3 +28,18 @@ def domain_colour(name: str) -> str:
 def region_of(op) -> str:
     """The region an op belongs to: its domain, written like the SDG's clusters."""
     return "(" + ", ".join(map(str, op.domain)) + ")"
+
+
+MODEBAR = 28    # px: the band at a chart's top right that plotly's toolbar (modebar) takes
+
+
+def place_title(fig, text: str, detail: str = ""):
+    """Give ``fig`` its title below the toolbar's band, ``detail`` as its subtitle, and the
+    top margin both need. Why: plotly draws the title and the toolbar in one band, and at a
+    900-px window a chart is about 430 px wide, so that a title of more than about 15
+    characters ran under the toolbar; below it, nothing covers the title at any width.
+    Returns ``fig``."""
+    fig.update_layout(title=dict(text=text, subtitle=dict(text=detail), yref="container",
+                                 y=1, yanchor="top", pad=dict(t=MODEBAR)),
+                      margin=dict(t=MODEBAR + (54 if detail else 26)))
+    return fig

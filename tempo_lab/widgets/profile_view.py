@@ -10,7 +10,7 @@ from tempo_lab.schedule import Exec, walk
 
 from .base import FigureSlot, stage_view
 from .costs import op_value, scope_costs, scope_order, scope_paths, time_unit, top_label
-from .palette import HIGHLIGHT, TEMPLATE, category_colour, region_of
+from .palette import HIGHLIGHT, TEMPLATE, category_colour, place_title, region_of
 from .search import op_title
 
 MAX_KERNELS = 5000
@@ -128,18 +128,18 @@ def timeline_figure(sdg, kernels: list[Kernel], highlight: int | None = None,
                        f"{list(k.point)}: {(k.end - k.start) * 1e6:.0f} µs" for k in ks],
             marker=dict(color=[HIGHLIGHT if k.op == highlight else colour for k in ks],
                         line=dict(width=0.5, color="#555"))))
-    what = ("no per-kernel times from this executor: calls in schedule order"
+    what = ("this executor times no kernel: calls in schedule order"
             if estimated is None else "estimated from per-op totals" if estimated
             else "measured")
+    place_title(fig, f"kernel timeline: {len(kernels)} calls", what)
     fig.update_layout(template=TEMPLATE, barmode="overlay", bargap=0.15,
-                      title=f"kernel timeline ({len(kernels)} calls, {what})",
                       xaxis_title="call number" if estimated is None
                       else "ms since the run started",
                       yaxis=dict(categoryorder="array", categoryarray=[op_title(sdg.ops[i])
                                                                        for i in rows],
                                  autorange="reversed"),
-                      height=min(200 + 18 * len(rows), 900), margin=dict(l=70, r=10, t=40,
-                                                                         b=40))
+                      height=min(240 + 18 * len(rows), 940),   # 18 px a row under the title
+                      margin=dict(l=70, r=10, b=40))
     return fig
 
 
@@ -201,8 +201,8 @@ def icicle_figure(sdg, profile, highlight: int | None = None):
                               hovertemplate=f"%{{label}}: %{{value:.3f}} {d['unit']}"
                                             "<extra></extra>"))
     what = "time (ms)" if d["unit"] == "ms" else "calls (this executor measured no times)"
-    fig.update_layout(template=TEMPLATE, title=f"kernel {what} by region, scope and op",
-                      height=420, margin=dict(l=10, r=10, t=40, b=10))
+    place_title(fig, f"kernel {what} by region, scope and op")
+    fig.update_layout(template=TEMPLATE, height=420, margin=dict(l=10, r=10, b=10))
     return fig
 
 
@@ -238,11 +238,11 @@ def scope_figure(sdg, profile, highlight: int | None = None):
             error_y=dict(type="data", symmetric=False, color="#333", width=3,
                          array=[r["high"] - r["value"] for r in rows],
                          arrayminus=[r["value"] - r["low"] for r in rows])))
-    title = f"{unit} by scope: {c['what']}"
-    fig.update_layout(template=TEMPLATE, barmode="stack", title=title,
+    place_title(fig, f"{unit} by scope", c["what"])
+    fig.update_layout(template=TEMPLATE, barmode="stack",
                       xaxis=dict(categoryorder="array", categoryarray=names, tickangle=-45),
                       yaxis_title=unit, height=360, showlegend=len(parts) > 1,
-                      margin=dict(l=60, r=10, t=40, b=80), legend=dict(orientation="h"))
+                      margin=dict(l=60, r=10, b=80), legend=dict(orientation="h"))
     return fig
 
 
@@ -307,9 +307,9 @@ def compile_figure(prog):
         fig.add_trace(go.Bar(orientation="h", y=["compile"], x=[sec * 1e3], name=stage,
                              marker_color=colour,
                              hovertemplate=f"{stage}: %{{x:.2f}} ms<extra></extra>"))
+    place_title(fig, "compile time by stage (ms)")
     fig.update_layout(template=TEMPLATE, barmode="stack", height=max(220, 20 * len(rows) + 100),
-                      title="compile time by stage (ms)", xaxis_title="ms",
-                      margin=dict(l=70, r=10, t=40, b=40),
+                      xaxis_title="ms", margin=dict(l=70, r=10, b=40),
                       legend=dict(orientation="v", x=1.02, y=1, yanchor="top",
                                   traceorder="normal", font=dict(size=11)))
     return fig

@@ -1,6 +1,7 @@
 """The dashboard in a real browser: JupyterLab on loopback (random port, token), headless
 Chromium driven by Playwright, a notebook that runs ``prog.explore()`` on the demo decoder.
-Each tab must render its content (DOM checks); screenshots go to ``screenshots/`` (ignored).
+Each tab must render its content (DOM checks); screenshots go to ``screenshots/`` (ignored), or
+to the folder ``TEMPO_LAB_SHOTS`` names.
 
 Chromium is the system one (``/usr/bin/chromium``, installed by ``.ci/run``); Playwright never
 downloads a browser here. Without chromium or Playwright the test skips, except under
@@ -23,7 +24,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-SHOTS = ROOT / "screenshots"
+SHOTS = Path(os.environ.get("TEMPO_LAB_SHOTS") or ROOT / "screenshots")
 CHROMIUM = os.environ.get("TEMPO_LAB_CHROMIUM", "/usr/bin/chromium")
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 TABS = ("Program", "SDG", "Passes", "Schedule", "Memory", "Profile")
@@ -341,6 +342,41 @@ def test_dashboard_tabs_render(page):
     _shot(page, "6_profile")
 
 
+# Where a chart's title and its toolbar (plotly's modebar, shown while the pointer is over the
+# chart) are, relative to the chart.
+TITLE_AND_TOOLBAR = """(gd) => { const g = gd.getBoundingClientRect();
+  const box = (e) => { const r = e.getBoundingClientRect();
+    return [r.left - g.left, r.top - g.top, r.right - g.left, r.bottom - g.top]; };
+  return { title: box(gd.querySelector('.g-gtitle')), bar: box(gd.querySelector('.modebar')),
+           width: g.width }; }"""
+
+
+def test_the_timeline_title_clears_the_toolbar(page):
+    """The profile timeline's title is not under plotly's toolbar at 900, 1400 and 1800 px
+    (at 900 px the chart is about 430 px wide and its title ran under the toolbar), and it
+    fits in the chart."""
+    dash = _dash(page)
+    _tab(page, "Profile")
+    if dash.locator(".tempo-lab-timeline .js-plotly-plot").count() == 0:
+        _wait(dash.locator(".tempo-lab-run-button")).first.click()
+    chart = _wait(dash.locator(".tempo-lab-timeline .js-plotly-plot"), 120_000).first
+    try:
+        for width in (900, 1400, 1800):
+            page.set_viewport_size({"width": width, "height": 1000})
+            page.wait_for_timeout(600)
+            chart.scroll_into_view_if_needed()
+            chart.hover(position={"x": 120, "y": 120})       # the toolbar shows
+            page.wait_for_timeout(300)
+            at = chart.evaluate(TITLE_AND_TOOLBAR)
+            (tl, tt, tr, tb), (bl, bt, br, bb) = at["title"], at["bar"]
+            assert bl < br and not (tl < br and bl < tr and tt < bb and bt < tb), (width, at)
+            assert tl >= 0 and tr <= at["width"], (width, at)
+            SHOTS.mkdir(exist_ok=True)
+            chart.screenshot(path=str(SHOTS / f"27_timeline_title_{width}.png"))
+    finally:
+        page.set_viewport_size({"width": 1400, "height": 1000})
+
+
 def test_selection_is_linked_across_tabs(page):
     dash = _dash(page)
     picker = dash.locator(".tempo-lab-op-picker select")
@@ -444,9 +480,57 @@ def test_ppo_graph_by_phase(page):
     _shot(page, "13_ppo_measured_time", 2)
 
 
+# The y tick labels of a chart that overlap another, and the elements under ``root`` that
+# scroll (their content wider or taller than they are, with a scrollbar to show for it).
+TICKS_AND_SCROLLERS = """([gd, root]) => {
+  const ts = [...gd.querySelectorAll('g.ytick text')].map((t) => t.getBoundingClientRect())
+    .filter((r) => r.height > 0);
+  let overlaps = 0;
+  ts.forEach((r, i) => ts.slice(i + 1).forEach((q) => {
+    if (r.top < q.bottom - 0.5 && q.top < r.bottom - 0.5 && r.left < q.right && q.left < r.right)
+      overlaps += 1; }));
+  const scrollers = [...root.querySelectorAll('*')].filter((e) => {
+    const s = getComputedStyle(e);
+    return (e.scrollWidth > e.clientWidth + 1 && /auto|scroll/.test(s.overflowX)) ||
+           (e.scrollHeight > e.clientHeight + 1 && /auto|scroll/.test(s.overflowY)); })
+    .map((e) => e.className);
+  return { ticks: ts.length, overlaps, scrollers }; }"""
+
+
+def test_ppo_iteration_space_ticks_do_not_overlap(page):
+    """PPO's iteration space with the iterations slider at its most (12 x 2 x 2 = 48 rows of
+    i, e, m; the RL tutorial's PPO opens on 96): its y tick labels never overlap (a tick per
+    row wrote them over each other), and nothing in the tab scrolls (the slider grid did,
+    sideways, by 2 px)."""
+    dash = _dash(page, 2)
+    _tab(page, "Schedule", 2)
+    dash.locator(".tempo-lab-schedule .lm-TabBar-tab").filter(has_text="iteration space") \
+        .first.click()
+    root = dash.locator(".tempo-lab-schedule").first
+    chart = _wait(root.locator(".js-plotly-plot"))
+    _wait(chart.locator(".scatterlayer .point"))
+    slider = root.locator(".widget-slider").first
+    assert slider.locator("label").first.inner_text().strip() == "I"
+    slider.locator(".noUi-handle").first.press("End")
+    page.wait_for_function("(gd) => /I=12/.test(gd.querySelector('.g-gtitle')?.textContent)",
+                           arg=chart.first.element_handle(), timeout=30_000)
+    page.wait_for_timeout(500)
+    for width in (900, 1400):
+        page.set_viewport_size({"width": width, "height": 1000})
+        try:
+            page.wait_for_timeout(600)
+            got = page.evaluate(TICKS_AND_SCROLLERS,
+                                [chart.first.element_handle(), root.element_handle()])
+            assert 4 <= got["ticks"] <= 12 and got["overlaps"] == 0, (width, got)
+            assert got["scrollers"] == [], (width, got)
+            _shot(page, f"28_ppo_iteration_space_{width}", 2)
+        finally:
+            page.set_viewport_size({"width": 1400, "height": 1000})
+
+
 def test_export_svg_and_standalone_html(page, lab):
-    """The graph downloads as SVG; the dashboard exports to one HTML file that shows its
-    sections and plots with no kernel and no network."""
+    """The graph downloads as SVG, with its colour legend; the dashboard exports to one HTML
+    file that shows its sections and plots with no kernel and no network."""
     dash = _dash(page, 1)
     _tab(page, "SDG", 1)
     canvas = _wait(dash.locator(".tl-graph"))
@@ -454,6 +538,7 @@ def test_export_svg_and_standalone_html(page, lab):
         canvas.locator(".tl-svg").first.click()
     svg = Path(download.value.path()).read_text()
     assert svg.startswith("<svg") and "layer11" in svg
+    assert re.search(r'<g class="tl-legend".*>colour:<.*>source<', svg)   # what colours mean
 
     dash.locator(".tempo-lab-export").first.click()
     link = _wait(dash.locator(".tempo-lab-export-link"))
@@ -695,12 +780,65 @@ CONTRAST = """(el) => {
   return (Math.max(a, b) + 0.05) / (Math.min(a, b) + 0.05); }"""
 
 
+# The drawing's background (the SVG's and its view's, and JupyterLab's --jp-layout-color0
+# for comparison) and, of the text drawn and shown in it, the least contrast (WCAG) with what
+# is behind it, by kind: an op's label on its box, a group's title and an edge's label on the
+# background, a name drawn zoomed out on its halo; colours with alpha blended over it.
+DRAWING = """(el) => {
+  const rgb = (c) => (c.match(/[\\d.]+/g) || []).map(Number);
+  const lum = ([r, g, b]) => { const f = (v) => { v /= 255;
+    return v <= 0.03928 ? v / 12.92 : ((v + 0.055) / 1.055) ** 2.4; };
+    return 0.2126 * f(r) + 0.7152 * f(g) + 0.0722 * f(b); };
+  const ratio = (fg, bg) => { const [r, g, b, a = 1] = rgb(fg), u = rgb(bg);
+    const x = lum([r, g, b].map((v, i) => a * v + (1 - a) * u[i])), y = lum(u);
+    return (Math.max(x, y) + 0.05) / (Math.min(x, y) + 0.05); };
+  const probe = document.createElement('div');
+  probe.style.background = 'var(--jp-layout-color0)';
+  document.body.appendChild(probe);
+  const theme = getComputedStyle(probe).backgroundColor;
+  probe.remove();
+  const bg = getComputedStyle(el.querySelector('svg .tl-bg, svg rect')).fill;
+  const least = {};
+  const put = (what, t, behind) => {
+    if (!t.getBoundingClientRect().width) return;
+    const cs = getComputedStyle(t), halo = parseFloat(cs.strokeWidth) > 0 && cs.stroke !== 'none';
+    const r = ratio(cs.fill, halo ? cs.stroke : behind);
+    const k = halo ? 'name on its halo' : what;
+    if (!(k in least) || r < least[k][0]) least[k] = [r, t.textContent];
+  };
+  el.querySelectorAll('svg g.cluster > text').forEach((t) => put('group title', t, bg));
+  el.querySelectorAll('svg g.edge text').forEach((t) => put('edge label', t, bg));
+  el.querySelectorAll('svg g.node').forEach((g) => {
+    const box = getComputedStyle(g.querySelector(':scope > path')).fill;
+    g.querySelectorAll(':scope > text').forEach((t) => put('node label', t, box)); });
+  return { theme, bg, view: getComputedStyle(el.querySelector('.tl-graph-view')).backgroundColor,
+           least, legend: [...el.querySelectorAll('svg .tl-legend')]
+             .some((g) => g.getBoundingClientRect().height > 0) }; }"""
+
+
+def _drawing_reads(page, el, what: str, kinds: set):
+    """The drawing's background is JupyterLab's (``--jp-layout-color0``), its own legend (in
+    the SVG for a download) is not drawn on the canvas, and every kind of text in ``kinds``
+    is drawn and reads at least 4.5:1 on what is behind it."""
+    got = page.evaluate(DRAWING, el)
+    assert got["bg"] == got["view"] == got["theme"], (what, got)
+    assert not got["legend"], (what, got)
+    assert kinds <= set(got["least"]), (what, got)
+    assert all(r >= 4.5 for r, _ in got["least"].values()), (what, got)
+    return got
+
+
 def test_the_canvas_reads_in_the_dark_theme(page):
     """In JupyterLab's dark theme the canvas's buttons, its status line and the legend above
-    it have text that contrasts with what is behind it (at least 4.5:1, WCAG AA)."""
+    it have text that contrasts with what is behind it (at least 4.5:1, WCAG AA), and so does
+    the drawing: its background is the theme's (it stayed white), the groups' titles and the
+    edges' labels drawn on it take the theme's text colour, and the ops keep their light
+    fills with dark labels, zoomed in and zoomed out (names on a halo of the background)."""
     dash = _dash(page, 1)
     _tab(page, "SDG", 1)
     canvas = _wait(dash.locator(".tl-graph"))
+    el = canvas.first.element_handle()
+    light = page.evaluate(DRAWING, el)
     page.evaluate("() => window.jupyterapp.commands.execute('apputils:change-theme', "
                   "{theme: 'JupyterLab Dark'})")
     try:
@@ -712,7 +850,19 @@ def test_the_canvas_reads_in_the_dark_theme(page):
             assert ratio >= 4.5, (what, ratio)
         ratio = dash.locator(".tempo-lab-sdg .tempo-lab-legend").first.evaluate(CONTRAST)
         assert ratio >= 4.5, ("legend", ratio)
+        canvas.locator(".tl-fit").first.click()
+        page.wait_for_timeout(300)
+        dark = _drawing_reads(page, el, "fit", {"name on its halo"})
+        assert dark["bg"] != light["bg"], (light, dark)
         _shot(page, "26_dark_theme", 1)
+        canvas.locator(".tl-graph-search").first.fill("layer3 softmax")
+        _wait(canvas.locator(".tl-graph-hit"))
+        canvas.locator(".tl-graph-search").first.press("Enter")   # opens layer3, zooms in
+        _wait(canvas.locator("svg g.node.tl-selected"))
+        page.wait_for_timeout(500)
+        _drawing_reads(page, el, "zoomed in", {"node label", "group title", "edge label"})
+        _shot(page, "26b_dark_theme_zoomed_in", 1)
+        canvas.locator(".tl-fit").first.click()
     finally:
         page.evaluate("() => window.jupyterapp.commands.execute('apputils:change-theme', "
                       "{theme: 'JupyterLab Light'})")

@@ -183,10 +183,10 @@ def test_every_view_lays_out_quickly(sdg, view):
 
 
 def test_the_svg_has_what_the_canvas_reads(sdg):
-    """Nodes and groups with their keys as ids (``g.node``, ``g.cluster``), edges, a view box."""
+    """Nodes and groups with their keys as ids (``g.node``, ``g.cluster``), edges, a view box and the drawing's own box (``data-box``)."""
     spec = G.graph_spec(sdg)
     svg = L.svg(spec)
     assert svg.count('class="node"') == len(spec.nodes)
     opened = {k for k, p in spec.groups.items() if k not in {n.key for n in spec.nodes}}
     assert all(f'<g id="{k}" class="cluster">' in svg for k in opened)
-    assert svg.count('class="edge"') >= 16 and 'viewBox="0 0 ' in svg
+    assert svg.count('class="edge"') >= 16 and 'viewBox="0 ' in svg and 'data-box="0 0 ' in svg

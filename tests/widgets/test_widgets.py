@@ -863,7 +863,7 @@ def test_profile_by_scope_lists_the_16_layers_in_program_order(decoder16):
                    if costs.top_label(op.scope) == r["scope"])
         assert r["value"] == pytest.approx(want)
     assert sum(fig.data[0].y) == pytest.approx(c["total"])
-    assert "measured device time" in fig.layout.title.text
+    assert "measured device time" in fig.layout.title.subtitle.text
     d = PV.icicle_data(sdg, profile)
     parent = dict(zip(d["ids"], d["parents"]))
     label = dict(zip(d["ids"], d["labels"]))
@@ -1032,3 +1032,113 @@ def test_a_program_without_scopes_draws_no_scope_chart(prog, run):
     view = ProfileView(prog, run)
     assert view.scopes is None and "no scopes to compare" in view.scope_notes.value
     view.select(1)
+
+
+# -- titles, ticks, colours and the SVG legend at a model's size -------------------------------
+def _contrast(a: str, b: str) -> float:
+    """WCAG contrast of two ``#rrggbb`` colours."""
+    def lum(c):
+        r, g, b = (int(c[k:k + 2], 16) / 255 for k in (1, 3, 5))
+        f = [v / 12.92 if v <= 0.03928 else ((v + 0.055) / 1.055) ** 2.4 for v in (r, g, b)]
+        return 0.2126 * f[0] + 0.7152 * f[1] + 0.0722 * f[2]
+    hi, lo = sorted((lum(a), lum(b)), reverse=True)
+    return (hi + 0.05) / (lo + 0.05)
+
+
+def test_the_timeline_title_sits_below_the_toolbar(prog, run):
+    """At a 900-px window the profile tab's charts are about 430 px wide and plotly's toolbar
+    takes the right 270 px of the band the title was drawn in: the timeline's title ran under
+    it. The title is short now, what the times are is its subtitle, and both sit below the
+    toolbar's band, in a top margin that holds them; each line fits in 400 px."""
+    from tempo_lab.widgets.layout import text_width
+    from tempo_lab.widgets.profile_view import Kernel
+
+    kernels = F.estimated_kernels(prog.schedule, run.profile, run.bounds)
+    untimed = [Kernel(k.op, k.point, 0.0, 0.0) for k in kernels]
+    for ks, estimated in ((kernels, True), (kernels, False), (untimed, False)):
+        t = F.timeline_figure(prog.sdg, ks, estimated=estimated).layout
+        assert (t.title.yref, t.title.yanchor, t.title.y) == ("container", "top", 1)
+        # the toolbar is 22 px high, 2 px from the top (measured in Chromium)
+        assert t.title.pad.t >= 24 and t.margin.t >= t.title.pad.t + 50
+        assert t.title.subtitle.text and f"{len(ks)} calls" in t.title.text
+        assert text_width(t.title.text, 17) <= 400 and text_width(t.title.subtitle.text, 12) <= 400
+
+
+def test_ppo_iteration_space_labels_only_the_rows_that_fit():
+    """PPO as in the RL tutorial (4 epochs x 4 minibatches, 16 iterations) opens its iteration
+    space on 96 rows (i, e, m at the sliders' 6, 4, 4): a tick per row wrote 96 labels over
+    each other on 350 px. The ticks are every 10th row now, at least 18 px apart with room to
+    spare, and the sliders fill their grid's cells (at 100% plus their margins the grid
+    scrolled sideways)."""
+    cfg = tl.rl.PPOConfig(hidden=16)
+    ctx = tl.Context(dims=cfg.DIMS)
+    trained = tl.rl.ppo(ctx, tl.rl.CartPole(), cfg)
+    ppo = ctx.compile(bounds=cfg.bounds(ctx, 16, 4, 16), outputs={"return": trained.episode_return})
+    view = ppo.schedule.explore(bounds=ppo.bounds).schedule_view
+    fig = view.plot.figure
+    rows = 1 + max(round(y) for y in fig.data[1].y)
+    room = fig.layout.height - fig.layout.margin.t - fig.layout.margin.b
+    ticks = list(fig.layout.yaxis.tickvals or ())
+    assert rows == 96 and fig.layout.yaxis.dtick is None
+    assert ticks[0] == 0 and ticks[-1] >= rows - 10 and len(ticks) * 18 * 1.5 <= room
+    assert len({b - a for a, b in zip(ticks, ticks[1:])}) == 1          # evenly spaced
+    assert all(s.layout.width == "auto" for s in view.sliders.values())
+    small = F.iteration_figure(_prog().schedule, {"B": 2, "T": 3})     # few rows: every one
+    assert small.layout.yaxis.tickvals is None or len(small.layout.yaxis.tickvals) <= 12
+
+
+def test_node_labels_read_on_every_fill():
+    """Every fill a node can have (its category, a pass's edit, a closed group, the cost
+    scale from nothing to the largest) has its label in a colour with at least 4.5:1 contrast
+    (WCAG AA): black on the cost scale's red read 4.3:1, and a closed group's grey 3.2:1."""
+    import re
+
+    from tempo_lab.ir.sdg import CATEGORY_COLOURS
+    from tempo_lab.widgets.layout import svg
+    from tempo_lab.widgets.palette import EDIT_COLOURS
+
+    fills = {*CATEGORY_COLOURS.values(), *EDIT_COLOURS.values(), "#f4f4f4",
+             *(G.heat(k / 50) for k in range(51))}
+    assert min(_contrast("#000000", f) for f in fills) >= 4.5
+    sdg = _prog().sdg
+    drawn = svg(G.graph_spec(sdg, weights={i: float(i) for i in sdg.ops}, unit="s",
+                             expanded=set()))
+    if drawn is None:
+        pytest.skip("graphviz's dot program is not installed")
+    for fill, texts in re.findall(r'<g id="[^"]+" class="node">(?:<title>[^<]*</title>)?'
+                                  r'<path fill="(#[0-9a-f]{6})"[^>]*/>(.*?)</g>', drawn):
+        for colour in re.findall(r'<text [^>]*?(?:fill="(#[0-9a-f]{6})")?[^>]*>', texts):
+            assert _contrast(colour or "#000000", fill) >= 4.5, (fill, colour)
+
+
+@pytest.mark.skipif(not _has_dot(), reason="graphviz's dot program is not installed")
+def test_the_downloaded_svg_has_the_colour_legend(prog):
+    """The canvas's SVG button saves the SVG the view holds (``canvas.svg``): it has the
+    colour legend the HTML above the canvas shows (each colour and what it means, the cost
+    scale when coloured by cost), drawn above the graph inside the file's view box, and the
+    drawing's own box (``data-box``), which the canvas fits to, leaves it out."""
+    import re
+    import xml.etree.ElementTree as ET
+
+    from tempo_lab.widgets.layout import svg as nested_svg
+
+    panel = prog.sdg.explore().explorer.graph
+    panel.show(G.graph_spec(prog.sdg, highlight=max(prog.sdg.ops), search="x"))
+    spec, saved = panel.spec, panel.canvas.svg
+    root = ET.fromstring(saved)
+    legend = root.find("{http://www.w3.org/2000/svg}g[@class='tl-legend']")
+    assert legend is not None
+    words = [t.text for t in legend.iter("{http://www.w3.org/2000/svg}text")]
+    swatches = [(r.get("fill"), r.get("stroke")) for r in legend.iter("{http://www.w3.org/2000/svg}rect")]
+    items = G.legend_items(spec)
+    assert words == ["colour:"] + [t for t, _, _ in items] and len(items) >= 3
+    assert swatches == [(f, b) for _, f, b in items]
+    assert {("selected", G.HIGHLIGHT), ("search hit", G.MATCH)} <= {(t, b) for t, _, b in items}
+    x, y, w, h = map(float, root.get("viewBox").split())
+    bx, by, bw, bh = map(float, root.get("data-box").split())
+    ys = [float(t.get("y")) for t in legend.iter() if t.get("y") is not None]
+    assert y < by and (x, w, y + h) == (bx, bw, by + bh) and y <= min(ys) and max(ys) < by
+    weights = {i: 1e-6 * i for i in prog.sdg.ops}
+    heat = nested_svg(G.graph_spec(prog.sdg, weights=weights, unit="s"))
+    assert re.search(r'class="tl-legend".*url\(#tl-heat\).*square-root scale', heat)
+    assert G.heat(1.0) in heat.split('class="tl-legend"')[1]
