@@ -28,6 +28,7 @@ from .units import amount
 VISIBLE = 60           # a view opens with groups expanded while at most this many nodes show
 CHUNK = 40             # a group with more ops than this opens into runs of consecutive ops
 DOT_LIMIT = 2000       # more nodes than this: a plotly layout (graphviz takes ~1 s per 1 000)
+FOLD_AT = 3            # sibling groups alike: drawn as one box from this many ("fold repeats")
 
 
 @dataclass
@@ -54,6 +55,9 @@ class GraphSpec:
     # every drawn group's label as a closed node (open ones too: the nested layout keeps the
     # room of a group's closed node in its parent, so that opening it moves nothing above it)
     closed: dict[tuple[str, ...], str] = field(default_factory=dict)
+    # a folded series' title (``layer0…layer15 ×16``) by the path of its first member, which
+    # stands for it (``repeats``)
+    titles: dict[tuple[str, ...], str] = field(default_factory=dict)
     # the same drawing with every group open: the layout places every node and group where
     # the frame has it, so that opening or closing a group moves nothing outside it (the
     # pass diff gives both sides the frame of the two graphs together)
@@ -210,6 +214,89 @@ def open_group(sdg, expanded, path: tuple[str, ...]) -> set[tuple[str, ...]]:
         out.add(path)
 
 
+def _constant_only(sdg) -> set[int]:
+    """Ops computed from constants and dim values alone (a rope table, a shared scalar): the
+    passes make such a value once, in the first layer that needs it, so it is no part of what
+    a layer repeats (``layer0`` of a decoder holds its rope table, the other layers read it)."""
+    reads: dict[int, set] = {}
+    for e in sdg.edges:
+        reads.setdefault(e.dst, set()).add(e.src)
+    out = {i for i, op in sdg.ops.items() if op.kind in INLINE_KINDS and i not in reads}
+    grown = True
+    while grown:
+        more = {i for i, r in reads.items() if i not in out and r <= out}
+        out |= more
+        grown = bool(more)
+    return out
+
+
+def _signature(sdg, paths, path, skip, ids) -> tuple:
+    """The inside of group ``path`` up to names and ids: its ops (less ``skip``) in program
+    order, each as its kind and where it sits in the nested groups (numbered by first
+    appearance, not named), and the edges between them as pairs of positions. Two groups
+    with one signature compute alike (their children too, recursively)."""
+    ids = [i for i in ids if i not in skip]
+    at = {i: k for k, i in enumerate(ids)}
+    number: dict[tuple[str, ...], int] = {}
+    rows = tuple((sdg.ops[i].kind, tuple(number.setdefault(paths[i][len(path):j + 1],
+                                                           len(number))
+                                         for j in range(len(path), len(paths[i]))))
+                 for i in ids)
+    edges = sorted((at[e.src], at[e.dst]) for e in sdg.edges if e.src in at and e.dst in at)
+    return rows, tuple(edges)
+
+
+def repeats(sdg) -> dict[tuple[str, ...], list[tuple[str, ...]]]:
+    """Runs of at least ``FOLD_AT`` consecutive sibling groups with one ``_signature`` (the
+    sixteen layers of a decoder written layer by layer), by their first member: found from
+    what the groups compute, not from their names. Made once per SDG."""
+    try:
+        found = _REPEATS.get(sdg)
+    except TypeError:
+        found = None
+    if found is not None:
+        return found
+    paths = group_paths(sdg)
+    order = group_order(paths)
+    skip = _constant_only(sdg)
+    under: dict[tuple[str, ...], list[int]] = {}
+    for i in sorted(paths):
+        for j in range(1, len(paths[i])):
+            under.setdefault(paths[i][:j], []).append(i)
+    siblings: dict[tuple[str, ...], list[tuple[str, ...]]] = {}
+    for g in sorted(under, key=order.get):
+        if len([i for i in under[g] if i not in skip]) > 1:
+            siblings.setdefault(g[:-1], []).append(g)
+    found = {}
+    for kids in siblings.values():
+        sigs = [_signature(sdg, paths, g, skip, under[g]) for g in kids]
+        k = 0
+        while k < len(kids):
+            n = next((n for n in range(k + 1, len(kids)) if sigs[n] != sigs[k]), len(kids))
+            if n - k >= FOLD_AT:
+                found[kids[k]] = kids[k:n]
+            k = n
+    try:
+        _REPEATS[sdg] = found
+    except TypeError:
+        pass
+    return found
+
+
+_REPEATS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def folded_ops(sdg) -> set[int]:
+    """The ops of every run's later members: not drawn when the runs are folded."""
+    later = {m for members in repeats(sdg).values() for m in members[1:]}
+    return {i for i, p in group_paths(sdg).items() if any(p[:j] in later for j in
+                                                          range(1, len(p)))}
+
+
+def series_title(members: list[tuple[str, ...]]) -> str:
+    return f"{members[0][-1]}…{members[-1][-1]} ×{len(members)}"
+
+
 def inlined(sdg, keep=()) -> set[int]:
     """The constants drawn inside the ops that read them (see ``graph_spec``): those read by
     some op, not outputs and not asked to stay visible (``keep``)."""
@@ -253,7 +340,7 @@ _ROWS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 def graph_spec(sdg, *, highlight: int | None = None, search: str = "", kind: str | None = None,
                expanded=None, marks: dict[int, str] | None = None, keep=(),
                weights: dict[int, float] | None = None, unit: str = "",
-               frame: bool = True, paths: dict | None = None) -> GraphSpec:
+               frame: bool = True, paths: dict | None = None, fold: bool = False) -> GraphSpec:
     """Decide what to draw. Groups not in ``expanded`` become one node each, except for the ops
     that are highlighted, searched for, marked or in ``keep`` (those stay visible); ``kind``
     keeps only ops of that kind. Constants are written inside the ops that read them (as
@@ -264,7 +351,11 @@ def graph_spec(sdg, *, highlight: int | None = None, search: str = "", kind: str
     order; a group's key (``g<k>``) is its ``group_order`` number. ``frame``: also make
     ``spec.frame``, the same drawing with every group open, which the layout places
     everything by. ``paths``: the groups of a larger graph this one is part of (``group_paths``
-    of the union of a pass's before and after), so that a group has the same key in both."""
+    of the union of a pass's before and after), so that a group has the same key in both.
+    ``fold``: each run of ``repeats`` is drawn as its first member, titled for the run
+    (``layer0…layer15 ×16``; ``spec.titles``), the other members' ops not drawn and their
+    edges to and from the rest drawn to and from the first member's like ops; a run that
+    holds a kept op (a search hit, the selected op) is drawn unfolded."""
     marks = marks or {}
     expanded = default_expanded(sdg) if expanded is None else set(expanded)
     if frame:
@@ -272,13 +363,13 @@ def graph_spec(sdg, *, highlight: int | None = None, search: str = "", kind: str
             {p[:j + 1] for p in paths.values() for j in range(len(p))}
         spec = graph_spec(sdg, highlight=highlight, search=search, kind=kind, expanded=every,
                           marks=marks, keep=keep, weights=weights, unit=unit, frame=False,
-                          paths=paths)
+                          paths=paths, fold=fold)
         if expanded >= every:
             spec.frame = spec
             return spec
         out = graph_spec(sdg, highlight=highlight, search=search, kind=kind, expanded=expanded,
                          marks=marks, keep=keep, weights=weights, unit=unit, frame=False,
-                         paths=paths)
+                         paths=paths, fold=fold)
         out.frame = spec
         return out
     found = set(matches(sdg, search))
@@ -288,6 +379,7 @@ def graph_spec(sdg, *, highlight: int | None = None, search: str = "", kind: str
     folded: dict[tuple[str, ...], list[int]] = {}
     filtered = 0
     outputs = {i: n for n, i in sdg.outputs.items()}
+    fold = fold and paths is None     # not on a pass's diff: both sides are drawn alike
     every_path = group_paths(sdg) if paths is None else paths
     order = group_order(every_path)
     paths = {i: every_path[i] for i in sdg.ops}
@@ -295,16 +387,25 @@ def graph_spec(sdg, *, highlight: int | None = None, search: str = "", kind: str
     for e in sdg.edges:
         reads.setdefault(e.dst, []).append(e.src)
     inline = inlined(sdg, keep)
+    stands, member = _fold(sdg, paths, keep) if fold else ({}, {})
+    for head, members in member.items():
+        spec.titles[head] = series_title(members)
+    member_of: dict[int, tuple] = {}     # op -> (its run, its member): the outermost run
+    for head in sorted(member, key=len):
+        for m in member[head]:
+            for i, p in paths.items():
+                if p[:len(m)] == m:
+                    member_of.setdefault(i, (head, m))
     first: dict[str, int] = {}     # node key -> first op id it stands for (program order)
     drawable: dict[tuple[str, ...], int] = {}
     for i, path in paths.items():
-        for j in range(len(path) * (i not in inline)):
+        for j in range(len(path) * (i not in inline and i not in stands)):
             drawable[path[:j + 1]] = drawable.get(path[:j + 1], 0) + 1
     for op in sdg.ops.values():
         path = paths[op.id]
         for j in range(len(path)):
             spec.sizes[path[:j + 1]] = spec.sizes.get(path[:j + 1], 0) + 1
-        if op.id in inline:
+        if op.id in inline or op.id in stands:    # stands: drawn as the first member's like op
             continue
         if kind and op.kind != kind and op.id not in keep:
             filtered += 1
@@ -347,7 +448,7 @@ def graph_spec(sdg, *, highlight: int | None = None, search: str = "", kind: str
         top = ", ".join(f"{k}×{n}" for k, n in sorted(kinds.items(), key=lambda kv: -kv[1])[:3])
         total = "" if weights is None else \
             f"\n{amount(sum(weights.get(i, 0.0) for i in ids), unit)} in all"
-        return f"{path[-1]}: {spec.sizes[path]} ops\n{top}{total}"
+        return f"{spec.titles.get(path, path[-1])}: {spec.sizes[path]} ops\n{top}{total}"
 
     for path, ids in folded.items():
         key = f"g{order[path]}"
@@ -355,7 +456,8 @@ def graph_spec(sdg, *, highlight: int | None = None, search: str = "", kind: str
         spec.closed[path] = closed_label(path, ids)
         spec.nodes.append(Node(key, spec.closed[path],
                                "#f4f4f4", path[:-1], border=_group_colour(path), width=2.0,
-                               tooltip=f"{'/'.join(path)}: {spec.sizes[path]} ops "
+                               tooltip=f"{spec.titles.get(path, '/'.join(path))}: "
+                                       f"{spec.sizes[path]} ops "
                                        "(click to expand)"))
         spec.hidden.append(f"{len(ids)} ops of {'/'.join(path)} collapsed")
     spec.nodes.sort(key=lambda n: first[n.key])
@@ -393,11 +495,20 @@ def graph_spec(sdg, *, highlight: int | None = None, search: str = "", kind: str
         spec.hidden.append(f"{len(inline)} constants written inside the ops that read them")
     if filtered:
         spec.hidden.append(f"{filtered} ops of other kinds than {kind!r} hidden")
+    for i, like in stands.items():
+        if like in where:
+            where[i] = where[like]
+    if member:
+        spec.hidden.append(", ".join(f"{len(ms) - 1} groups like {h[-1]} drawn as it"
+                                     for h, ms in member.items()))
     agg: dict[tuple[str, str], list] = {}
     for e in sdg.edges:
         s, d = where.get(e.src), where.get(e.dst)
         if s is None or d is None or s == d:
             continue
+        ms, md = member_of.get(e.src), member_of.get(e.dst)
+        if ms and md and ms[0] == md[0] and (ms[1] != md[1] or ms[1] != member[ms[0]][0]):
+            continue     # between members of a folded run, or inside a later member
         agg.setdefault((s, d), []).append(e)
     for (s, d), es in agg.items():
         if len(es) == 1:
@@ -408,6 +519,25 @@ def graph_spec(sdg, *, highlight: int | None = None, search: str = "", kind: str
         dashed = all(sdg.ops[e.dst].kind == "merge" for e in es)
         spec.edges.append((s, d, label, dashed))
     return spec
+
+
+def _fold(sdg, paths, keep) -> tuple[dict[int, int | None], dict]:
+    """For ``graph_spec(fold=True)``: each op of a folded run's later members -> the op at its
+    place in the first member (by ``_signature``'s positions; None for the constant-only
+    ops it leaves out), and the runs folded (first member -> members)."""
+    skip = _constant_only(sdg)
+    stands, runs = {}, {}
+    for head, members in sorted(repeats(sdg).items(), key=lambda kv: len(kv[0])):
+        inside = [[i for i in sorted(paths) if paths[i][:len(m)] == m] for m in members]
+        if any(i in keep or i in stands for ids in inside for i in ids):   # or folded above
+            continue
+        runs[head] = members
+        like = [i for i in inside[0] if i not in skip]
+        for ids in inside[1:]:
+            rest = [i for i in ids if i not in skip]
+            stands.update({i: None for i in ids})
+            stands.update(zip(rest, like))
+    return stands, runs
 
 
 def _constant(op) -> str:
@@ -454,7 +584,7 @@ def to_dot(spec: GraphSpec) -> str:
                          f'fillcolor="{n.fill}", color="{n.border}", penwidth={n.width}, '
                          f'tooltip="{dot_quote(n.tooltip)}"];')
         for sub in children(path):
-            key, title, content = key_of[sub], sub[-1], sub
+            key, title, content = key_of[sub], spec.titles.get(sub, sub[-1]), sub
             while not inside.get(content) and len(children(content)) == 1:
                 content = children(content)[0]      # a box around one box: one box, both titles
                 title += f" {content[-1]}"

@@ -112,7 +112,7 @@ def tree(spec: G.GraphSpec) -> list[Item]:
     def build(path: tuple[str, ...]) -> list[Item]:
         items = [Item(n.key, k, node=n, closed=node_size(n.label)) for k, n in inside.get(path, [])]
         for sub in kids.get(path, []):
-            title, content, keys = sub[-1], sub, [key_of[sub]]
+            title, content, keys = spec.titles.get(sub, sub[-1]), sub, [key_of[sub]]
             while not inside.get(content) and len(kids.get(content, [])) == 1:
                 content = kids[content][0]
                 keys.append(key_of[content])

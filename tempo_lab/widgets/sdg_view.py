@@ -53,6 +53,15 @@ class SDGExplorer:
         self.colour.add_class("tempo-lab-colour")
         self.expand_all = W.Button(description="expand all", layout=W.Layout(width="auto"))
         self.collapse_all = W.Button(description="collapse all", layout=W.Layout(width="auto"))
+        # sibling groups that compute alike (a decoder's layers) drawn as one box ×N; the
+        # box only where there are such runs
+        self.fold = W.Checkbox(value=bool(G.repeats(sdg)), description="fold repeats",
+                               indent=False, layout=W.Layout(
+                                   width="auto", display=None if G.repeats(sdg) else "none"))
+        self.fold.add_class("tempo-lab-fold")
+        self._unfolding = False      # unticked by ``select``, which draws the graph itself
+        self.fold.observe(lambda _: None if self._unfolding else self.refresh(fit=True),
+                          "value")
         self.expand_all.on_click(lambda _: self.set_expanded(self._all_groups(), fit=True))
         self.collapse_all.on_click(lambda _: self.set_expanded(set(), fit=True))
         self.picker = W.Dropdown(options=op_options(sdg), value=NONE, description="op",
@@ -77,7 +86,8 @@ class SDGExplorer:
             flex="1 1 280px", min_width="260px", max_width="560px", max_height="85vh",
             overflow_y="auto", margin="0 0 0 8px"))
         side.add_class("tempo-lab-sdg-side")
-        self.widget = W.VBox([W.HBox(controls), W.HBox([self.expand_all, self.collapse_all]),
+        buttons = W.HBox([self.expand_all, self.collapse_all, self.fold])
+        self.widget = W.VBox([W.HBox(controls), buttons,
                               W.Box([main, side], layout=W.Layout(
                                   display="flex", flex_flow="row wrap",
                                   align_items="flex-start", width="100%"))])
@@ -111,8 +121,16 @@ class SDGExplorer:
         weights, unit = self.weights()
         return G.graph_spec(self.sdg, search=self.search.value, kind=self.kind.value or None,
                             expanded=self.expanded,
-                            keep=() if self.selected is None else (self.selected,),
-                            weights=weights, unit=unit)
+                            keep=self._keep(),
+                            weights=weights, unit=unit, fold=self.fold.value)
+
+    def _keep(self) -> tuple:
+        """The selected op, drawn whatever is closed; not when it is in a folded layer (the
+        inspector shows it): ticking *fold repeats* then folds, as it says."""
+        if self.selected is None or (self.fold.value and
+                                     self.selected in G.folded_ops(self.sdg)):
+            return ()
+        return (self.selected,)
 
     def refresh(self, fit: bool = False):
         self.drawn = self.spec()
@@ -146,6 +164,12 @@ class SDGExplorer:
             set_picked(self.picker, self.sdg, NONE if op_id is None else op_id,
                        self.constants.value)
         self.inspector.value = self._inspector_html()
+        if op_id is not None and self.fold.value and op_id in G.folded_ops(self.sdg):
+            self._unfolding = True     # an op of a folded layer: the layers unfold to show it
+            try:
+                self.fold.value = False
+            finally:
+                self._unfolding = False
         if op_id is not None:      # its groups open, so that it is seen among its neighbours
             path = G.group_paths(self.sdg)[op_id]
             self.expanded |= {path[:j + 1] for j in range(len(path))}

@@ -395,6 +395,20 @@ def test_selection_is_linked_across_tabs(page):
     _shot(page, "8_selected_memory")
 
 
+SERIES = r"/^layer\d+…layer\d+ ×\d+/"     # a folded run's title
+
+
+def _fold(page, dash, on: bool):
+    """Tick or untick *fold repeats* (on by default where sibling groups repeat) and wait
+    until the graph draws the layers as one box, or as their own boxes."""
+    box = dash.locator(".tempo-lab-fold input[type=checkbox]").first
+    if box.is_checked() != on:
+        box.click()
+    el = dash.locator(".tl-graph").first.element_handle()
+    page.wait_for_function("([el, on]) => [...el.querySelectorAll('svg text')].some((t) => "
+                           f"{SERIES}.test(t.textContent)) === on", arg=[el, on])
+
+
 def test_graph_canvas_at_scale(page):
     """The 16-layer decoder: the SDG opens grouped by tl.scope; a click on a node selects it,
     a click on a group expands it, the buttons zoom, the search finds an op in a collapsed
@@ -402,6 +416,7 @@ def test_graph_canvas_at_scale(page):
     dash = _dash(page, 1)
     _tab(page, "SDG", 1)
     canvas = _wait(dash.locator(".tl-graph"))
+    _fold(page, dash, False)
     nodes = _wait(canvas.locator(".tl-graph-view svg g.node"))
     assert 16 <= nodes.count() <= 160
     titles = canvas.locator("svg g.cluster text").all_text_contents() + \
@@ -437,6 +452,43 @@ def test_graph_canvas_at_scale(page):
     _wait(canvas.locator("svg g.node.tl-selected"))
     assert "layer11" in _inspector_shows(dash, "layer11")
     _shot(page, "10_big_sdg_found", 1)
+
+
+def test_repeated_layers_fold_into_one_box(page):
+    """*fold repeats* draws the sixteen alike layers as one box titled ``layer0…layer15 ×16``
+    that fits its box, overlaps no other title and opens to one layer's inside; unticked,
+    the sixteen boxes are back."""
+    dash = _dash(page, 1)
+    _tab(page, "SDG", 1)
+    canvas = _wait(dash.locator(".tl-graph"))
+    el = canvas.first.element_handle()
+    _fold(page, dash, True)
+    dash.locator(".tempo-lab-sdg button").filter(has_text="collapse all").first.click()
+    page.wait_for_function("(el) => [...el.querySelectorAll(\"svg g.node[id^='g'] > text\")]"
+                           f".some((t) => {SERIES}.test(t.textContent))", arg=el)
+    canvas.locator(".tl-fit").first.click()
+    page.wait_for_function("(el) => Number(el.dataset.scale) > 0", arg=el)
+    page.wait_for_timeout(300)
+    title = page.evaluate(f"""(el) => {{
+      const t = [...el.querySelectorAll("svg g.node[id^='g'] > text:first-of-type, "
+                                        + "svg g.cluster > text")]
+        .find((t) => {SERIES}.test(t.textContent));
+      const r = t.getBoundingClientRect(),
+        b = t.parentElement.querySelector(':scope > path').getBoundingClientRect();
+      return [t.textContent, r.height > 0 && !t.classList.contains('tl-hide'),
+              r.left >= b.left - 1 && r.right <= b.right + 1, t.parentElement.id]; }}""", el)
+    assert title[0].startswith("layer0…layer15 ×16") and title[1] and title[2], title
+    assert page.evaluate(TITLE_OVERLAPS, el) == []
+    assert not page.evaluate(LAYERS, el)[1:]        # no box of its own for layer1…layer15
+    _shot(page, "10b_big_sdg_folded", 1)
+    canvas.locator(f"svg g.node[id='{title[3]}'] > path").first.click()     # open it
+    page.wait_for_function("([el, k]) => el.querySelector(`svg g.cluster[id='${k}']`)",
+                           arg=[el, title[3]])
+    assert canvas.locator("svg g.node[id^='op']").count() >= 2     # one layer's inside
+    assert page.evaluate(TITLE_OVERLAPS, el) == []
+    _shot(page, "10c_big_sdg_folded_open", 1)
+    _fold(page, dash, False)
+    assert [k for k, *_ in page.evaluate(LAYERS, el)] == list(range(16))
 
 
 def test_ppo_graph_by_phase(page):
@@ -534,6 +586,7 @@ def test_export_svg_and_standalone_html(page, lab):
     dash = _dash(page, 1)
     _tab(page, "SDG", 1)
     canvas = _wait(dash.locator(".tl-graph"))
+    _fold(page, dash, False)
     with page.expect_download() as download:
         canvas.locator(".tl-svg").first.click()
     svg = Path(download.value.path()).read_text()
@@ -963,6 +1016,7 @@ def _check_nested_layout(page, dash):
     canvas = _wait(dash.locator(".tl-graph"))
     el = canvas.first.element_handle()
     _wait(canvas.locator(".tl-graph-view svg g.node"))
+    _fold(page, dash, False)
     canvas.locator(".tl-fit").first.click()
     page.wait_for_function("(el) => Number(el.dataset.scale) > 0", arg=el)
     _reads_well(page, el, "default view")

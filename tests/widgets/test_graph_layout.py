@@ -26,13 +26,20 @@ def _rms_norm(x, w):
 def sdg():
     """One tl.scope per layer, tl.nn.rope, tl.nn.attention, tl.nn.silu, a user rms_norm (the
     decoder of test_search: 1289 traced ops, 473 after the passes)."""
+    sdg = decoder()
+    assert len(sdg.ops) > 400
+    return sdg
+
+
+def decoder(layers=LAYERS, odd=None):
+    """The decoder's SDG; layer ``odd`` (if any) has no silu."""
     rng = np.random.default_rng(0)
     ctx = tl.Context(dims=("t",))
     (t,), (T,) = ctx.dims, ctx.bounds
     dh = D // HEADS
     with ctx:
         h = tl.from_array(rng.normal(size=(6, D)).astype(np.float32), domain=(t,))
-        for layer in range(LAYERS):
+        for layer in range(layers):
             with tl.scope(f"layer{layer}"):
                 w = {k: rng.normal(size=(D, D)).astype(np.float32) * 0.3
                      for k in ("wq", "wk", "wv", "wo", "w1", "w2", "w3")}
@@ -44,11 +51,10 @@ def sdg():
                 att = tl.nn.attention(q, k, v, t)
                 h = h + att.reshape(D) @ w["wo"]
                 x = _rms_norm(h, g)
-                h = h + (tl.nn.silu(x @ w["w1"]) * (x @ w["w3"])) @ w["w2"]
+                up = x @ w["w1"] if layer == odd else tl.nn.silu(x @ w["w1"])
+                h = h + (up * (x @ w["w3"])) @ w["w2"]
         logits = _rms_norm(h, np.ones(D, np.float32))
-    prog = ctx.compile(bounds={T: 6}, outputs={"logits": logits})
-    assert len(prog.sdg.ops) > 400
-    return prog.sdg
+    return ctx.compile(bounds={T: 6}, outputs={"logits": logits}).sdg
 
 
 def _every_group(sdg):
@@ -190,3 +196,87 @@ def test_the_svg_has_what_the_canvas_reads(sdg):
     opened = {k for k, p in spec.groups.items() if k not in {n.key for n in spec.nodes}}
     assert all(f'<g id="{k}" class="cluster">' in svg for k in opened)
     assert svg.count('class="edge"') >= 16 and 'viewBox="0 ' in svg and 'data-box="0 0 ' in svg
+
+
+def test_the_layers_fold_into_one_box(sdg):
+    """The sixteen layers compute alike (same op kinds, same edges; layer0 also makes the rope
+    table and the scalars every layer reads, which are left out of the comparison): folded,
+    they are one box titled ``layer0…layer15 ×16`` that opens to layer0's inside, the
+    edges into and out of the run drawn as before, and the box is laid out like any other
+    (no title overlaps another)."""
+    assert {p: len(ms) for p, ms in G.repeats(sdg).items()} == {("layer0",): 16}
+    spec = G.graph_spec(sdg, expanded=set(), fold=True)
+    boxes = [n for n in spec.nodes if n.op is None]
+    assert [n.label.split(":")[0] for n in boxes if "layer" in n.label] == \
+        ["layer0…layer15 ×16"]
+    assert not any(p[0] in {f"layer{k}" for k in range(1, LAYERS)}
+                   for p in spec.groups.values())
+    key = next(k for k, p in spec.groups.items() if p == ("layer0",))
+    assert {s for s, _, _, _ in spec.edges} | {d for _, d, _, _ in spec.edges} >= {key}
+    opened = G.graph_spec(sdg, expanded=_every_group(sdg), fold=True)
+    ops = {n.op for n in opened.nodes if n.op is not None}
+    assert len(ops) > 5 and not any(G.group_paths(sdg)[i][0] in [f"layer{k}" for k in
+                                                                  range(1, LAYERS)] for i in ops)
+    lay = L.layout(G.graph_spec(sdg, expanded=_every_group(sdg), fold=True))
+    titles = list(lay.titles().values())
+    for k, a in enumerate(titles):
+        for b in titles[k + 1:]:
+            assert not _overlap(a, b)
+    x, _, w, _ = lay.boxes()[key]
+    tx, _, tw, _ = lay.titles()[key]
+    assert x <= tx and tx + tw <= x + w + 0.5
+
+
+def test_unfolding_gives_back_the_sixteen_boxes(sdg):
+    """Folding is a drawing of its own (the parent laid out again, each layer's inside from the
+    cache); unfolding draws the sixteen layers where they were before it was folded, and a
+    toggle inside the folded box moves nothing outside it."""
+    opened = G.default_expanded(sdg)
+    before = L.layout(G.graph_spec(sdg, expanded=opened)).boxes()
+    folded = L.layout(G.graph_spec(sdg, expanded=opened, fold=True)).boxes()
+    assert len(folded) < len(before)
+    after_spec = G.graph_spec(sdg, expanded=opened)
+    after = L.layout(after_spec).boxes()
+    assert after == before and len(_layer_boxes(after_spec, L.layout(after_spec))) == LAYERS
+    closed = G.graph_spec(sdg, expanded=opened, fold=True)
+    inner = next(p for k, p in closed.groups.items() if p[0] == "layer0" and len(p) == 2
+                 and k in {n.key for n in closed.nodes})
+    spec = G.graph_spec(sdg, expanded=G.open_group(sdg, opened, inner), fold=True)
+    moved = L.layout(spec).boxes()
+    key = next(k for k, p in spec.groups.items() if p == inner)
+    keys = {k for k, p in spec.groups.items() if p[:2] == inner}
+    keys |= {n.key for n in spec.nodes
+             if n.op is not None and G.group_paths(sdg)[n.op][:2] == inner}
+    assert moved[key] == folded[key]
+    assert all(moved[k] == box for k, box in folded.items() if k in moved and k not in keys)
+
+
+def test_layers_that_differ_do_not_fold():
+    """Four layers, the third without its silu: no three alike in a row, so nothing folds
+    and the four layers are drawn as four boxes; four alike fold into one ×4."""
+    odd = decoder(4, odd=2)
+    assert G.repeats(odd) == {}
+    spec = G.graph_spec(odd, expanded=set(), fold=True)
+    assert sorted(p[0] for p in spec.groups.values() if p[0].startswith("layer")) == \
+        [f"layer{k}" for k in range(4)] and not spec.titles
+    alike = G.graph_spec(decoder(4), expanded=set(), fold=True)
+    assert list(alike.titles.values()) == ["layer0…layer3 ×4"]
+
+
+def test_search_and_selection_reach_folded_layers(sdg):
+    """Search finds ops of every layer, folded or not, and a selected op (kept drawn) in a
+    folded layer unfolds its run."""
+    hits = G.matches(sdg, "layer11 softmax")
+    assert hits
+    spec = G.graph_spec(sdg, expanded=G.default_expanded(sdg), fold=True, keep=(hits[0],))
+    assert not spec.titles and f"op{hits[0]}" in {n.key for n in spec.nodes}
+
+
+def test_folded_edges_are_the_first_layers(sdg):
+    """Inside the folded box the edges are layer0's own (one read each, not sixteen): the
+    later layers' edges are not drawn onto it."""
+    spec = G.graph_spec(sdg, expanded=_every_group(sdg), fold=True)
+    inside = {n.key for n in spec.nodes if n.op is not None
+              and G.group_paths(sdg)[n.op][0] == "layer0"}
+    labels = [lab for s, d, lab, _ in spec.edges if s in inside and d in inside]
+    assert labels and not any("16 reads" in lab for lab in labels)

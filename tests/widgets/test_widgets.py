@@ -583,6 +583,7 @@ def test_opening_a_group_opens_what_is_alone_inside(decoder16):
     """A layer holds one domain (its constants are drawn inside their readers): opening it
     shows its ops, not a box around one closed box."""
     ex = decoder16.sdg.explore().explorer
+    ex.fold.value = False          # the layers, alike, are folded into one box by default
     spec = ex.spec()
     key = next(k for k, p in spec.groups.items() if p == ("layer3",))
     before = len(spec.ops)
@@ -590,6 +591,21 @@ def test_opening_a_group_opens_what_is_alone_inside(decoder16):
     opened = ex.spec()
     assert len(opened.ops) >= before + 10
     assert not any(n.op is None and opened.groups[n.key][0] == "layer3" for n in opened.nodes)
+
+
+def test_fold_repeats_in_the_explorer(decoder16):
+    """*fold repeats* is ticked where layers repeat and draws them as one box; selecting an op
+    of a folded layer unticks it, so that the op is drawn; ticked again, the op stays selected
+    (the inspector shows it) and the layers fold."""
+    ex = decoder16.sdg.explore().explorer
+    assert ex.fold.value and ex.fold.layout.display != "none"
+    assert list(ex.spec().titles.values()) == ["layer0…layer15 ×16"]
+    op = next(i for i, o in decoder16.sdg.ops.items() if o.scope == ("layer11",)
+              and o.kind not in ("const", "dimval"))
+    ex.select(op)
+    assert not ex.fold.value and f"op{op}" in {n.key for n in ex.drawn.nodes}
+    ex.fold.value = True
+    assert ex.selected == op and ex.drawn.titles and "layer11" in ex.inspector.value
 
 
 def test_pass_stepper_at_a_model_size(decoder16):
