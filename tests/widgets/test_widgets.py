@@ -343,7 +343,10 @@ def test_memory_view_is_honest_about_xla():
     assert "xla static stores" in names and "measured peak" not in names
     assert "whole run" in view.summary.value and "temp" in view.summary.value
     assert dash.run.profile.xla_memory and "XLA temp" in dash.run.profile.pretty()
-    view.measure.click()
+    view.measure.click()  # runs in a thread of its own: the notebook stays usable
+    assert view.measure.disabled and view.worker is not None
+    view.wait()
+    assert "measured in" in view.measure_status.value, view.measure_status.value
     names = [t.name for t in view.plot.figure.data]
     run_on = tl.executors.timeline_backend()  # an executor that records bytes per statement
     assert tl.executors.CAPS[run_on].store_timeline
