@@ -82,11 +82,14 @@ def _add_plan(fig, plan, profile, row: int, col: int, highlight, legend: bool, n
     fig.update_yaxes(categoryorder="array", categoryarray=ys, row=row, col=col)
     if grouped:
         fig.update_yaxes(title_text="scope", row=row, col=col)
-    steps = list(range(len(plan.timeline)))
+    # a long run's plan holds a sample of its steps (the first and last iterations of each
+    # stretch, memory/simulate.py): drawn at the steps they are, on the lifetimes' axis
+    steps = list(plan.steps)
     fig.add_trace(go.Scatter(x=steps, y=plan.timeline, mode="lines", name="predicted bytes",
                              line=dict(color="#1f77b4", shape="hv"), legendgroup="pred",
                              showlegend=legend), row=row + 1, col=col)
     s, b = peak(plan.timeline)
+    s = steps[s] if steps else 0
     fig.add_trace(go.Scatter(x=[s], y=[b], mode="markers+text", text=[f"peak {nbytes(b)}"],
                              textposition="top right", marker=dict(color="#1f77b4", size=10,
                                                                    symbol="star"),
@@ -96,7 +99,7 @@ def _add_plan(fig, plan, profile, row: int, col: int, highlight, legend: bool, n
         # one entry: what the executor allocates for the whole run (XLA's static stores), a
         # level to compare the per-step prediction with, not a curve over the steps
         b = profile.timeline[0]
-        fig.add_trace(go.Scatter(x=[0, max(len(steps) - 1, 1)], y=[b, b], mode="lines",
+        fig.add_trace(go.Scatter(x=[0, max(plan.n_steps - 1, 1)], y=[b, b], mode="lines",
                                  name=f"{profile.executor} static stores", legendgroup="meas",
                                  line=dict(color="#d62728", dash="dash"),
                                  hovertext=f"allocated for the whole run: {nbytes(b)}",
@@ -239,10 +242,12 @@ class MemoryView:
     def _summary(self) -> str:
         plan, profile = self.plan, self.profile
         s, b = peak(plan.timeline)
+        sample = (f"; the curve samples {len(plan.timeline)} of them, the first and last "
+                  "iterations of each stretch" if plan.sampled else "")
         lines = [f"<code>{plan!r}</code>",
-                 f"predicted peak {nbytes(b)} at step {s} of {len(plan.timeline)} (the memory "
-                 "plan: every store of the program live at once at that step, as the schedule "
-                 "runs statement by statement)"]
+                 f"predicted peak {nbytes(b)} at step {plan.steps[s] if plan.steps else 0} of "
+                 f"{plan.n_steps} (the memory plan: every store of the program live at once at "
+                 f"that step, as the schedule runs statement by statement{sample})"]
         if profile is not None and len(profile.timeline) == 1:
             lines.append(f"measured: {profile.executor} allocates {nbytes(profile.timeline[0])} "
                          "of static stores for the whole run (no per-step measurement)")

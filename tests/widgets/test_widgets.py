@@ -330,6 +330,26 @@ def test_what_if_bounds_replan_without_compiling(prog):
     assert "not compiled" in mem.plot.figure.layout.title.text
 
 
+def test_a_sampled_memory_timeline_is_drawn_at_its_steps():
+    """A long run's plan holds a sample of its steps (the first and last iterations of each
+    stretch): the curve is drawn at the steps they are, on the lifetimes' axis, so it spans
+    the run (it stopped a third of the way along, drawn at its sample's indices), and the
+    summary counts every step."""
+    from tempo_lab.widgets import memory_view as MV
+
+    prog = _prog("interpreter", steps=3000)
+    plan = prog.memory
+    assert plan.sampled, (len(plan.timeline), plan.n_steps)
+    fig = MV.memory_figure(plan)
+    curve = next(t for t in fig.data if t.name == "predicted bytes")
+    assert list(curve.x) == list(plan.steps) and curve.x[-1] > 0.9 * plan.n_steps
+    assert max(e for _, e in plan.lifetimes.values()) < plan.n_steps
+    star = next(t for t in fig.data if t.name == "predicted peak")
+    assert star.x[0] in plan.steps and star.y[0] == plan.peak_bytes
+    text = MV.MemoryView(plan, None, prog).summary.value
+    assert f"of {plan.n_steps}" in text and "samples" in text, text
+
+
 def test_memory_view_is_honest_about_xla():
     """XLA allocates its stores for the whole run: one level, not a curve over the steps; the
     view says so, shows XLA's own memory analysis and measures per step on request."""
