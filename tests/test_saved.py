@@ -101,6 +101,8 @@ def test_loaded_program_explores_without_its_code(tmp_path):
     dash = back.explore().dashboard
     for name in ("SDG", "Passes", "Schedule", "Memory", "Profile"):
         assert dash.open(name) is not None
+    assert "layer0…layer3 ×4" in dash.sdg.spec().titles.values()  # alike layers fold
+    dash.sdg.fold.value = False
     assert {p[0] for p in dash.sdg.spec().groups.values()} >= {"layer0", "layer3"}
     assert "cannot run" in dash.views["Profile"].widget.children[0].value
     out = dash.export(tmp_path / "saved.html")
