@@ -117,3 +117,22 @@ def data_over(ctx, X, recurrent: bool):
     x[i, b, t] = x[i, b, t - 1] * 0.5 + data
     return x, np.stack([sum(0.5 ** (k - j) * X[:, :, j] for j in range(k + 1))
                         for k in range(X.shape[2])], axis=2)
+
+
+def table_program():
+    """``h[i, t]``, a recurrence over steps ``t`` whose iteration ``i`` starts from the last
+    step of iteration ``i - 1`` (so the loop over ``i`` is outside the one over ``t``), reads
+    a table of ``t`` alone, ``cos(t * f)``: an index function, needed at every step of every
+    iteration."""
+    ctx = tl.Context(dims=("i", "t"))
+    i, t = ctx.dims
+    _, T = ctx.bounds
+    freqs = np.array([0.5, 0.25, 0.125], np.float32)
+    with ctx:
+        table = tl.cos(tl.constant(freqs) * t)  # t's value at the point
+        h = tl.placeholder((3,), domain=(i, t), name="h")
+        h[0, 0] = table
+        h[(t < 1) & (i > 0)] = 0.5 * h[i - 1, T - 1]
+        h[i, t] = 0.9 * h[i, t - 1] + table
+        last = h[ctx.bounds[0] - 1, T - 1]
+    return ctx, {"h": h, "last": last}, table

@@ -2,32 +2,14 @@
 loop (schedule/fusion.py): same results, memory that does not grow with the bound."""
 import numpy as np
 import pytest
+from rt_helpers import table_program
 
 import tempo_lab as tl
 from tempo_lab.ir.sdg import index_functions
 
 
-def _table_program():
-    """``h[i, t]``, a recurrence over steps ``t`` whose iteration ``i`` starts from the last
-    step of iteration ``i - 1`` (so the loop over ``i`` is outside the one over ``t``), reads
-    a table of ``t`` alone, ``cos(t * f)``: an index function, needed at every step of every
-    iteration."""
-    ctx = tl.Context(dims=("i", "t"))
-    i, t = ctx.dims
-    _, T = ctx.bounds
-    freqs = np.array([0.5, 0.25, 0.125], np.float32)
-    with ctx:
-        table = tl.cos(tl.constant(freqs) * t)  # t's value at the point
-        h = tl.placeholder((3,), domain=(i, t), name="h")
-        h[0, 0] = table
-        h[(t < 1) & (i > 0)] = 0.5 * h[i - 1, T - 1]
-        h[i, t] = 0.9 * h[i, t - 1] + table
-        last = h[ctx.bounds[0] - 1, T - 1]
-    return ctx, {"h": h, "last": last}, table
-
-
 def test_a_table_of_t_is_recomputed_in_the_loop_and_gives_the_same_result(executor):
-    ctx, outs, _ = _table_program()
+    ctx, outs, _ = table_program()
     N, T = ctx.bounds
     bounds = {N: 2, T: 50}
     want = ctx.compile(bounds=bounds, outputs=outs,
@@ -43,7 +25,7 @@ def test_a_table_of_t_is_recomputed_in_the_loop_and_gives_the_same_result(execut
 def test_the_table_is_not_stored_over_t(groups):
     """Nor when the ops off the recurrence are batched (``vectorise_groups``): a value of
     ``t`` alone stays in the loop rather than join a batch held for every step."""
-    ctx, outs, table = _table_program()
+    ctx, outs, table = table_program()
     N, T = ctx.bounds
     outs = {"last": outs["last"]}
     on, off = (ctx.compile(bounds={N: 2, T: 4096}, outputs=outs,
@@ -57,7 +39,7 @@ def test_the_table_is_not_stored_over_t(groups):
 
 
 def test_index_functions_are_dim_values_and_what_is_computed_from_them_alone():
-    ctx, outs, table = _table_program()
+    ctx, outs, table = table_program()
     sdg = ctx.compile(bounds={ctx.bounds[0]: 2, ctx.bounds[1]: 8}, outputs=outs
                       ).passes.records[0].before  # as traced
     cheap = index_functions(sdg)

@@ -536,9 +536,7 @@ def test_statement_counts_are_what_walk_runs_without_visiting_every_point():
     from collections import Counter
 
     from tempo_lab.schedule import Exec, statement_counts, walk
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "passes"))
-    from test_remat import _table_program
-    ctx, outs, _ = _table_program()
+    ctx, outs, _ = rt_helpers.table_program()
     N, T = ctx.bounds
     prog = ctx.compile(bounds={N: 2, T: 50}, outputs=outs)
     walked = Counter(n.op for n, _ in walk(prog.schedule.ast, {"I": 2, "T": 50})
