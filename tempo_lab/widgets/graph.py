@@ -250,12 +250,10 @@ def repeats(sdg) -> dict[tuple[str, ...], list[tuple[str, ...]]]:
     """Runs of at least ``FOLD_AT`` consecutive sibling groups with one ``_signature`` (the
     sixteen layers of a decoder written layer by layer), by their first member: found from
     what the groups compute, not from their names. Made once per SDG."""
-    try:
-        found = _REPEATS.get(sdg)
-    except TypeError:
-        found = None
-    if found is not None:
-        return found
+    return _per_sdg(_REPEATS, sdg, lambda: _repeats(sdg))
+
+
+def _repeats(sdg) -> dict[tuple[str, ...], list[tuple[str, ...]]]:
     paths = group_paths(sdg)
     order = group_order(paths)
     skip = _constant_only(sdg)
@@ -276,10 +274,6 @@ def repeats(sdg) -> dict[tuple[str, ...], list[tuple[str, ...]]]:
             if n - k >= FOLD_AT:
                 found[kids[k]] = kids[k:n]
             k = n
-    try:
-        _REPEATS[sdg] = found
-    except TypeError:
-        pass
     return found
 
 
@@ -325,13 +319,19 @@ def search_rows(sdg) -> list[list]:
     """The rows the browser's search box and ``matches`` search (``search.search_rows``):
     ``[op id, line, "name kind", is a constant, fields]``; made once per SDG (it is
     immutable)."""
+    return _per_sdg(_ROWS, sdg, lambda: S.search_rows(sdg, group_paths(sdg)))
+
+
+def _per_sdg(table: weakref.WeakKeyDictionary, sdg, make):
+    """``make()`` once per SDG (it is immutable), kept in ``table`` while the SDG lives; made
+    again for an object that cannot be weakly referenced."""
     try:
-        rows = _ROWS.get(sdg)
-    except TypeError:          # not weakly referenceable: made again
-        return S.search_rows(sdg, group_paths(sdg))
-    if rows is None:
-        rows = _ROWS[sdg] = S.search_rows(sdg, group_paths(sdg))
-    return rows
+        got = table.get(sdg)
+    except TypeError:
+        return make()
+    if got is None:
+        got = table[sdg] = make()
+    return got
 
 
 _ROWS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()

@@ -55,9 +55,9 @@ class SDGExplorer:
         self.collapse_all = W.Button(description="collapse all", layout=W.Layout(width="auto"))
         # sibling groups that compute alike (a decoder's layers) drawn as one box ×N; the
         # box only where there are such runs
-        self.fold = W.Checkbox(value=bool(G.repeats(sdg)), description="fold repeats",
-                               indent=False, layout=W.Layout(
-                                   width="auto", display=None if G.repeats(sdg) else "none"))
+        runs = bool(G.repeats(sdg))
+        self.fold = W.Checkbox(value=runs, description="fold repeats", indent=False,
+                               layout=W.Layout(width="auto", display=None if runs else "none"))
         self.fold.add_class("tempo-lab-fold")
         self._unfolding = False      # unticked by ``select``, which draws the graph itself
         self.fold.observe(lambda _: None if self._unfolding else self.refresh(fit=True),
