@@ -487,6 +487,15 @@ def test_repeated_layers_fold_into_one_box(page):
     assert canvas.locator("svg g.node[id^='op']").count() >= 2     # one layer's inside
     assert page.evaluate(TITLE_OVERLAPS, el) == []
     _shot(page, "10c_big_sdg_folded_open", 1)
+    try:  # the series' titles fit at a narrow and a wide window too
+        for width in (900, 1800):
+            page.set_viewport_size({"width": width, "height": 1000})
+            canvas.locator(".tl-fit").first.click()
+            page.wait_for_timeout(300)
+            assert page.evaluate(TITLE_OVERLAPS, el) == [], width
+            _shot(page, f"10d_big_sdg_folded_open_{width}", 1)
+    finally:
+        page.set_viewport_size({"width": 1400, "height": 1000})
     _fold(page, dash, False)
     assert [k for k, *_ in page.evaluate(LAYERS, el)] == list(range(16))
 
