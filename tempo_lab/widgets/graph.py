@@ -396,6 +396,26 @@ def graph_spec(sdg, *, highlight: int | None = None, search: str = "", kind: str
             for i, p in paths.items():
                 if p[:len(m)] == m:
                     member_of.setdefault(i, (head, m))
+
+    def output_mark(i: int) -> str:
+        """How an output is marked (``→ y``); in a folded run, with the member it is in
+        (``→ y (layer15)``), since one box or op is drawn for all of them."""
+        return f"→ {outputs[i]}" + (f" ({member_of[i][1][-1]})" if i in member_of else "")
+
+    # the program's outputs each group holds, marked on its box (closed) as on an op's label:
+    # a folded run's box (and its groups and ops) also holds its later members' outputs, at
+    # the place in the first member they are drawn as (``stands``)
+    held: dict[tuple[str, ...], list[str]] = {}
+    stood_for: dict[int, list[int]] = {}     # drawn op -> the outputs drawn as it
+    for i in sorted(outputs):
+        at = paths[i]
+        if i in stands:
+            like = stands[i]
+            at = paths[like] if like is not None else member_of[i][0]
+            if like is not None:
+                stood_for.setdefault(like, []).append(i)
+        for j in range(len(at)):
+            held.setdefault(at[:j + 1], []).append(output_mark(i))
     first: dict[str, int] = {}     # node key -> first op id it stands for (program order)
     drawable: dict[tuple[str, ...], int] = {}
     for i, path in paths.items():
@@ -425,8 +445,8 @@ def graph_spec(sdg, *, highlight: int | None = None, search: str = "", kind: str
             label += f"\n◦ {len(consts) - 2} more constants"
         if weights is not None:
             label += f"\n{amount(weights.get(op.id, 0.0), unit)}"
-        if op.id in outputs:
-            label += f"\n→ {outputs[op.id]}"
+        label += "".join(f"\n{output_mark(i)}" for i in
+                         ([op.id] if op.id in outputs else []) + stood_for.get(op.id, []))
         cluster = max((path[:j] for j in range(len(path) + 1) if path[:j] in expanded),
                       key=len, default=())
         node = Node(f"op{op.id}", label, category_colour(op.category), cluster, op.id,
@@ -448,7 +468,11 @@ def graph_spec(sdg, *, highlight: int | None = None, search: str = "", kind: str
         top = ", ".join(f"{k}×{n}" for k, n in sorted(kinds.items(), key=lambda kv: -kv[1])[:3])
         total = "" if weights is None else \
             f"\n{amount(sum(weights.get(i, 0.0) for i in ids), unit)} in all"
-        return f"{spec.titles.get(path, path[-1])}: {spec.sizes[path]} ops\n{top}{total}"
+        marks = held.get(path, [])
+        if len(marks) > 3:
+            marks = marks[:2] + [f"→ {len(marks) - 2} more outputs"]
+        return (f"{spec.titles.get(path, path[-1])}: {spec.sizes[path]} ops\n{top}{total}"
+                + "".join(f"\n{m}" for m in marks))
 
     for path, ids in folded.items():
         key = f"g{order[path]}"

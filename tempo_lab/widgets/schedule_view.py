@@ -13,7 +13,7 @@ from tempo_lab.schedule.loops import Fetch, For, Free, If, Offload, Seq, While
 from tempo_lab.symbolic import TRUE, Slice
 
 from .base import FigureSlot, slider_grid, stage_view
-from .palette import HIGHLIGHT, TEMPLATE
+from .palette import HIGHLIGHT, TEMPLATE, place_title
 from .search import INLINE_KINDS, op_code_name, op_title
 
 MAX_INSTANCES = 4000
@@ -363,15 +363,18 @@ def iteration_figure(schedule, bounds: dict[str, int], highlight: int | None = N
     b = ", ".join(f"{k}={v}" for k, v in bounds.items())
     xs = sorted({round(p["xy"][0]) for p in pts if p["xy"][0] > ONCE + 1})
     once = any(p["xy"][0] < ONCE + 1 for p in pts)
-    vec = sorted({p["lanes"][0] for p in pts if p["lanes"][0]})
+    vec = sorted({d for p in pts for d in p["lanes"][0].split(", ") if d})  # each dim once
     notes = ([f"vectorised over {', '.join(vec)}: bars"] if vec else []) + (
         ["one marker per group and point"] if grouped else [])
     rows = 1 + max((round(p["xy"][1]) for p in pts), default=-1)
-    height, margin = 460, dict(l=50, r=10, t=70, b=40)
+    # the bounds and notes as the subtitle, in lines that fit the chart at a 900-px window
+    # (about 390 px wide there): on one line they were cut off; each line more is as much
+    # taller, so that the plot keeps its 350 px
+    place_title(fig, f"iteration space ({len(pts)} markers)",
+                " · ".join([b] + (["; ".join(notes)] if notes else [])))
+    margin = dict(l=50, r=10, t=fig.layout.margin.t, b=40)
+    height = 350 + margin["t"] + margin["b"]
     fig.update_layout(template=TEMPLATE, height=height, showlegend=False,
-                      # the details on a line of their own: one line is clipped at 900 px
-                      title=f"iteration space ({len(pts)} markers)<br><sub>{b}"
-                            + (f" · {'; '.join(notes)}" if notes else "") + "</sub>",
                       xaxis=dict(title=xname, tickvals=([ONCE] if once else []) + xs,
                                  ticktext=(["once"] if once else []) + [str(x) for x in xs]),
                       yaxis=dict(title=yname, autorange="reversed",

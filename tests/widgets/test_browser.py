@@ -478,6 +478,9 @@ def test_repeated_layers_fold_into_one_box(page):
       return [t.textContent, r.height > 0 && !t.classList.contains('tl-hide'),
               r.left >= b.left - 1 && r.right <= b.right + 1, t.parentElement.id]; }}""", el)
     assert title[0].startswith("layer0…layer15 ×16") and title[1] and title[2], title
+    # the program's output y is made in layer15, folded into this box: the box says so
+    label = canvas.locator(f"svg g.node[id='{title[3]}'] > text").all_text_contents()
+    assert "→ y (layer15)" in label, label
     assert page.evaluate(TITLE_OVERLAPS, el) == []
     assert not page.evaluate(LAYERS, el)[1:]        # no box of its own for layer1…layer15
     _shot(page, "10b_big_sdg_folded", 1)
@@ -558,11 +561,25 @@ TICKS_AND_SCROLLERS = """([gd, root]) => {
   return { ticks: ts.length, overlaps, scrollers }; }"""
 
 
+# The title's box (title and subtitle), the plot area's top and the subtitle, relative to
+# the chart.
+SUBTITLE = """(gd) => { const g = gd.getBoundingClientRect();
+  const t = gd.querySelector('.g-gtitle').getBoundingClientRect();
+  const s = gd.querySelector('.gtitle-subtitle');
+  const plot = gd.querySelector('.nsewdrag').getBoundingClientRect();
+  return { left: t.left - g.left, right: t.right - g.left, top: t.top - g.top,
+           bottom: t.bottom - g.top, plot: plot.top - g.top, width: g.width,
+           lines: s ? Math.max(1, s.querySelectorAll('tspan.line').length) : 0,
+           text: s ? s.textContent : '' }; }"""
+
+
 def test_ppo_iteration_space_ticks_do_not_overlap(page):
     """PPO's iteration space with the iterations slider at its most (12 x 2 x 2 = 48 rows of
     i, e, m; the RL tutorial's PPO opens on 96): its y tick labels never overlap (a tick per
     row wrote them over each other), and nothing in the tab scrolls (the slider grid did,
-    sideways, by 2 px)."""
+    sideways, by 2 px). Its title and subtitle (the bounds, what the bars and markers are)
+    fit in the chart at 900, 1400 and 1800 px, below the toolbar's band and above the plot:
+    on one line, the subtitle was cut off at 900 px (the chart is about 390 px wide)."""
     dash = _dash(page, 2)
     _tab(page, "Schedule", 2)
     dash.locator(".tempo-lab-schedule .lm-TabBar-tab").filter(has_text="iteration space") \
@@ -576,7 +593,7 @@ def test_ppo_iteration_space_ticks_do_not_overlap(page):
     page.wait_for_function("(gd) => /I=12/.test(gd.querySelector('.g-gtitle')?.textContent)",
                            arg=chart.first.element_handle(), timeout=30_000)
     page.wait_for_timeout(500)
-    for width in (900, 1400):
+    for width in (900, 1400, 1800):
         page.set_viewport_size({"width": width, "height": 1000})
         try:
             page.wait_for_timeout(600)
@@ -584,7 +601,13 @@ def test_ppo_iteration_space_ticks_do_not_overlap(page):
                                 [chart.first.element_handle(), root.element_handle()])
             assert 4 <= got["ticks"] <= 12 and got["overlaps"] == 0, (width, got)
             assert got["scrollers"] == [], (width, got)
+            at = chart.first.evaluate(SUBTITLE)
+            assert at["left"] >= 0 and at["right"] <= at["width"], (width, at)
+            assert at["top"] >= 24 and at["bottom"] <= at["plot"], (width, at)
+            assert "one marker per group and point" in at["text"], (width, at)
+            assert width > 900 or at["lines"] >= 2, (width, at)
             _shot(page, f"28_ppo_iteration_space_{width}", 2)
+            chart.first.screenshot(path=str(SHOTS / f"28b_ppo_iteration_title_{width}.png"))
         finally:
             page.set_viewport_size({"width": 1400, "height": 1000})
 

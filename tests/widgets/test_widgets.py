@@ -122,7 +122,8 @@ def test_iteration_space_aggregates_by_group_at_scale():
     assert {f"layer{k}" for k in range(4)} <= groups and len(groups) <= 6
     assert sum(len(p["ops"]) for p in pts) == len(F.iteration_space(sch, {"T": 3},
                                                                     aggregate=False)[0])
-    assert "one marker per group" in F.iteration_figure(sch, {"T": 3}).layout.title.text
+    title = F.iteration_figure(sch, {"T": 3}).layout.title
+    assert "one marker per group" in title.subtitle.text
 
 
 def test_large_graph_collapses_and_says_what_is_hidden(monkeypatch):
@@ -287,7 +288,7 @@ def test_schedule_payloads(prog):
     assert len(fig.data[1].x) == n and fig.layout.annotations
     # b is vectorised: an axis of values (bars), not a row of the plot; constants run once,
     # in a column outside the loops, not at t = 0
-    assert yname == "" and "vectorised over b" in fig.layout.title.text
+    assert yname == "" and "vectorised over b" in fig.layout.title.subtitle.text
     bars = [p for p in pts if p["lanes"] == ("b", 2)]
     assert bars and all(sch.sdg.ops[p["op"]].domain for p in bars)
     once = [p for p in pts if not sch.sdg.ops[p["op"]].domain]
@@ -296,7 +297,7 @@ def test_schedule_payloads(prog):
     view = sch.explore(bounds=prog.bounds).schedule_view
     view.sliders["T"].value = 2
     assert view.plot.figure.layout.title.text.startswith("iteration space")
-    assert "T=2" in view.plot.figure.layout.title.text
+    assert "T=2" in view.plot.figure.layout.title.subtitle.text
 
 
 # -- memory -------------------------------------------------------------------------------------
@@ -629,6 +630,42 @@ def test_fold_repeats_in_the_explorer(decoder16):
     assert not ex.fold.value and f"op{op}" in {n.key for n in ex.drawn.nodes}
     ex.fold.value = True
     assert ex.selected == op and ex.drawn.titles and "layer11" in ex.inspector.value
+
+
+def test_a_folded_run_marks_an_output_of_a_later_member(decoder16):
+    """The program's output ``y`` is made in layer15, the last of the sixteen layers folded
+    into ``layer0…layer15 ×16``: the folded box says it holds it (``→ y (layer15)``), as
+    layer15's own box does unfolded (``→ y``) and the op's label does when drawn; opened, the
+    op drawn for it (layer0's op at its place) says it, once. Before, no box said it."""
+    sdg = decoder16.sdg
+    paths = G.group_paths(sdg)
+    (name, out), = sdg.outputs.items()
+    assert name == "y" and paths[out][0] == "layer15"
+
+    def marked(spec):
+        return [n for n in spec.nodes if "→ y" in n.label]
+
+    every = {p[:j + 1] for p in paths.values() for j in range(len(p))}
+    unfolded = marked(G.graph_spec(sdg, expanded=set()))
+    assert [n.label.split(":")[0] for n in unfolded] == ["layer15"]
+    assert unfolded[0].label.endswith("\n→ y")
+    shown = marked(G.graph_spec(sdg, expanded=every))
+    assert [n.op for n in shown] == [out] and shown[0].label.endswith("\n→ y")
+
+    for expanded in (set(), G.default_expanded(sdg)):    # the folded box closed
+        folded = marked(G.graph_spec(sdg, expanded=expanded, fold=True))
+        assert len(folded) == 1 and folded[0].op is None
+        assert folded[0].label.startswith("layer0…layer15 ×16: ")
+        assert folded[0].label.endswith("\n→ y (layer15)")
+    for expanded in (G.open_group(sdg, G.default_expanded(sdg), ("layer0",)), every):
+        spec = G.graph_spec(sdg, expanded=expanded, fold=True)
+        assert spec.titles, "the layers are folded"
+        ops = marked(spec)
+        assert len(ops) == 1 and ops[0].op is not None and paths[ops[0].op][0] == "layer0"
+        assert ops[0].label.endswith("\n→ y (layer15)")
+        # the folded box's room (its closed label) holds the mark too, so that opening and
+        # closing it moves nothing
+        assert spec.frame.closed[("layer0",)].endswith("\n→ y (layer15)")
 
 
 def test_pass_stepper_at_a_model_size(decoder16):
@@ -1124,6 +1161,57 @@ def test_ppo_iteration_space_labels_only_the_rows_that_fit():
     assert all(s.layout.width == "auto" for s in view.sliders.values())
     small = F.iteration_figure(_prog().schedule, {"B": 2, "T": 3})     # few rows: every one
     assert small.layout.yaxis.tickvals is None or len(small.layout.yaxis.tickvals) <= 12
+
+
+def test_the_iteration_space_subtitle_fits_at_900_px():
+    """PPO's iteration space says its bounds (six of them), the dims its bars are vectorised
+    over and that a marker stands for a group, in its subtitle: on one line (about 600 px) it
+    was cut off in the 390 px the chart has at a 900-px window, as plotly never wraps it. It
+    is in lines now (``<br>``, at its ``·`` first) that each fit 350 px, below the toolbar's
+    band, in a top margin that holds them and that leaves the plot its height; each dim is
+    named once (it said ``b, b, t, m, m, s, s``)."""
+    from tempo_lab.widgets.layout import text_width
+
+    room, band = 0.95 * 380 - 12, 28    # px: the title's room at 900 px; the toolbar's band
+    cfg = tl.rl.PPOConfig(hidden=16, update_epochs=2, num_minibatches=2)
+    ctx = tl.Context(dims=cfg.DIMS)
+    trained = tl.rl.ppo(ctx, tl.rl.CartPole(), cfg)
+    ppo = ctx.compile(bounds=cfg.bounds(ctx, 2, 4, 16), outputs={"return": trained.episode_return})
+    bounds = {"I": 12, "E": 4, "M": 4, "S": 4, "B": 4, "T": 4}
+    t = F.iteration_figure(ppo.schedule, bounds).layout
+    lines = t.title.subtitle.text.split("<br>")
+    assert len(lines) >= 2 and lines[0] == "I=12, E=4, M=4, S=4, B=4, T=4"
+    assert all(text_width(line, 12) <= room for line in lines), lines
+    assert "one marker per group and point" in lines[-1]
+    said = " ".join(lines)
+    assert "vectorised over" in said and said.count(" b,") + said.count(" b:") <= 1
+    assert text_width(t.title.text, 17) <= room - band      # the title: one line
+    assert (t.title.yref, t.title.yanchor, t.title.pad.t) == ("container", "top", band)
+    assert t.margin.t >= band + 26 + 28 + 16 * (len(lines) - 1)
+    assert t.height - t.margin.t - t.margin.b == 350
+    # a small program's subtitle fits on one line, as it did
+    small = F.iteration_figure(_prog().schedule, {"B": 2, "T": 3}).layout
+    assert "<br>" not in small.title.subtitle.text and small.height == 350 + small.margin.t + 40
+
+
+def test_subtitles_break_at_the_width_of_the_figure():
+    """``place_title`` breaks a subtitle at the figure's width when it has one (else at the
+    narrowest chart's): wide, the PPO line above is one line; at 200 px it is four, none
+    wider than the room."""
+    from tempo_lab.widgets.layout import text_width
+    from tempo_lab.widgets.palette import place_title, wrap
+
+    detail = ("I=12, E=4, M=4, S=4, B=4, T=4 · vectorised over b, m, s, t: bars; one marker "
+              "per group and point")
+    wide = place_title(go.Figure(layout=dict(width=1300)), "iteration space", detail)
+    assert wide.layout.title.subtitle.text == detail
+    narrow = place_title(go.Figure(layout=dict(width=200)), "iteration space", detail)
+    lines = narrow.layout.title.subtitle.text.split("<br>")
+    assert len(lines) >= 3 and all(text_width(x, 12) <= 0.95 * 200 - 12 for x in lines)
+    assert " ".join(lines).replace(";", "; ").split() == detail.replace(" ·", "").split()
+    assert wrap("averyveryverylongword and more", 40) == ["averyveryverylongword", "and",
+                                                          "more"]
+    assert place_title(go.Figure(), "t").layout.margin.t == 28 + 26     # a title alone
 
 
 def test_node_labels_read_on_every_fill():
