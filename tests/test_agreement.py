@@ -118,3 +118,37 @@ def test_random_numbers_are_bit_identical(executor, vectorise):
         return ctx, {B: 3, T: 7}, {"n": n, "u": u}
 
     check_vs_reference(*program(), executor, exact=True, vectorise=vectorise)
+
+
+# 7. a tl.until loop that ends early: a placeholder's branch taken only there (the gradient of
+# a read of t + 2 is zeros where T <= 2) had no store in a plan made at the max, so its
+# statement was left out ("no branch holds"); and a value shaped by the bound (a read of
+# t:T) left a lax.cond of the XLA program, which cannot make its zeros (random programs)
+def _ends_early(grad_of_range: bool):
+    ctx = tl.Context(dims=("a", "b", "t"))
+    (a, b, t), (A, B, T) = ctx.dims, ctx.bounds
+    with ctx:
+        v0 = tl.from_array(np.random.RandomState(2527).uniform(-1, 1, 2).astype("float32"),
+                           domain=(a,))
+        v1 = tl.from_array(np.random.RandomState(13384).uniform(-1, 1, (2, 6)).astype("float32"),
+                           domain=(a, t))
+        v2 = tl.placeholder((), "float32", domain=(b, t))
+        v2[b, t + 2] = v2 * -0.5 + v0[0:A].max(axis=0) * 0.5
+        v2[t < 2] = tl.where(b < 1, tl.tanh(v1[0, 0:t + 1].max(axis=0)),
+                             tl.maximum(v1[0, 0], v0[0]))
+        v4 = v2[0, tl.max(0, t - 2):t + 1].sum(axis=0) * 0.25
+        grads = tl.grad(v2, [v0, v1] if grad_of_range else [v0])
+        done = v4 > 0.154
+        outputs = {"v4": v4, **{f"d{k}": g for k, g in enumerate(grads)}}
+        if grad_of_range:
+            outputs["rest"] = v1[0, t:T].mean(axis=0)
+            tl.sink(v2, lambda p, v: None)
+    return ctx, {A: 2, B: 2, T: tl.until(done, max=6)}, outputs
+
+
+@pytest.mark.parametrize("grad_of_range", [False, True])
+def test_a_branch_taken_only_where_a_loop_ends_early(executor, grad_of_range):
+    config = ({"check_invariants": True, "tile_block": 2, "fold_constants": False, "dce": False,
+               "vectorise": False, "incrementalise": False} if grad_of_range else {})
+    run = check_vs_reference(*_ends_early(grad_of_range), executor, **config)
+    assert run.bounds["T"] == 2  # the loop did end early

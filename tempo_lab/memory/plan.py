@@ -252,15 +252,21 @@ def plan_memory(sdg: SDG, schedule, bounds: dict[str, int], block: int = 64,
     by_op = {int(m.get_tuple_name(isl.dim_type.in_)[2:]): m for m in I.maps_of(order)}
     keys = canon.Keys(by_op)
     domains = {i: I.fix(d, bounds) for i, d in schedule.domains.items()}
+    early = _early_points(sdg, schedule, domains, bounds)
     storages: dict[int, Storage] = {}
     grown = []
     for i, op in sdg.ops.items():
-        readers = [e for e in sdg.out_edges(i) if not domains[e.dst].is_empty()]
+        readers = [e for e in sdg.out_edges(i)
+                   if not domains[e.dst].is_empty() or e.dst in early]
         kept = i in sdg.outputs.values() or i in sdg.untils.values()
         # an array's points are the user's array, there anyway: a ring of them copies each
         # point out of it (every layer's weights a second time) and saves nothing
         kept = kept or (op.kind == "from_array" and len(op.domain) > 0)
-        if domains[i].is_empty() or op.kind == "sink" or (not readers and not kept):
+        if (domains[i].is_empty() and i not in early) or op.kind == "sink" or (
+                not readers and not kept):
+            continue
+        if i in early:  # held whole: its points are not there at these bounds to size rings
+            storages[i] = _storage(op, (None,) * len(op.domain), early[i], bounds, block)
             continue
         if kept:  # every point is returned (or checked when its dim may end)
             slots = (None,) * len(op.domain)
@@ -313,6 +319,36 @@ def plan_memory(sdg: SDG, schedule, bounds: dict[str, int], block: int = 64,
                 grown.append(i)
         storages[i] = _storage(op, slots, domains[i], bounds, block)
     return _simulated(sdg, storages, schedule, bounds, tuple(grown), block, budget)
+
+
+def _early_points(sdg: SDG, schedule, domains: dict, bounds: dict[str, int]) -> dict:
+    """The ops with no point at ``bounds`` that have points where a ``tl.until`` loop (or a
+    ragged bound ended by a condition) stops before its ``max``: their points there, for any
+    such end (the end projected out). The plan is made at the ``max``; without these, a
+    placeholder's branch taken only when a loop ends early (the gradient of ``x[t + 2]``
+    is zeros where ``T <= 2``) had no store, and its statement was left out: the executors
+    stopped with "no branch holds" where the loop did end early."""
+    ends = {*sdg.untils, *(b for b, r in sdg.ragged.items() if r.done is not None)}
+    if not ends:
+        return {}
+    rest = {k: v for k, v in bounds.items() if k not in ends}
+    out = {}
+    for i, d in domains.items():
+        if not d.is_empty():
+            continue
+        d = I.fix(schedule.domains[i], rest)
+        names = d.get_space().get_var_names(isl.dim_type.param)
+        moved = [b for b in ends if b in names]
+        if not moved:
+            continue
+        d = d.intersect_params(isl.Set(f"[{', '.join(names)}] -> {{ : "
+                                       + " and ".join(f"1 <= {b} <= {bounds[b]}" for b in moved)
+                                       + " }"))
+        for b in moved:
+            d = d.project_out(isl.dim_type.param, d.find_dim_by_name(isl.dim_type.param, b), 1)
+        if not d.is_empty():
+            out[i] = d
+    return out
 
 
 def _storage(op: Op, slots: tuple, domain, bounds: dict[str, int], block: int) -> Storage:

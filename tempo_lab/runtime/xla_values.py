@@ -147,4 +147,4 @@ def settled_locals(xp, ops: set[int]) -> set[int]:
                 seen.add(node.op)
 
     walk(xp.lowered.ast, xp.floors, set(), True)
-    return ops - bad
+    return {i for i in ops - bad if static(i)}  # a shape of bounds: not out of a cond
