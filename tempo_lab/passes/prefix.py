@@ -245,18 +245,15 @@ def _own_t(ed: Editor, e: Edge, t: Dim) -> bool:
 
 
 def _so_far(ed: Editor, e: Edge, t: Dim) -> bool:
-    """Whether ``e`` reads its source along ``t`` at the reader's own step or over steps up
-    to it (``0:t + 1``, a window ending there), wherever it reads along its other dims (a
-    point, a range: ``v[0:A, t]``): read by a copy over ``t_pre``, those steps are all below
-    ``P``. (An op read along another dim only at its own point had to be read over ``t``
-    by the copy: along a ``tl.until`` dim whose condition the copy feeds, the copy then
-    waited for steps past the end, and the program had no schedule.)"""
+    """Whether ``e`` reads its source at the reader's own point, or along ``t`` over steps
+    up to the reader's (``0:t + 1``, a window ending there): read by a copy over ``t_pre``,
+    those steps are all below ``P``."""
     dims = tuple(ed.ops[e.src].domain)
     if len(e.index) != len(dims):
         return False
     for d, x in zip(dims, e.index):
         if d != t:
-            if t in x.dims():
+            if x != d:
                 return False
         elif isinstance(x, Slice):
             if not isinstance(x.stop - t, Const) or (x.stop - t).value > 1 \

@@ -198,36 +198,3 @@ def test_a_padded_batch_ending_early_is_the_references_on_every_executor(llama, 
                          config=tl.CompileConfig(executor=executor))
     assert got == want
 
-
-@pytest.mark.executors(COMPILED, reason="the split is scheduled by every back end")
-def test_a_prefix_that_decides_where_a_loop_ends(executor):
-    """A ``tl.until`` condition computed from the split recurrence's first steps (``v3[0]``
-    reads ``v2[0, 0]``), whose prefix branch reads another dim by a range and a point
-    (``v1[0:A, t]``, ``v0[0]``): the copy recomputes what the branch reads over ``t_pre``. It
-    read the branch over ``t`` instead, so it waited for steps past the end, and a valid
-    program was refused ("depends on ... which needs the value of T"). Found by random
-    programs; the reference's outputs and bound on every executor."""
-    ctx = tl.Context(dims=("a", "b", "t"))
-    (a, b, t), (A, B, T) = ctx.dims, ctx.bounds
-    rng = np.random.default_rng(3)
-    with ctx:
-        v0 = tl.from_array(rng.uniform(-1, 1, (1,)).astype(np.float32), domain=(a,))
-        v1 = tl.from_array(rng.uniform(-1, 1, (1, 6)).astype(np.float32), domain=(a, t))
-        v2 = tl.placeholder((), "float32", domain=(b, t))
-        v2[b, t + 2] = v2[0:B, t].mean(axis=0) * 0.5 + (
-            (v2[b, 0:t + 1].mean(axis=0) + v2) * 0.25 + v2) * 0.25
-        v2[t < 2] = tl.where(b < 1, tl.tanh(v1[0:A, t].sum(axis=0)), tl.tanh(v0[0]))
-        v3 = tl.placeholder((), "float32", domain=(t,))
-        v3[t] = tl.tanh(v3[tl.max(0, t - 3):t].mean(axis=0) + v1[0, t])
-        v3[0] = (v1[0, t] + v2[0, t] + 0.5) * 0.25
-        y = v3 * 2.0
-        done = v3 > 0.21
-    bounds, outputs = {A: 1, B: 2, T: tl.until(done, max=6)}, {"y": y}
-    prog = ctx.compile(bounds=bounds, outputs=outputs,
-                       config=tl.CompileConfig(executor=executor, check_invariants=True))
-    assert _split(prog), prog.passes
-    want = ctx.compile(bounds=bounds, outputs=outputs,
-                       config=tl.CompileConfig(executor="reference")).run()
-    got = prog.run()
-    assert got.bounds["T"] == want.bounds["T"]
-    np.testing.assert_allclose(got["y"], want["y"], rtol=1e-5, atol=1e-6)
