@@ -152,3 +152,28 @@ def test_a_branch_taken_only_where_a_loop_ends_early(executor, grad_of_range):
                "vectorise": False, "incrementalise": False} if grad_of_range else {})
     run = check_vs_reference(*_ends_early(grad_of_range), executor, **config)
     assert run.bounds["T"] == 2  # the loop did end early
+
+
+# 8. a tl.until condition read from a batch placeholder's first steps (v3[0] from v2[0, 0]):
+# no loop over t alone runs its recurrence (the fusion scheduler declines), and isl computes
+# the next step's input after the condition, under ``T - 2 >= 0``, which the check of
+# points ahead of the condition refused (random programs)
+def test_a_condition_read_from_a_batch_placeholders_first_steps(executor):
+    ctx = tl.Context(dims=("a", "b", "t"))
+    (a, b, t), (A, B, T) = ctx.dims, ctx.bounds
+    with ctx:
+        v0 = tl.from_array(np.random.RandomState(2527).uniform(-1, 1, 2).astype("float32"),
+                           domain=(a,))
+        v1 = tl.from_array(np.random.RandomState(13384).uniform(-1, 1, (2, 6)).astype("float32"),
+                           domain=(a, t))
+        v2 = tl.placeholder((), "float32", domain=(b, t))
+        v2[t < 2] = tl.where(b < 1, tl.tanh(v1[0:A, t].sum(axis=0)), tl.tanh(v0[0]))
+        v2[b, t + 2] = v2[0:B, t].mean(axis=0) * 0.5 + (
+            (v2[b, 0:t + 1].mean(axis=0) + v2[b, tl.max(0, t - 1)]) * 0.25 + v2) * 0.25
+        v3 = tl.placeholder((2,), "float32", domain=(t,))
+        v3[t] = tl.tanh(v3[tl.max(0, t - 3):t].transpose(1, 0).max(axis=(1,))
+                        + v1[0, tl.max(0, t - 2)])
+        v3[0] = v2[0, 0] * 0.25 * (v2[B - 1, tl.max(0, t - 1)] * 0.25) - 1.0
+        done = v3.max(axis=-1) > 0.403
+    run = check_vs_reference(ctx, {A: 2, B: 2, T: tl.until(done, max=6)}, {"v3": v3}, executor)
+    assert 1 < run.bounds["T"] < 6

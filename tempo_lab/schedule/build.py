@@ -22,10 +22,10 @@ import warnings
 import islpy as isl
 
 from ..cache import LRU
-from ..errors import BoundsError, ScheduleError
+from ..errors import BoundsError, ExprError, ScheduleError
 from ..ir.ops import flag
 from ..ir.sdg import SDG
-from ..symbolic import Bound, Const, Dim, Expr, and_, eq, floordiv, max_, min_, mod, or_
+from ..symbolic import Bound, Const, Dim, Expr, and_, eq, floordiv, le, lt, max_, min_, mod, or_
 from ..symbolic import isl as I
 from ..symbolic.cond import Cmp, Junction
 from .loops import Exec, For, If, Node, Seq, While
@@ -174,8 +174,9 @@ def mark_untils(root: Node, sdg: SDG, shifts: bool = True) -> Node:
     the bound as soon as the condition holds and then runs on while its own bound, now
     evaluated with the value reached, allows (isl may compute an op a few iterations after its
     point); an op that the condition reads must not be computed ahead of its point, or a
-    point past the end would run before the end is known (checked where the schedule may
-    shift points, ``shifts``: the fusion scheduler's loops run every op at its own point)."""
+    point past the end would run before the end is known, unless it runs after the condition
+    under a guard that the bound reached settles (checked where the schedule may shift
+    points, ``shifts``: the fusion scheduler's loops run every op at its own point)."""
     found: set[str] = set()
 
     def visit(node):
@@ -193,11 +194,11 @@ def mark_untils(root: Node, sdg: SDG, shifts: bool = True) -> Node:
                 shift = None if at is None else at - Dim(node.var)
                 if shift is not None and not shift.dims() \
                         and not any(s.name in sdg.untils for s in shift.bounds()):
-                    if shifts:
-                        _check_ahead(body, at, sdg, done)
                     found.add(bound)
-                    loop = While(node.var, node.lo, node.hi, body, node.dim, node.step, bound,
-                                 done, at)
+                    loop = While(node.var, node.lo, node.hi, _spliced(body), node.dim,
+                                 node.step, bound, done, at)
+                    if shifts:
+                        _check_ahead(loop, sdg)
                     _check_split(loop, sdg)
                     return loop
             return For(node.var, node.lo, node.hi, body, node.dim, node.step)
@@ -213,16 +214,65 @@ def mark_untils(root: Node, sdg: SDG, shifts: bool = True) -> Node:
     return out
 
 
-def _check_ahead(body: Node, at: Expr, sdg: SDG, done: int):
-    """Every op the condition reads is computed in the loop at or after its own point."""
-    t = sdg.ops[done].domain[0]
-    feeds = ancestors(sdg, done)
-    for n in body.walk():
-        if isinstance(n, Exec) and n.op in feeds and t in sdg.ops[n.op].domain:
-            ahead = n.args[sdg.ops[n.op].domain.index(t)] - at
-            if not isinstance(ahead, Const) or ahead.value > 0:
-                raise IslScheduleRejected(f"{sdg.ops[n.op].label} runs ahead of the tl.until "
-                                          "condition's point in this schedule")
+def _check_ahead(loop: While, sdg: SDG):
+    """Every op the condition reads is computed in the loop at or after its own point, or
+    after the condition's statement (``While.split``) under conditions that hold only below
+    the bound: that part of an iteration sees the bound reached, so a point past the end is
+    not computed (isl computed the next step's input there, ``if T - 2 >= 0 & t == 1``)."""
+    t = sdg.ops[loop.done].domain[0]
+    feeds = ancestors(sdg, loop.done)
+    head, tail = loop.split()
+    for part, below_end in ((head, False), (tail, True)):
+        for n, conds in _guarded(part, ()):
+            if n.op not in feeds or t not in sdg.ops[n.op].domain:
+                continue
+            point = n.args[sdg.ops[n.op].domain.index(t)]
+            ahead = point - loop.at
+            if isinstance(ahead, Const) and ahead.value <= 0 or _implied(
+                    conds, le(point, loop.at), sdg) or below_end and _implied(
+                    conds, lt(point, Bound(loop.bound)), sdg):
+                continue
+            raise IslScheduleRejected(f"{sdg.ops[n.op].label} runs ahead of the tl.until "
+                                      "condition's point in this schedule")
+
+
+def _spliced(body: Node) -> Node:
+    """``body`` with the sequences at its top spliced into one: isl's AST may nest them, and
+    ``While.split`` sets the bound between top-level statements."""
+    if not isinstance(body, Seq):
+        return body
+    out = []
+    for n in body.body:
+        out.extend(_spliced(n).body if isinstance(n, Seq) else (n,))
+    return Seq(tuple(out))
+
+
+def _guarded(node: Node, conds: tuple):
+    """Each statement under ``node`` with what holds where it runs: the conditions around it
+    (negated in an ``else``) and the ranges of the loops around it."""
+    if isinstance(node, Seq):
+        for n in node.body:
+            yield from _guarded(n, conds)
+    elif isinstance(node, If):
+        yield from _guarded(node.then, conds + (node.cond,))
+        if node.orelse is not None:
+            yield from _guarded(node.orelse, conds + (~node.cond,))
+    elif isinstance(node, For):
+        v = Dim(node.var)
+        yield from _guarded(node.body, conds + (v >= node.lo, lt(v, node.hi)))
+    elif isinstance(node, Exec):
+        yield node, conds
+
+
+def _implied(conds: tuple, goal, sdg: SDG) -> bool:
+    """Whether ``conds`` imply ``goal`` for every value of the loop variables and bounds in
+    them (False where isl cannot tell)."""
+    c = and_(*conds, ~goal)
+    names = sorted({d.name for x in (*conds, goal) for d in x.dims()})
+    try:
+        return I.cond_set(c, I.space([Dim(n) for n in names], sdg.params)).is_empty()
+    except (ExprError, TypeError, isl.Error):
+        return False
 
 
 def _check_split(loop: While, sdg: SDG):
