@@ -177,3 +177,53 @@ def test_a_condition_read_from_a_batch_placeholders_first_steps(executor):
         done = v3.max(axis=-1) > 0.403
     run = check_vs_reference(ctx, {A: 2, B: 2, T: tl.until(done, max=6)}, {"v3": v3}, executor)
     assert 1 < run.bounds["T"] < 6
+
+
+# 9. an output that vectorisation found to be a value's rows taken in order: the value held
+# the batch dim as its last axis, and the output came back transposed (a gradient over
+# (b, t) as (T, B): with B == T, silently; random programs)
+def test_a_gradient_whose_rows_are_one_value_keeps_its_axes(executor):
+    ctx = tl.Context(dims=("b", "t"))
+    (b, t), (B, T) = ctx.dims, ctx.bounds
+    with ctx:
+        v0 = tl.from_array(np.arange(9, dtype=np.float32).reshape(3, 3) / 9 - 0.3,
+                           domain=(b, t))
+        v2 = tl.placeholder((1,), "float32", domain=(b, t))
+        v2[b, t] = v2[b, 0:t].transpose(1, 0).max(axis=(1,)) * 0.5
+        v2[b, 0] = tl.tanh(v0[0:B, t].sum(axis=0)) + tl.zeros((1,))
+        (d_v0,) = tl.grad(v2.sum(axis=-1), [v0])
+    run = check_vs_reference(ctx, {B: 3, T: 3}, {"d_v0": d_v0}, executor)
+    assert np.count_nonzero(run["d_v0"][:, 0]) == 3 and not run["d_v0"][:, 1:].any()
+
+
+# 10. a tl.until loop whose condition isl computed partly after the loop (its last two points
+# peeled): there they ran again at the bound reached, reading a constant the loop had freed
+# when it ended early (random programs)
+def test_a_condition_is_computed_only_in_its_loop(executor):
+    ctx = tl.Context(dims=("t",))
+    (t,), (T,) = ctx.dims, ctx.bounds
+    with ctx:
+        v0 = tl.from_array(np.random.RandomState(154).uniform(-1, 1, (7, 2)).astype("float32"),
+                           domain=(t,))
+        v1 = tl.placeholder((2,), "float32", domain=(t,))
+        v1[t < 2] = tl.where(t < 2, tl.where(t < 1, v0[0:T].transpose(1, 0).max(axis=(1,)),
+                                             v0[tl.max(0, t - 2)]),
+                             v0[tl.max(0, t - 1):t + 1].transpose(1, 0).max(axis=(1,)))
+        v1[t] = v1[t - 1] * 0.5 + (v0[T - 1] - v0[t - 2] - (tl.zeros(()) + t) * 0.25) * 0.25
+        v3 = tl.placeholder((2,), "float32", domain=(t,))
+        v3[t] = v3[tl.max(0, t - 3):t].transpose(1, 0).max(axis=(1,)) * 0.5 + ((
+            v1[tl.max(0, t - 1):t + 1].sum(axis=0) * 0.125 * 4.0).astype("int32") % 2
+        ).astype("float32")
+        v3[t < 1] = 0.0
+        v4 = tl.placeholder((2,), "float32", domain=(t,))
+        v4[t < 1] = ((tl.where(t < 2, v3[tl.max(0, t - 1):t + 1].transpose(1, 0).max(axis=(1,)),
+                               v3[tl.min(t + 1, T - 1)]) * 4.0).astype("int32") // 3
+                     ).astype("float32") * 0.25
+        v4[t] = v4[tl.max(0, t - 3):t].mean(axis=0) * 0.5 + v4[tl.max(0, t - 3):t].mean(
+            axis=0) * 0.25
+        done = v0.max(axis=-1) > 0.16330593824386597
+    run = check_vs_reference(ctx, {T: tl.until(done, max=7)}, {"v4": v4}, executor,
+                             check_invariants=True, tile_block=2, simplify=False,
+                             fold_constants=False, contract=False, tile=False, vectorise=False,
+                             incrementalise=False)
+    assert run.bounds["T"] == 1

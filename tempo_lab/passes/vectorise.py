@@ -608,11 +608,15 @@ def _identity_takes(ed: Editor):
     ``d``'s values ``0..D-1``, the value's first axis ``D`` long): the value itself. Each
     layer's weights taken by their layer's index (``tl.take(w, n)``), batched over the
     layers, were a copy of all of them. Only where no reader is batched over ``d`` (which
-    would read the value row by row, not whole)."""
+    would read the value row by row, not whole), and not for an output: its axes are the
+    take's, ``d`` first (the value holds ``d`` as a spatial axis, returned after the dims:
+    a gradient over ``(b, t)`` came back ``(T, B)``)."""
+    outputs = set(ed.outputs.values())
     for i in sorted(ed.ops):
         op = ed.ops.get(i)
         if op is None or op.kind != "take" or op.attrs.get("axis") != 0 \
-                or len(op.attrs.get("vdims", ())) != 1 or set(op.attrs) != {"axis", "vdims"}:
+                or len(op.attrs.get("vdims", ())) != 1 or set(op.attrs) != {"axis", "vdims"} \
+                or i in outputs:
             continue
         ins = ed.in_edges(i)
         if len(ins) != 2 or any(e.cond != TRUE for e in ins):

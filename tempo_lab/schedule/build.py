@@ -205,6 +205,15 @@ def mark_untils(root: Node, sdg: SDG, shifts: bool = True) -> Node:
         return node
 
     out = visit(root)
+    if shifts:
+        _check_known_early(out, sdg)
+    for loop in (n for n in out.walk() if isinstance(n, While)):
+        inside = sum(1 for n in loop.walk() if isinstance(n, Exec) and n.op == loop.done)
+        if sum(1 for n in out.walk() if isinstance(n, Exec) and n.op == loop.done) > inside:
+            # isl peeled the condition's last points after the loop: there they are computed
+            # again at the bound reached, after the loop freed what they read
+            raise IslScheduleRejected(f"{sdg.ops[loop.done].label} runs outside the loop "
+                                      "that ends at it in this schedule")
     missing = set(sdg.untils) - found
     if missing:
         b = sorted(missing)[0]
@@ -234,6 +243,56 @@ def _check_ahead(loop: While, sdg: SDG):
                 continue
             raise IslScheduleRejected(f"{sdg.ops[n.op].label} runs ahead of the tl.until "
                                       "condition's point in this schedule")
+
+
+def _check_known_early(root: Node, sdg: SDG):
+    """Before a ``tl.until`` loop and in its iterations up to the condition, the bound is
+    its ``max``: a statement there may be guarded by the bound only where a guard that holds
+    at the bound reached holds at the max too (``T - 3 >= 0``: at worst it runs in vain).
+    isl may place a statement by the bound's value (``if T - 1 == 0: x = ...`` before the
+    loop, ``if t == T: x = ...`` in it), which at the max never runs when the loop ends
+    early, and a later read found nothing."""
+    for loop in [n for n in root.walk() if isinstance(n, While)]:
+        early: list = []
+        _before(root, loop, (), early)
+        b = Bound(loop.bound)
+        for n, conds in early:
+            for c in conds:
+                if b in c.symbols() and not _grows_with(c, b, sdg):
+                    raise IslScheduleRejected(f"{sdg.ops[n.op].label} is placed by the value "
+                                              f"of {loop.bound} before it is known")
+
+
+def _before(node: Node, loop: While, conds: tuple, out: list) -> bool:
+    """Into ``out``: the statements that run before ``loop`` and in its iterations up to its
+    condition (``While.split``), with what holds where each runs (``_guarded``); True once
+    ``loop`` is reached."""
+    if node is loop:
+        out.extend(_guarded(loop.split()[0], conds))
+        return True
+    if isinstance(node, Seq):
+        return any(_before(n, loop, conds, out) for n in node.body)
+    if isinstance(node, If):
+        return _before(node.then, loop, conds + (node.cond,), out) or (
+            node.orelse is not None and _before(node.orelse, loop, conds + (~node.cond,), out))
+    if isinstance(node, For):
+        v = Dim(node.var)
+        return _before(node.body, loop, conds + (v >= node.lo, lt(v, node.hi)), out)
+    if isinstance(node, Exec):
+        out.append((node, conds))
+    return False
+
+
+def _grows_with(c, b: Bound, sdg: SDG) -> bool:
+    """Whether ``c`` holding at a value of bound ``b`` means it holds at every larger one."""
+    lo, hi = Bound(b.name + "__lo"), Bound(b.name + "__hi")
+    names = sorted({d.name for d in c.dims()})
+    params = [*sdg.params, lo.name, hi.name]
+    broken = and_(le(lo, hi), c.substitute({b: lo}), ~c.substitute({b: hi}))
+    try:
+        return I.cond_set(broken, I.space([Dim(n) for n in names], params)).is_empty()
+    except (ExprError, TypeError, isl.Error):
+        return False
 
 
 def _spliced(body: Node) -> Node:
