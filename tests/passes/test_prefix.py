@@ -197,4 +197,3 @@ def test_a_padded_batch_ending_early_is_the_references_on_every_executor(llama, 
     got = tl.nn.generate(model, params, rows, max_new_tokens=10, eos=[first],
                          config=tl.CompileConfig(executor=executor))
     assert got == want
-
