@@ -124,14 +124,20 @@ def test_random_numbers_are_bit_identical(executor, vectorise):
 # a read of t + 2 is zeros where T <= 2) had no store in a plan made at the max, so its
 # statement was left out ("no branch holds"); and a value shaped by the bound (a read of
 # t:T) left a lax.cond of the XLA program, which cannot make its zeros (random programs)
+def _drawn_arrays(a, t):
+    """The two arrays of the random programs cases 7 and 8 were found in: over ``(a,)`` and
+    ``(a, t)``, 2 x 6 points."""
+    return (tl.from_array(np.random.RandomState(2527).uniform(-1, 1, 2).astype("float32"),
+                          domain=(a,)),
+            tl.from_array(np.random.RandomState(13384).uniform(-1, 1, (2, 6)).astype("float32"),
+                          domain=(a, t)))
+
+
 def _ends_early(grad_of_range: bool):
     ctx = tl.Context(dims=("a", "b", "t"))
     (a, b, t), (A, B, T) = ctx.dims, ctx.bounds
     with ctx:
-        v0 = tl.from_array(np.random.RandomState(2527).uniform(-1, 1, 2).astype("float32"),
-                           domain=(a,))
-        v1 = tl.from_array(np.random.RandomState(13384).uniform(-1, 1, (2, 6)).astype("float32"),
-                           domain=(a, t))
+        v0, v1 = _drawn_arrays(a, t)
         v2 = tl.placeholder((), "float32", domain=(b, t))
         v2[b, t + 2] = v2 * -0.5 + v0[0:A].max(axis=0) * 0.5
         v2[t < 2] = tl.where(b < 1, tl.tanh(v1[0, 0:t + 1].max(axis=0)),
@@ -162,10 +168,7 @@ def test_a_condition_read_from_a_batch_placeholders_first_steps(executor):
     ctx = tl.Context(dims=("a", "b", "t"))
     (a, b, t), (A, B, T) = ctx.dims, ctx.bounds
     with ctx:
-        v0 = tl.from_array(np.random.RandomState(2527).uniform(-1, 1, 2).astype("float32"),
-                           domain=(a,))
-        v1 = tl.from_array(np.random.RandomState(13384).uniform(-1, 1, (2, 6)).astype("float32"),
-                           domain=(a, t))
+        v0, v1 = _drawn_arrays(a, t)
         v2 = tl.placeholder((), "float32", domain=(b, t))
         v2[t < 2] = tl.where(b < 1, tl.tanh(v1[0:A, t].sum(axis=0)), tl.tanh(v0[0]))
         v2[b, t + 2] = v2[0:B, t].mean(axis=0) * 0.5 + (

@@ -286,13 +286,8 @@ def _before(node: Node, loop: While, conds: tuple, out: list) -> bool:
 def _grows_with(c, b: Bound, sdg: SDG) -> bool:
     """Whether ``c`` holding at a value of bound ``b`` means it holds at every larger one."""
     lo, hi = Bound(b.name + "__lo"), Bound(b.name + "__hi")
-    names = sorted({d.name for d in c.dims()})
-    params = [*sdg.params, lo.name, hi.name]
-    broken = and_(le(lo, hi), c.substitute({b: lo}), ~c.substitute({b: hi}))
-    try:
-        return I.cond_set(broken, I.space([Dim(n) for n in names], params)).is_empty()
-    except (ExprError, TypeError, isl.Error):
-        return False
+    return _implied((le(lo, hi), c.substitute({b: lo})), c.substitute({b: hi}), sdg,
+                    (lo.name, hi.name))
 
 
 def _spliced(body: Node) -> Node:
@@ -323,13 +318,13 @@ def _guarded(node: Node, conds: tuple):
         yield node, conds
 
 
-def _implied(conds: tuple, goal, sdg: SDG) -> bool:
+def _implied(conds: tuple, goal, sdg: SDG, more: tuple = ()) -> bool:
     """Whether ``conds`` imply ``goal`` for every value of the loop variables and bounds in
-    them (False where isl cannot tell)."""
-    c = and_(*conds, ~goal)
+    them (``more``: bounds beyond the program's), False where isl cannot tell."""
     names = sorted({d.name for x in (*conds, goal) for d in x.dims()})
     try:
-        return I.cond_set(c, I.space([Dim(n) for n in names], sdg.params)).is_empty()
+        return I.cond_set(and_(*conds, ~goal), I.space([Dim(n) for n in names],
+                                                       [*sdg.params, *more])).is_empty()
     except (ExprError, TypeError, isl.Error):
         return False
 
