@@ -19,6 +19,7 @@ from .frontend.build import build_sdg
 from .frontend.context import user_name
 from .frontend.tensor import RecurrentTensor
 from .frontend.validate import validate
+from .gc_pause import full_collections_paused
 from .ir.callbacks import calls_python
 from .ir.sdg import SDG
 from .memory import best_schedule, meet_budget
@@ -104,40 +105,46 @@ def compile_context(ctx, bounds, outputs, config: CompileConfig | None = None) -
     loc = user_location()
     st = _Stages()
     try:
-        with st.stage("build"):
-            bounds, dynamic, ragged = normalise_bounds(ctx, bounds)
-            outs = _normalise_outputs(outputs, ctx)
-            for rt in outs.values():
-                if rt.ctx is not ctx:
-                    raise TempoLabError("an output belongs to another tl.Context", loc)
-            sdg = build_sdg(ctx, outs, untils=dynamic, ragged=ragged)
-            missing = sorted(_used_bounds(sdg) - set(bounds))
-            if missing:
-                raise BoundsError(f"no value for the bound(s) {', '.join(missing)}; pass them "
-                                  f"in bounds={{{', '.join(f'{m}: ...' for m in missing)}}}", loc)
-        if config.validate:
-            with st.stage("validate"):
-                validate(sdg, bounds)
-        # "auto" resolved once, before the passes: they and the compile step read the choice
-        executor = resolve(config.executor, calls_python(sdg.ops),
-                           config.device_memory_budget is not None)
-        with st.stage("passes"):
-            ends = {**dynamic, **{n: r for n, r in ragged.items() if r.lengths is None}}
-            sdg, passes = run_passes(sdg, config, config.check_invariants, bounds, ends,
-                                     executor)
-        # the compiled bound values, with the dims a pass added (tiling's blocks): this one
-        # dict is held by the Lowered stage and read by the Program and the backends
-        bounds = {k: int(v) for k, v in {**bounds, **passes.new_bounds}.items()}
-        lowered = executable = None
-        if lowers(executor.name):
-            lowered = _lowered(sdg, bounds, config, st, loc)
-            with st.stage("compile"):
-                executable = lowered.compile(executor, config.sync_profile, config.xla_split)
-                if lowered.layout is not None:
-                    lowered.layout.agree(f"{executable.name} {sorted(bounds.items())}\n"
-                                         f"{lowered.ast}", loc)
+        with full_collections_paused():
+            return _compile(ctx, bounds, outputs, config, loc, st)
     finally:
         st.bar.close()
+
+
+def _compile(ctx, bounds, outputs, config: CompileConfig, loc, st: _Stages) -> Program:
+    """The body of ``compile_context``, with full garbage collections paused."""
+    with st.stage("build"):
+        bounds, dynamic, ragged = normalise_bounds(ctx, bounds)
+        outs = _normalise_outputs(outputs, ctx)
+        for rt in outs.values():
+            if rt.ctx is not ctx:
+                raise TempoLabError("an output belongs to another tl.Context", loc)
+        sdg = build_sdg(ctx, outs, untils=dynamic, ragged=ragged)
+        missing = sorted(_used_bounds(sdg) - set(bounds))
+        if missing:
+            raise BoundsError(f"no value for the bound(s) {', '.join(missing)}; pass them "
+                              f"in bounds={{{', '.join(f'{m}: ...' for m in missing)}}}", loc)
+    if config.validate:
+        with st.stage("validate"):
+            validate(sdg, bounds)
+    # "auto" resolved once, before the passes: they and the compile step read the choice
+    executor = resolve(config.executor, calls_python(sdg.ops),
+                       config.device_memory_budget is not None)
+    with st.stage("passes"):
+        ends = {**dynamic, **{n: r for n, r in ragged.items() if r.lengths is None}}
+        sdg, passes = run_passes(sdg, config, config.check_invariants, bounds, ends,
+                                 executor)
+    # the compiled bound values, with the dims a pass added (tiling's blocks): this one
+    # dict is held by the Lowered stage and read by the Program and the backends
+    bounds = {k: int(v) for k, v in {**bounds, **passes.new_bounds}.items()}
+    lowered = executable = None
+    if lowers(executor.name):
+        lowered = _lowered(sdg, bounds, config, st, loc)
+        with st.stage("compile"):
+            executable = lowered.compile(executor, config.sync_profile, config.xla_split)
+            if lowered.layout is not None:
+                lowered.layout.agree(f"{executable.name} {sorted(bounds.items())}\n"
+                                     f"{lowered.ast}", loc)
     return Program(ctx.trace, passes, bounds, outs, config, st.times, lowered, executable)
 
 

@@ -2,7 +2,7 @@
 the same layer or one below, except the two façades docs/architecture.md names; and the imports
 made when a module loads form no cycle. The layers, bottom first:
 
-    base (errors, cache, config, files, progress, stage, executors) < symbolic < ir < frontend
+    base (errors, cache, config, files, gc_pause, progress, stage, executors) < symbolic < ir < frontend
     < passes < schedule < memory < runtime < program (with compile_config) < nn, optim, rl
     and the other top-level modules < widgets
 """
@@ -12,7 +12,7 @@ import ast
 from pathlib import Path
 
 PKG = Path(__file__).resolve().parent.parent / "tempo_lab"
-BASE = {"errors", "cache", "config", "files", "progress", "stage", "executors"}
+BASE = {"errors", "cache", "config", "files", "gc_pause", "progress", "stage", "executors"}
 LAYERS = ["symbolic", "ir", "frontend", "passes", "schedule", "memory", "runtime", "program"]
 ALONGSIDE = {"compile_config": "program"}  # top-level modules in a layer of the list
 # (importer, imported): the façades that reach upward, lazily, inside one method each

@@ -32,6 +32,7 @@ import jax
 import numpy as np
 
 from ..cache import LRU
+from ..gc_pause import full_collections_paused
 from ..ir.sdg import Op
 from ..schedule import For
 from .compile_cache import load_or_compile
@@ -154,10 +155,11 @@ class _Xla(XlaInspection):
 
             def make():
                 donate = (2,) if self.plan.carried else ()
-                return load_or_compile((key, COMPILER_OPTIONS), lambda: jax.jit(
-                    self._program(), donate_argnums=donate).lower(*args).compile(
-                    compiler_options=COMPILER_OPTIONS), _functions(self.sdg),
-                    keep=not self._calls_host)
+                with full_collections_paused():  # tracing makes and drops many objects
+                    return load_or_compile((key, COMPILER_OPTIONS), lambda: jax.jit(
+                        self._program(), donate_argnums=donate).lower(*args).compile(
+                        compiler_options=COMPILER_OPTIONS), _functions(self.sdg),
+                        keep=not self._calls_host)
 
             self._fn = _PROGRAMS.get(key, make)
         return self._fn
