@@ -3,7 +3,7 @@
 // (a node selects its op, a grey group node expands, a group's title collapses it) and offers
 // a type-ahead search over `index` ([op id, "name kind file:line scope"]).
 
-const HELP = "click a node: select · click a grey group: expand · click a group's title: " +
+const HELP = "a: the whole graph · click a node: select · click a grey group: expand · click a group's title: " +
   "collapse · drag: pan · wheel: zoom once the graph is clicked (or with Ctrl/⌘), else it " +
   "scrolls the page · keys: f fit, c centre, + - zoom, arrows pan, / search, Esc clear";
 
@@ -33,7 +33,9 @@ function render({ model, el }) {
     b.addEventListener("click", (e) => { e.preventDefault(); action(); view.focus(); });
     bar.appendChild(b);
   };
-  button("fit", "fit the whole graph (f)", () => fit(), "tl-fit");
+  button("fit", "fit the graph (f); where the whole graph would not read, its start at a " +
+    "size that reads", () => fit(), "tl-fit");
+  button("all", "the whole graph, however small (a)", () => fit(true), "tl-all");
   button("+", "zoom in (+)", () => zoomAt(1 / 1.25), "tl-zoom-in");
   button("−", "zoom out (-)", () => zoomAt(1.25), "tl-zoom-out");
   button("centre", "centre on the selected op (c)", () => centre(true), "tl-centre");
@@ -48,6 +50,8 @@ function render({ model, el }) {
   let pending = false;  // a selection to centre on once its node is drawn
   let anchor = null;    // a group opened or closed: keep it where it was on screen
   const READ = 8;       // px: the smallest text drawn; smaller labels give way to group names
+  const NODE = 10;      // an op label's font size in graph units (layout.py's NODE_FONT)
+  let partW = null;     // the width of the view box a fit showing part of the graph set
 
   function scale() {    // screen px per SVG unit (the SVG keeps its aspect ratio)
     const r = view.getBoundingClientRect();
@@ -62,9 +66,13 @@ function render({ model, el }) {
     }
     svg.setAttribute("viewBox", b.map((v) => v.toFixed(2)).join(" "));
     const pct = Math.round((100 * full[2]) / b[2]);
-    status.textContent = `zoom ${pct}% of fit · ${svg.querySelectorAll("g.node").length} ` +
+    const part = partW !== null && Math.abs(b[2] - partW) < 1e-6;
+    status.textContent = (part ? "fit: part of the graph, at a size that reads (the " +
+      "whole graph would not); all (a) shows all of it · " : "") +
+      `zoom ${pct}% of the whole graph · ${svg.querySelectorAll("g.node").length} ` +
       `nodes · ${HELP}`;
     el.dataset.zoom = String(pct);
+    el.dataset.fit = part ? "part" : pct === 100 ? "all" : "";
     const s = scale();
     el.dataset.scale = s.toFixed(4);   // screen px per graph unit
     detail(s);
@@ -96,13 +104,16 @@ function render({ model, el }) {
     // first, a title that overlaps one already shown gives way, and so does the title of a
     // group inside another whose box is on screen under 2.5 titles high.
     // A title taller than half its box is centred on it, not hung from its top, so that
-    // it stays over its own box (and the middle of what a closed group draws is on it).
+    // it stays over its own box (and the middle of what a closed group draws is on it); so
+    // is a closed group's name, which hung from its top ran into the title of the group
+    // around it, drawn as large, and gave way (two in three names of a 16-layer decoder).
     const shown = [];
     const high = (READ + 2) / s;    // a far title's height, in graph units
     titles.forEach(({ text, box, depth, bb }) => {
       text.classList.remove("tl-hide");
       if (text.dataset.y === undefined) text.dataset.y = text.getAttribute("y");
-      text.setAttribute("y", far && bb.height < 2 * high ?
+      const closed = text.parentElement.classList.contains("node");
+      text.setAttribute("y", far && (closed || bb.height < 2 * high) ?
         (bb.y + bb.height / 2 - high / 2).toFixed(1) : text.dataset.y);
       if (!far) return;
       const r = text.getBoundingClientRect();
@@ -137,7 +148,35 @@ function render({ model, el }) {
                                chars: text.textContent.length } : null;
     }).filter(Boolean);
   }
-  function fit() { if (svg) setBox(full.slice()); }
+  // The share of the labels in view (ops' names, groups' titles and closed groups' names)
+  // that are drawn at READ px or more.
+  function readShare() {
+    const v = view.getBoundingClientRect(), s = scale();
+    let all = 0, drawn = 0;
+    svg.querySelectorAll("g.node > text:first-of-type, g.cluster > text").forEach((t) => {
+      const shape = t.parentElement.querySelector(":scope > path, :scope > polygon");
+      const b = (shape || t).getBoundingClientRect();
+      if (b.right < v.left || b.left > v.right || b.bottom < v.top || b.top > v.bottom) return;
+      all += 1;
+      if (t.getBoundingClientRect().height > 0 &&
+          parseFloat(getComputedStyle(t).fontSize) * s >= READ - 0.01) drawn += 1;
+    });
+    return all ? drawn / all : 1;
+  }
+  // Fit: the whole graph, where at that size at least half the labels in view are drawn
+  // (zoomed out, op labels give way to group names); else (a 16-layer decoder with every
+  // group open: 341 ops) its start, top left (or, once drawn, around the selected op), at a
+  // size where op labels read (9 px), and the status line says so. ``all``: the whole graph
+  // however small.
+  function fit(all) {
+    if (!svg) return;
+    partW = null;
+    setBox(full.slice());
+    if (all || !scale() || readShare() >= 0.5) return;
+    const r = view.getBoundingClientRect(), z = (READ + 1) / NODE;
+    partW = Math.min(full[2], r.width / z);
+    setBox([full[0], full[1], partW, (partW * r.height) / r.width]);
+  }
   // A fitted drawing with a `focus` box (a pass diff's first change) is centred on it
   // instead, zoomed in until labels read (12 px), never out.
   function focusView() {
@@ -315,7 +354,7 @@ function render({ model, el }) {
   view.addEventListener("keydown", (e) => {
     const step = box ? box[2] / 10 : 0;
     const keys = {
-      f: () => fit(), c: () => centre(true), "+": () => zoomAt(1 / 1.25),
+      f: () => fit(), a: () => fit(true), c: () => centre(true), "+": () => zoomAt(1 / 1.25),
       "=": () => zoomAt(1 / 1.25), "-": () => zoomAt(1.25), "/": () => search.focus(),
       Escape: () => select(-1),
       ArrowLeft: () => setBox([box[0] - step, box[1], box[2], box[3]]),

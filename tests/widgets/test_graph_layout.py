@@ -73,14 +73,24 @@ def _layer_boxes(spec, lay):
 
 @pytest.mark.parametrize("view", ["default", "collapsed", "expanded"])
 def test_the_layers_read_top_to_bottom(sdg, view):
-    """Layer k's box starts below layer k-1's bottom, whatever the layers share (layer0 makes
-    the rope table every layer reads) and whichever groups are open."""
+    """The chain of layers is wrapped into columns read as a newspaper's: layer k's box
+    starts below layer k-1's bottom in the same column, or at the top of the next column to
+    its right, whatever the layers share (layer0 makes the rope table every layer reads) and
+    whichever groups are open; the whole is about as wide as high (one column of sixteen
+    layers was 15 times as high as wide, and a fit drew it as a strip a tenth of the
+    canvas' width)."""
     spec = G.graph_spec(sdg, expanded=_views(sdg)[view])
     lay = L.layout(spec)
     layers = _layer_boxes(spec, lay)
-    for (_, y0, _, h0), (_, y1, _, _) in zip(layers, layers[1:]):
-        assert y1 > y0 + h0
-    assert lay.height > 2 * lay.width          # a chain, not side by side
+    columns = 1
+    for (x0, y0, w0, h0), (x1, y1, w1, _) in zip(layers, layers[1:]):
+        if x1 >= x0 + w0:
+            columns += 1
+            assert y1 < y0, "a new column starts at the top"
+        else:
+            assert y1 > y0 + h0 and x1 < x0 + w0 and x0 < x1 + w1
+    assert columns >= 3
+    assert 0.8 <= lay.width / lay.height <= 2.0, (lay.width, lay.height)
 
 
 def _overlap(a, b) -> bool:
