@@ -293,6 +293,27 @@ def test_the_ops_off_a_recurrence_are_batched_over_its_dim(executor):
     np.testing.assert_allclose(off.run()["g"], gs, rtol=1e-5)
 
 
+def test_a_reader_outside_the_loop_sees_the_batched_axis_at_its_size(executor):
+    """A recurrence keeps t a loop while the ops off it are batched over t; a reader outside
+    the loop that takes such an op's whole range (``x[0:T].transpose()``) has the bound's
+    value in its shape, as the batched value it reads does: the invariant check found
+    ``float32[1, T]`` from an input of ``float32[1, 2]`` (a random program)."""
+    ctx = tl.Context(dims=("t",))
+    (t,), (T,) = ctx.dims, ctx.bounds
+    x0 = np.random.default_rng(3).uniform(-1, 1, (2, 1)).astype(np.float32)
+    with ctx:
+        x = tl.from_array(x0, domain=(t,))
+        y = (x * 2.0)[0:T].transpose(1, 0).max(axis=(1,))
+        h = tl.placeholder((), "float32", (t,), "h")
+        h[t < 1] = x[0].mean(axis=-1)
+        h[t + 1] = h[t] * 0.5
+    prog = ctx.compile(bounds={T: 2}, outputs={"y": y, "h": h},
+                       config=config(executor, vectorise_groups=True))
+    run = prog.run()
+    np.testing.assert_allclose(run["y"], (x0 * 2).max(axis=0), rtol=1e-6)
+    np.testing.assert_allclose(run["h"], x0[0, 0] * np.float32([1, 0.5]), rtol=1e-6)
+
+
 @pytest.mark.executors(COMPILED, reason="where the schedule runs the view")
 def test_a_per_point_view_runs_in_the_backward_loop_that_reads_it(executor):
     """GAE's shape: a value batched over t (y) that a backward recurrence (g) reads through a
