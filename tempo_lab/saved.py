@@ -314,7 +314,8 @@ def passes_from_dict(data: dict):
     records = []
     for p in data["passes"]:
         after = sdg_from_dict(p["after"])
-        events = [Event(e["kind"], e["op"], e["source"], e["note"]) for e in p["events"]]
+        events = [Event(e["kind"], -1 if e["kind"] == "dim" else e["op"], e["source"],
+                        e["note"]) for e in p["events"]]  # a dim event's op: -1 (Event)
         came_from = {int(k): v for k, v in p.get("came_from", {}).items()}
         records.append(PassRecord(p["name"], before, after, events, p["seconds"],
                                   came_from=came_from))

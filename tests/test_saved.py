@@ -52,6 +52,26 @@ def test_program_round_trip(tmp_path):
         back.run()
 
 
+def test_a_program_whose_passes_made_dims_round_trips():
+    """A pass that makes a dim (the prefix split of the first steps here; tiling and
+    incrementalisation too) records it as an event with no op: saved as null, it loads back
+    (it was written as -1, which the file's schema refuses)."""
+    ctx = tl.Context(dims=("b", "t"))
+    (b, t), (B, T) = ctx.dims, ctx.bounds
+    with ctx:
+        v = tl.placeholder((), "float32", domain=(b, t))
+        v[b, t + 2] = v * 0.5 + 0.25
+        v[t < 2] = 0.0
+        tl.sink(v, lambda p, x: None)
+    prog = ctx.compile(bounds={B: 1, T: 3}, outputs={"v": v},
+                       config=tl.CompileConfig(executor="codegen"))
+    made = [e for r in prog.passes.records for e in r.events if e.kind == "dim"]
+    assert made and all(e.op == -1 for e in made)
+    back = tl.load(json.loads(json.dumps(prog.to_dict())))
+    _same(prog, back)
+    assert [e for r in back.passes.records for e in r.events if e.kind == "dim"] == made
+
+
 @settings(max_examples=15, deadline=None, derandomize=True, database=None)
 @given(program_strategy())
 def test_random_programs_round_trip(program):

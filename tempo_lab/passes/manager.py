@@ -420,8 +420,9 @@ class PassTrace(Stage):
         return {"schema": SCHEMA, "initial": self.initial.to_dict(),
                 "passes": [{"name": r.name, "seconds": r.seconds,
                             "ops_before": len(r.before.ops), "ops_after": len(r.after.ops),
-                            "events": [{"kind": e.kind, "op": e.op, "source": e.source,
-                                        "note": e.note} for e in r.events],
+                            "events": [{"kind": e.kind, "op": None if e.kind == "dim" else e.op,
+                                        "source": e.source, "note": e.note}
+                                       for e in r.events],  # a dim event has no op: null
                             "came_from": {str(k): v for k, v in r.came_from.items()},
                             "after": r.after.to_dict()} for r in self.records]}
 
