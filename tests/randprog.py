@@ -40,11 +40,11 @@ from hypothesis import strategies as st
 
 __all__ = [
     "RProgram", "Input", "Let", "Rec", "Read", "Const", "Unary", "Scale", "Binary", "SpatialRed",
-    "DimWhere", "DimVal", "IntOp", "Until", "Loss", "Ix", "build", "compile_program",
+    "DimWhere", "DimVal", "IntOp", "MatVec", "Until", "Loss", "Ix", "build", "compile_program",
     "run_tempo", "numpy_eval", "jax_grads", "expected", "to_source", "program_strategy",
     "features", "ALL_FEATURES", "input_array", "assert_outputs_match", "expr_source",
-    "mk_read", "mk_unary", "mk_scale", "mk_binary", "mk_sred", "limit", "prune", "reads_of",
-    "RTOL", "ATOL", "edge_values", "assert_16bit_match",
+    "mk_read", "mk_unary", "mk_scale", "mk_binary", "mk_sred", "mk_matvec", "limit", "prune", "reads_of",
+    "RTOL", "ATOL", "edge_values", "assert_16bit_match", "matmul_program_strategy",
 ]
 
 RTOL, ATOL = 1e-4, 1e-5
@@ -192,6 +192,18 @@ class IntOp:
     op: str  # floordiv | mod
     k: int
     x: object
+    dom: tuple[str, ...]
+    shape: tuple[int, ...]
+    mag: float
+
+
+@dataclass(frozen=True)
+class MatVec:
+    """``x @ w``: a vector times a weight matrix ``w`` (a read of an input over ``()`` of shape
+    ``(k, k)``, which only ``matmul_program_strategy`` draws)."""
+
+    x: object
+    w: object
     dom: tuple[str, ...]
     shape: tuple[int, ...]
     mag: float
@@ -404,6 +416,11 @@ def mk_intop(op, k, x) -> IntOp:
     return IntOp(op, k, x, x.dom, x.shape, mag)
 
 
+def mk_matvec(x, w) -> MatVec:
+    assert len(x.shape) == 1 and w.shape == (x.shape[0],) * 2 and not w.dom
+    return MatVec(x, w, x.dom, x.shape, x.mag * w.mag * x.shape[0])
+
+
 def limit(x, lim=MAG_LIMIT):
     """``x`` scaled by a power of two so that its magnitude bound is at most ``lim / 2``...``lim``."""
     if x.mag <= lim:
@@ -485,6 +502,8 @@ def build(program: RProgram, calls: dict | None = None):
         if isinstance(e, IntOp):
             n = (ev(e.x) * 4.0).astype("int32")
             return (n // e.k if e.op == "floordiv" else n % e.k).astype(program.dtype)
+        if isinstance(e, MatVec):
+            return ev(e.x) @ ev(e.w)
         raise TypeError(e)
 
     with ctx:
@@ -677,6 +696,8 @@ def _evaluate(program: RProgram, xp, inputs: dict, sizes: dict) -> dict[str, dic
             n = (ev(e.x, point) * F32(4)).astype(np.int32)
             n = xp.floor_divide(n, e.k) if e.op == "floordiv" else xp.mod(n, e.k)
             return n.astype(F32)
+        if isinstance(e, MatVec):
+            return o.f32(xp.matmul(ev(e.x, point), ev(e.w, point)))
         raise TypeError(e)
 
     for s in program.stmts:
@@ -908,6 +929,10 @@ def _expr_src(program, e) -> tuple[str, int]:
         sym = "//" if e.op == "floordiv" else "%"
         return (f"(({_paren(x, p, _PREC_MUL)} * 4.0).astype('int32') {sym} {e.k})"
                 f".astype({program.dtype!r})", _PREC_ATOM)
+    if isinstance(e, MatVec):
+        x, p = _expr_src(program, e.x)
+        w, _ = _expr_src(program, e.w)
+        return f"{_paren(x, p, _PREC_ATOM)} @ {w}", _PREC_MUL
     raise TypeError(e)
 
 
@@ -1009,7 +1034,7 @@ ALL_FEATURES = frozenset(
     + ["scale", "const", "const_init", "view_output"])
 
 
-_CHILDREN = ("x", "a", "b")
+_CHILDREN = ("x", "a", "b", "w")
 
 
 def _walk(e):
@@ -1339,6 +1364,55 @@ def program_strategy(draw, max_stmts: int = 7, max_depth: int = 2, dims=None,
         program = replace(program, until=until, loss=loss, sinks=sinks)
         if draw(st.integers(0, 3)) == 0:
             program = replace(program, scopes=hostile_scopes(draw, program))
+    return prune(program)
+
+
+@st.composite
+def matmul_program_strategy(draw, lengths: tuple[int, ...] = (64, 128, 130)):
+    """Random chains of matrix products over a long ``t``, differentiated with respect to
+    their weights: the gradient of a weight read at every point is contracted over the points
+    (``OpDef.vjp_sum``), and loops this long are split into spans on XLA, where a gradient
+    of a product once failed at ``T >= 128``. Over ``(t,)`` or ``(b, t)``: an input ``x`` of
+    width ``k``, two ``(k, k)`` weights, then 1 to 3 layers, each a projection
+    ``tanh(h @ w)``, a residual ``h + 0.5 * tanh(h @ w)``, a window mean projected, or a
+    recurrence ``tanh(r[t - 1] @ w + h @ w')`` (its products scaled to contract, so that the
+    gradient through every step stays bounded). The loss is the last layer, summed."""
+    dims = draw(st.sampled_from([("t",), ("b", "t")]))
+    bounds = {"T": draw(st.sampled_from(lengths))}
+    if len(dims) == 2:
+        bounds["B"] = draw(st.integers(1, 2))
+    k = draw(st.integers(2, 5))
+    seed = st.integers(0, 2 ** 16)
+    stmts: list = [Input("v0", dims, (k,), draw(seed))]
+    weights = [Input(f"v{j}", (), (k, k), draw(seed)) for j in (1, 2)]
+    stmts += weights
+
+    def w():
+        return mk_read(dims, bounds, weights[draw(st.integers(0, 1))], ())
+
+    def at(src, t_entry=Ix("cur")):
+        return mk_read(dims, bounds, src, [t_entry if d == "t" else Ix("cur")
+                                           for d in src.dom], "mean")
+
+    for _ in range(draw(st.integers(1, 3))):
+        h, name = stmts[-1] if stmts[-1].dom else stmts[0], f"v{len(stmts)}"
+        kind = draw(st.sampled_from(["proj", "residual", "window", "rec"]))
+        if kind == "rec":
+            proto = Rec(name, dims, (k,), ("t0",), None, None, 1.0)
+            step = mk_unary("tanh", mk_binary(
+                dims, "add", limit(mk_matvec(at(proto, Ix("shift", 1)), w()), 1.0),
+                limit(mk_matvec(at(h), w()), 1.0)))
+            stmts.append(replace(proto, init=mk_unary("tanh", limit(mk_matvec(at(h), w()))),
+                                 step=step))
+            continue
+        x = at(h, Ix("window", draw(st.sampled_from([2, 8])))) if kind == "window" else at(h)
+        e = mk_unary("tanh", limit(mk_matvec(x, w())))
+        if kind == "residual":
+            e = mk_binary(dims, "add", x, mk_scale(0.5, e))
+        stmts.append(Let(name, limit(e)))
+    last = stmts[-1].name
+    wrt = ("v1", "v2") + (("v0",) if draw(st.booleans()) else ())
+    program = RProgram(dims, bounds, tuple(stmts), (last,), loss=Loss(last, wrt))
     return prune(program)
 
 

@@ -37,6 +37,7 @@ from randprog import (  # noqa: E402
     expected,
     features,
     input_array,
+    matmul_program_strategy,
     mk_binary,
     mk_read,
     mk_scale,
@@ -59,6 +60,7 @@ N_REFERENCE = examples(400)
 N_SPANS = examples(40)
 N_16BIT = examples(45)
 N_INTERRUPTED = examples(30)
+N_MATMUL = examples(12)
 SWITCHES = ("simplify", "fold_constants", "cse", "contract", "dce", "tile", "vectorise",
             "incrementalise", "fuse")
 NO_EXPLAIN = tuple(p for p in Phase if p is not Phase.explain)  # its notes are noise here
@@ -180,6 +182,23 @@ def test_random_programs_on_xla_with_loops_split_into_spans(program, split, swit
     note(prog.executable.source)
     got.pop("_calls", None)
     assert_outputs_match(program, got, what=f"xla, split {split}, switched {switched}")
+
+
+@settings(max_examples=N_MATMUL, deadline=None, derandomize=True, database=None,
+          phases=NO_EXPLAIN)
+@given(matmul_program_strategy())
+def test_random_gradients_of_matmul_chains_over_long_t(program):
+    """Weight gradients of chains of products over 64 to 130 points (contracted over the
+    points) equal ``jax.grad`` of the program unrolled: the default config, the generated-code
+    executor on the same compilation, and XLA with the loops split into spans."""
+    want = expected(program)
+    calls: dict = {}
+    prog = compile_program(program, calls)
+    for executor in ("default", "codegen"):
+        got = run_tempo(program, prog if executor == "default" else prog.on(executor), calls)
+        assert_outputs_match(program, got, what=executor, want=want)
+    got = run_tempo(program, config=tl.CompileConfig(executor="xla", xla_split=2))
+    assert_outputs_match(program, got, what="xla, split 2", want=want)
 
 
 def test_a_program_split_into_spans_traces_its_growing_reads_once_per_span():
