@@ -10,7 +10,7 @@ from tempo_lab.schedule import Exec, walk
 
 from .base import FigureSlot, stage_view
 from .costs import op_value, scope_costs, scope_order, scope_paths, time_unit, top_label
-from .palette import HIGHLIGHT, TEMPLATE, category_colour, place_title, region_of
+from .palette import HIGHLIGHT, NARROW, TEMPLATE, category_colour, place_title, region_of
 from .search import op_title
 
 MAX_KERNELS = 5000
@@ -213,6 +213,8 @@ def scope_figure(sdg, profile, highlight: int | None = None):
     ``go.Figure`` (``costs.scope_costs`` holds the numbers)."""
     import plotly.graph_objects as go
 
+    from .layout import text_width
+
     c = scope_costs(sdg, profile)
     rows, unit = c["rows"], c["unit"]
     names = [r["scope"] for r in rows]
@@ -239,11 +241,41 @@ def scope_figure(sdg, profile, highlight: int | None = None):
                          array=[r["high"] - r["value"] for r in rows],
                          arrayminus=[r["value"] - r["low"] for r in rows])))
     place_title(fig, f"{unit} by scope", c["what"])
+    # The legend is rows between the title and the plot, and the bottom margin holds the
+    # longest scope name at -45°: as a row under the plot (plotly's place for a horizontal
+    # legend) it covered the first layers' names, and "(outside scopes)" ran out of a
+    # fixed 80-px margin (a 16-layer decoder's chart).
+    shown = [fig.data[k].name for k in range(len(fig.data))] if len(parts) > 1 else []
+    top = fig.layout.margin.t
+    legend = _legend_rows(shown, NARROW - 20)
+    tick = max((text_width(n, TICK_FONT) for n in names), default=0.0) * 0.71
     fig.update_layout(template=TEMPLATE, barmode="stack",
-                      xaxis=dict(categoryorder="array", categoryarray=names, tickangle=-45),
-                      yaxis_title=unit, height=360, showlegend=len(parts) > 1,
-                      margin=dict(l=60, r=10, b=80), legend=dict(orientation="h"))
+                      xaxis=dict(categoryorder="array", categoryarray=names, tickangle=-45,
+                                 tickfont=dict(size=TICK_FONT), automargin=True),
+                      yaxis_title=unit, height=360 + LEGEND_ROW * legend,
+                      showlegend=bool(shown), margin=dict(l=60, r=10, b=round(tick) + 24,
+                                                          t=top + LEGEND_ROW * legend),
+                      legend=dict(orientation="h", x=0, xanchor="left", yref="container",
+                                  y=1 - top / (360 + LEGEND_ROW * legend), yanchor="top"))
     return fig
+
+
+TICK_FONT = 12      # px: the scope chart's x tick labels
+LEGEND_ROW = 22     # px: a row of a horizontal legend
+
+
+def _legend_rows(names: list[str], width: float) -> int:
+    """How many rows plotly's horizontal legend takes for ``names`` in ``width`` px: each
+    entry its 40-px symbol and gap and its text at 12 px."""
+    from .layout import text_width
+
+    rows, x = (1 if names else 0), 0.0
+    for name in names:
+        w = 40 + text_width(name, 12)
+        if x and x + w > width:
+            rows, x = rows + 1, 0.0
+        x += w
+    return rows
 
 
 def scope_notes_html(sdg, profile) -> str:

