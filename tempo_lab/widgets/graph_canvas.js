@@ -165,7 +165,7 @@ function render({ model, el }) {
   }
   // Fit: the whole graph, where at that size at least half the labels in view are drawn
   // (zoomed out, op labels give way to group names); else (a 16-layer decoder with every
-  // group open: 341 ops) its start, top left (or, once drawn, around the selected op), at a
+  // group open: 341 ops) its start, the first box (or, once drawn, around the selected op), at a
   // size where op labels read (9 px), and the status line says so. ``all``: the whole graph
   // however small.
   function fit(all) {
@@ -175,7 +175,17 @@ function render({ model, el }) {
     if (all || !scale() || readShare() >= 0.5) return;
     const r = view.getBoundingClientRect(), z = (READ + 1) / NODE;
     partW = Math.min(full[2], r.width / z);
-    setBox([full[0], full[1], partW, (partW * r.height) / r.width]);
+    // the start: the first box drawn at the top level (program order), at the top of the
+    // view and centred across it, but not past the left of what is drawn at the top level
+    const tops = [...svg.querySelectorAll("#graph0 > g.node > path, #graph0 > g.cluster > path")]
+      .map((p) => p.getBBox());
+    let x = full[0], y = full[1];
+    if (tops.length) {
+      const b = tops[0];
+      x = Math.max(Math.min(...tops.map((t) => t.x)) - 6, b.x + b.width / 2 - partW / 2);
+      y = b.y - 6;
+    }
+    setBox([x, y, partW, (partW * r.height) / r.width]);
   }
   // A fitted drawing with a `focus` box (a pass diff's first change) is centred on it
   // instead, zoomed in until labels read (12 px), never out.
