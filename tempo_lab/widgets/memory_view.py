@@ -289,7 +289,9 @@ class MemoryView:
         """Run the program on an executor whose profile has the store bytes after every
         statement (``executors.timeline_backend``), and show that measured curve. The run is
         made in a thread of its own, so that the notebook stays usable (a 16-layer decoder's
-        took 55 s), with its seconds counted beside the button; ``wait()`` waits for it."""
+        took 55 s), with how far it is beside the button: its outermost loops' step of all
+        ("step 12 of 64", once the run has taken a second: ``progress.listening``) and its
+        seconds; ``wait()`` waits for it."""
         import threading
 
         self.measure.disabled, self.measure.description = True, "measuring…"
@@ -301,15 +303,30 @@ class MemoryView:
         import threading
         import time
 
+        from tempo_lab import progress
+
         start, done, backend = time.perf_counter(), threading.Event(), timeline_backend()
+        steps = [0, 0]      # the run's outermost steps done and in all, once it reports them
+
+        def status():
+            where = f"step {steps[0]} of {steps[1]}, " if steps[1] else ""
+            return (f"running on the {backend} executor: {where}"
+                    f"{time.perf_counter() - start:.0f} s so far")
+
+        def heard(n, total, unit):
+            if unit == "step" and total:    # a run's outermost loops (not a compile's stages)
+                first = not steps[1]
+                steps[:] = [n, total]
+                if first or n == total or n % max(1, total // 50) == 0:
+                    self.measure_status.value = status()
 
         def tick():
             while not done.wait(0.5):
-                self.measure_status.value = (f"running on the {backend} executor: "
-                                             f"{time.perf_counter() - start:.0f} s so far")
+                self.measure_status.value = status()
         threading.Thread(target=tick, name="tempo-lab-memory-tick", daemon=True).start()
         try:
-            profile = self.prog.on(backend).run().profile
+            with progress.listening(heard):
+                profile = self.prog.on(backend).run().profile
         except Exception as e:   # shown beside the button: a thread's exception reaches no cell
             self.measure_status.value = (f"<b>the run failed</b>: {html.escape(type(e).__name__)}"
                                          f": {html.escape(str(e))}")
@@ -322,7 +339,8 @@ class MemoryView:
         self.summary.value = self._summary()
         self._redraw()
         self.measure.description = "measured per step"
-        self.measure_status.value = f"measured in {time.perf_counter() - start:.1f} s"
+        self.measure_status.value = (f"measured in {time.perf_counter() - start:.1f} s" +
+                                     (f" ({steps[1]} steps)" if steps[1] else ""))
 
     def wait(self, timeout: float | None = None):
         """Block until a per-step measurement running in the background has finished."""

@@ -301,6 +301,40 @@ def test_schedule_payloads(prog):
 
 
 # -- memory -------------------------------------------------------------------------------------
+def test_schedule_tree_hides_constants_and_names_ops_from_the_source():
+    """The isl schedule tree, as the schedule view opens it: constants are left out (of its
+    filters and band members) until *show constants* is ticked, and statements are named by
+    their ops' names from the source and ids (``h_in · %7``, the weights ``wq · %1``)."""
+    import re
+
+    import numpy as np
+
+    from tempo_lab.demo import decoder, make_weights
+    from tempo_lab.widgets.schedule_view import _constant
+
+    ctx = tl.Context(dims=("n", "t"))
+    (_, t), (N, T) = ctx.dims, ctx.bounds
+    tokens = np.random.default_rng(1).standard_normal((8, 16)).astype(np.float32)
+    h = decoder(ctx, make_weights(2, 16, 32), tokens, heads=2)
+    with ctx:
+        y = h[N - 1, t]
+    prog = ctx.compile(bounds={N: 2, T: 8}, outputs={"y": y})
+    sdg = prog.sdg
+    consts = {i for i in sdg.ops if _constant(sdg, i)}
+    assert consts
+
+    def named(text: str) -> set[int]:
+        return {int(m) for m in re.findall(r"%(\d+)", text)}
+
+    view = prog.schedule.explore(bounds=prog.bounds).schedule_view
+    assert not view.constants.value
+    assert named(view.tree.value) and not named(view.tree.value) & consts
+    for label in ("h_in · %7", "wq · %1", "emb · %0"):
+        assert label in view.tree.value, label
+    view.constants.value = True
+    assert consts <= named(view.tree.value)
+
+
 def test_memory_figure_marks_peaks(prog, run):
     measured = prog.on("interpreter").run().profile     # bytes after every statement
     fig = F.memory_figure(prog.memory, measured)
@@ -349,6 +383,45 @@ def test_a_sampled_memory_timeline_is_drawn_at_its_steps():
     assert star.x[0] in plan.steps and star.y[0] == plan.peak_bytes
     text = MV.MemoryView(plan, None, prog).summary.value
     assert f"of {plan.n_steps}" in text and "samples" in text, text
+
+
+def test_measuring_per_step_says_how_far_the_run_is(prog, monkeypatch):
+    """*measure per step* runs in a thread of its own and says how far the run is, its
+    outermost loops' step of all ("step 2 of 4"), not only its seconds, and how many steps
+    it measured."""
+    import re
+
+    from tempo_lab import progress
+    from tempo_lab.widgets import memory_view as MV
+
+    monkeypatch.setattr(progress, "DELAY_S", 0.0)     # the run reports from its first step
+    view = MV.MemoryView(prog.memory, None, prog)
+    seen = []
+    view.measure_status.observe(lambda change: seen.append(change.new), "value")
+    view.measure.click()
+    view.wait()
+    assert any(re.search(r"step \d+ of \d+", s) for s in seen), seen
+    assert re.fullmatch(r"measured in [\d.]+ s \(\d+ steps\)", view.measure_status.value), \
+        view.measure_status.value
+
+
+def test_progress_listening_hears_a_bar_in_its_thread_only(monkeypatch):
+    """``progress.listening`` hears the bars made in its thread, shown or not."""
+    import threading
+
+    from tempo_lab import progress
+
+    monkeypatch.setattr(tl.config, "progress", False)
+    heard = []
+    with progress.listening(lambda n, total, unit: heard.append((n, total, unit))):
+        bar = progress.bar(3, "run", "step")
+        bar.update()
+        bar.update(2)
+        other = threading.Thread(target=lambda: progress.bar(5, "x", "step").update())
+        other.start()
+        other.join()
+    progress.bar(2, "after", "step").update()
+    assert heard == [(1, 3, "step"), (3, 3, "step")]
 
 
 def test_memory_view_is_honest_about_xla():
