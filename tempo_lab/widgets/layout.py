@@ -22,6 +22,10 @@ out on its own, as a flat graph of its children (ops, closed groups, and open gr
   vertical chain in program order whatever else they share.
 - A box is at least as wide as its title, and titles sit in a band of their own at the top of
   their box, so titles never overlap one another.
+- A tall chain at the top level (sixteen layers) is wrapped into columns, read top to bottom
+  and then left to right, to about ``ASPECT`` wide for its height (``wrap``): one column drew
+  a 16-layer decoder as a strip a tenth of the canvas' width at fit. An edge between columns
+  runs through the gutters and a band above the columns, around every other box.
 
 ``dot`` runs through ``tempo_lab.svg._dot`` (SVG output, under its time limit) and its SVG is
 read back for positions; no ``dot`` or a ``dot`` failure gives ``None`` (the views then draw
@@ -453,21 +457,50 @@ def wrap(items: list[Item], drawn: list, pairs: list, aspect: float) -> list:
         ia, ib = items[a], items[b]
         lane = 8 + 5 * (m % LANES)
         m += 1
-        gx_a = shift[col_of[a]][3] + lane                 # the gutter right of a's column
-        gx_b = shift[col_of[b]][2] - lane                 # the gutter left of b's column
-        yb = band - lane
-        s = (ia.x + ia.w, ia.y + min(ia.h / 2, 14.0))
-        tip = (ib.x, ib.y + min(ib.h / 2, 14.0))
-        end = (tip[0] - 9, tip[1])
-        corners = [s, (gx_a, s[1]), (gx_a, yb), (gx_b, yb), (gx_b, end[1]), end]
-        pts = [s]
-        for p, q in zip(corners, corners[1:]):
-            pts += _line(p, q)
-        texts = [t for _, _, t, _ in e.texts]
-        out.append(Edge(pts, _arrow(tip, end), [(end[0] - 2, end[1] - 4 - 11 * j, t, "end")
-                                                for j, t in enumerate(reversed(texts))],
-                        e.dashed, e.key, e.group))
+        ca, cb = col_of[a], col_of[b]
+        pts, arrow, texts = _across(ia, ib, shift[ca], shift[cb], ca > 0, cb > 0, band - lane,
+                                    lane, [it for k, it in enumerate(items) if k not in (a, b)],
+                                    [t for _, _, t, _ in e.texts])
+        out.append(Edge(pts, arrow, texts, e.dashed, e.key, e.group))
     return out
+
+
+def _clear(p, q, items: list[Item]) -> bool:
+    """Whether the straight piece p-q (across or down) crosses none of ``items``' boxes."""
+    (x0, y0), (x1, y1) = p, q
+    lo_x, hi_x, lo_y, hi_y = min(x0, x1), max(x0, x1), min(y0, y1), max(y0, y1)
+    return not any(it.x + 1 < hi_x and lo_x < it.x + it.w - 1 and
+                   it.y + 1 < hi_y + 0.5 and lo_y - 0.5 < it.y + it.h - 1 for it in items)
+
+
+def _across(ia: Item, ib: Item, sa: tuple, sb: tuple, left_a: bool, left_b: bool, yb: float,
+            lane: float, others: list[Item], labels: list[str]):
+    """An edge from ``ia`` in one column to ``ib`` in another: out of a side of ``ia`` (or
+    its top) into a gutter beside its column, along the band above the columns, down a
+    gutter beside ``ib``'s column (or straight down onto its top) and into it; of these
+    routes the first that crosses no other box (``sa``, ``sb``: the columns' shifts and
+    extents; ``left_*``: whether the column has a gutter at its left)."""
+    ya, yb_in = ia.y + min(ia.h / 2, 14.0), ib.y + min(ib.h / 2, 14.0)
+    exits = [[(ia.x + ia.w, ya), (sa[3] + lane, ya), (sa[3] + lane, yb)],
+             [(ia.x + ia.w / 2, ia.y), (ia.x + ia.w / 2, yb)]]
+    if left_a:
+        exits.append([(ia.x, ya), (sa[2] - lane, ya), (sa[2] - lane, yb)])
+    bx = ib.x + min(ib.w / 2, 12.0 + lane)
+    entries = [((ib.x, yb_in), [(sb[2] - lane, yb), (sb[2] - lane, yb_in), (ib.x - 9, yb_in)],
+                "end") if left_b else None,
+               ((bx, ib.y), [(bx, yb), (bx, ib.y - 9)], "start"),
+               ((ib.x + ib.w, yb_in), [(sb[3] + lane, yb), (sb[3] + lane, yb_in),
+                                       (ib.x + ib.w + 9, yb_in)], "start")]
+    routes = [(x + n[1], n[0], n[2]) for n in entries if n for x in exits]
+    corners, tip, anchor = next((r for r in routes if all(
+        _clear(p, q, others) for p, q in zip(r[0], r[0][1:]))), routes[0])
+    pts = [corners[0]]
+    for p, q in zip(corners, corners[1:]):
+        pts += _line(p, q)
+    end = corners[-1]
+    dx = -2 if anchor == "end" else 3
+    texts = [(end[0] + dx, end[1] - 4 - 11 * j, t, anchor) for j, t in enumerate(reversed(labels))]
+    return pts, _arrow(tip, end), texts
 
 
 @dataclass

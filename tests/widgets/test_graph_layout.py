@@ -290,3 +290,41 @@ def test_folded_edges_are_the_first_layers(sdg):
               and G.group_paths(sdg)[n.op][0] == "layer0"}
     labels = [lab for s, d, lab, _ in spec.edges if s in inside and d in inside]
     assert labels and not any("16 reads" in lab for lab in labels)
+
+
+def _ppo_sdg():
+    ppo_config = tl.rl.PPOConfig(hidden=16, update_epochs=2, num_minibatches=2)
+    ctx = tl.Context(dims=ppo_config.DIMS)
+    trained = tl.rl.ppo(ctx, tl.rl.CartPole(), ppo_config)
+    return ctx.compile(bounds=ppo_config.bounds(ctx, 2, 4, 16),
+                       outputs={"return": trained.episode_return, "loss": trained.loss}).sdg
+
+
+def _crossings(spec) -> list:
+    """The top-level edges between two columns (their ends side by side) whose way, sampled
+    every few units along its pieces, enters a box other than its ends'."""
+    lay = L.layout(spec)
+    boxes = {it.key: it for it in lay.items}
+    out = []
+    for e in lay.edges:
+        a, b = (boxes.get(k) for k in e.key.split("->"))
+        if e.group or a is None or b is None or not (a.x + a.w <= b.x or b.x + b.w <= a.x):
+            continue
+        pts = [p for (x0, y0), (x1, y1) in zip(e.points, e.points[1:])
+               for p in ((x0 + (x1 - x0) * j / 8, y0 + (y1 - y0) * j / 8) for j in range(8))]
+        hit = next((it.key for it in lay.items if it is not a and it is not b and any(
+            it.x + 1 < x < it.x + it.w - 1 and it.y + 1 < y < it.y + it.h - 1 for x, y in pts)),
+            None)
+        if hit:
+            out.append((e.key, hit))
+    return out
+
+
+def test_edges_between_columns_cross_no_box(sdg):
+    """An edge from one column of the wrapped top level to another runs through gutters and
+    the band above the columns, around every other box: on the decoder, and on PPO, where
+    the phase a 'rollout → metrics' edge entered beside metrics (gae) was in its way."""
+    for s in (sdg, _ppo_sdg()):
+        for view in (G.default_expanded(s), set()):
+            spec = G.graph_spec(s, expanded=view)
+            assert _crossings(spec) == []
