@@ -230,3 +230,24 @@ def test_a_condition_is_computed_only_in_its_loop(executor):
                              fold_constants=False, contract=False, tile=False, vectorise=False,
                              incrementalise=False)
     assert run.bounds["T"] == 1
+
+
+# 11. a tl.until loop that ends early, and the gradient of a read up to its bound (v0[t:T] in
+# the first step's branch): an op with points only where the loop ends early is held whole
+# (case 7), and its shape, which the bound gives, is sized for the largest bound it can
+# have; the plan raised ExprError "T is not a bound" (random programs)
+def test_a_shape_given_by_a_bound_where_the_loop_ends_early(executor):
+    ctx = tl.Context(dims=("t",))
+    (t,), (T,) = ctx.dims, ctx.bounds
+    with ctx:
+        v0 = tl.from_array(np.random.RandomState(5482).uniform(-1, 1, (8, 2)).astype("float32"),
+                           domain=(t,))
+        v1 = tl.placeholder((2,), "float32", domain=(t,))
+        v1[t] = tl.tanh(v1[0:t].mean(axis=0) + tl.where(
+            t < 7, v0[0:t + 1].mean(axis=0), v0[0:T].transpose(1, 0).max(axis=(1,))))
+        v1[t < 1] = v0[t:T].sum(axis=0) * 0.25
+        (d_v0,) = tl.grad(v1.sum(axis=-1), [v0])
+        done = v0.max(axis=-1) > -0.2324187010526657
+    run = check_vs_reference(ctx, {T: tl.until(done, max=8)}, {"d_v0": d_v0}, executor)
+    assert run.bounds["T"] == 1
+    np.testing.assert_array_equal(run["d_v0"], np.full((1, 2), 0.25, np.float32))

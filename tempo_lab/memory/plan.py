@@ -10,6 +10,7 @@ Outputs grow along every dim (all points are returned); values nobody reads get 
 from __future__ import annotations
 
 import math
+from collections.abc import Collection
 from dataclasses import dataclass
 from functools import partial
 
@@ -266,7 +267,8 @@ def plan_memory(sdg: SDG, schedule, bounds: dict[str, int], block: int = 64,
                 not readers and not kept):
             continue
         if i in early:  # held whole: its points are not there at these bounds to size rings
-            storages[i] = _storage(op, (None,) * len(op.domain), early[i], bounds, block)
+            storages[i] = _storage(op, (None,) * len(op.domain), early[i], bounds, block,
+                                   free=_ends(sdg))
             continue
         if kept:  # every point is returned (or checked when its dim may end)
             slots = (None,) * len(op.domain)
@@ -324,11 +326,12 @@ def plan_memory(sdg: SDG, schedule, bounds: dict[str, int], block: int = 64,
 def _early_points(sdg: SDG, schedule, domains: dict, bounds: dict[str, int]) -> dict:
     """The ops with no point at ``bounds`` that have points where a ``tl.until`` loop (or a
     ragged bound ended by a condition) stops before its ``max``: their points there, for any
-    such end (the end projected out). The plan is made at the ``max``; without these, a
+    such end (the end a parameter from 1 to its ``max``: a shape it gives, ``x[t:T]``'s,
+    is sized for the largest). The plan is made at the ``max``; without these, a
     placeholder's branch taken only when a loop ends early (the gradient of ``x[t + 2]``
     is zeros where ``T <= 2``) had no store, and its statement was left out: the executors
     stopped with "no branch holds" where the loop did end early."""
-    ends = {*sdg.untils, *(b for b, r in sdg.ragged.items() if r.done is not None)}
+    ends = _ends(sdg)
     if not ends:
         return {}
     rest = {k: v for k, v in bounds.items() if k not in ends}
@@ -344,17 +347,23 @@ def _early_points(sdg: SDG, schedule, domains: dict, bounds: dict[str, int]) -> 
         d = d.intersect_params(isl.Set(f"[{', '.join(names)}] -> {{ : "
                                        + " and ".join(f"1 <= {b} <= {bounds[b]}" for b in moved)
                                        + " }"))
-        for b in moved:
-            d = d.project_out(isl.dim_type.param, d.find_dim_by_name(isl.dim_type.param, b), 1)
         if not d.is_empty():
             out[i] = d
     return out
 
 
-def _storage(op: Op, slots: tuple, domain, bounds: dict[str, int], block: int) -> Storage:
+def _ends(sdg: SDG) -> set[str]:
+    """The bounds a condition ends: ``tl.until`` ones, and ragged ones ended by a condition."""
+    return {*sdg.untils, *(b for b, r in sdg.ragged.items() if r.done is not None)}
+
+
+def _storage(op: Op, slots: tuple, domain, bounds: dict[str, int], block: int,
+             free: Collection[str] = ()) -> Storage:
     """``op``'s store for ``slots`` (per dim: a ring of that many points, or None: it grows)
-    at ``bounds``: spatial extents padded to their size class, growth in blocks."""
-    spatial = tuple(x if isinstance(x, int) else pad(x, I.max_over(x, domain, op.domain, bounds))
+    at ``bounds``: spatial extents padded to their size class (their largest over the
+    ``free`` bounds' values that ``domain`` allows: where a loop may end), growth in blocks."""
+    fixed = {k: v for k, v in bounds.items() if k not in free}
+    spatial = tuple(x if isinstance(x, int) else pad(x, I.max_over(x, domain, op.domain, fixed))
                     for x in op.type.shape)
     # The innermost growing dim grows in blocks of ``block`` points whatever its bound
     # beyond one block, so buffer shapes (and so compiled kernels) do not depend on that
