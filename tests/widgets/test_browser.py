@@ -489,6 +489,7 @@ def test_repeated_layers_fold_into_one_box(page):
                            arg=[el, title[3]])
     assert canvas.locator("svg g.node[id^='op']").count() >= 2     # one layer's inside
     assert page.evaluate(TITLE_OVERLAPS, el) == []
+    _labels_read(page, canvas, el, "folded, the series opened")     # fit: labels read
     _shot(page, "10c_big_sdg_folded_open", 1)
     try:  # the series' titles fit at a narrow and a wide window too
         for width in (900, 1800):
