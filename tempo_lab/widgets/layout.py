@@ -22,10 +22,6 @@ out on its own, as a flat graph of its children (ops, closed groups, and open gr
   vertical chain in program order whatever else they share.
 - A box is at least as wide as its title, and titles sit in a band of their own at the top of
   their box, so titles never overlap one another.
-- A tall chain at the top level (sixteen layers) is wrapped into columns, read top to bottom
-  and then left to right, to about ``ASPECT`` wide for its height (``wrap``): one column drew
-  a 16-layer decoder as a strip a tenth of the canvas' width at fit. An edge between columns
-  runs through the gutters and a band above the columns, around every other box.
 
 ``dot`` runs through ``tempo_lab.svg._dot`` (SVG output, under its time limit) and its SVG is
 read back for positions; no ``dot`` or a ``dot`` failure gives ``None`` (the views then draw
@@ -48,7 +44,6 @@ TITLE_H = 22.0     # the band at the top of a group's box its title is written i
 MARGIN = 6.0
 GAP = 18.0         # between two children of one rank pushed apart by a growing one
 CACHE = 4000       # skeletons kept
-ASPECT = 1.4       # width for height the top level is wrapped to (a canvas beside its inspector)
 
 
 @dataclass
@@ -329,13 +324,11 @@ def _fresh(a: Item, b: Item, sx: float, ex: float, items: list[Item], lanes: lis
     return pts, _arrow(tip, end), (lane, (s[1] + end[1]) / 2)
 
 
-def place(items: list[Item], edges: dict, skel: dict,
-          aspect: float | None = None) -> tuple[float, float, list]:
+def place(items: list[Item], edges: dict, skel: dict) -> tuple[float, float, list]:
     """Place one group's children (their sizes set) and its edges; returns the content's
-    width, height and edges, relative to the content's top-left corner. ``aspect``: wrap a
-    tall chain into columns whose whole is about that wide for its height (``wrap``)."""
+    width, height and edges, relative to the content's top-left corner."""
     bands = _grow(items, skel)
-    drawn, lanes, pairs = [], [], []
+    drawn, lanes = [], []
     loose = _loose(edges)
     for k, ((a, b), es) in enumerate(edges.items()):
         ia, ib = items[a], items[b]
@@ -345,7 +338,6 @@ def place(items: list[Item], edges: dict, skel: dict,
         sa, sb = skel["nodes"].get(a), skel["nodes"].get(b)
         same = all(s is not None and max(abs(it.x - s[0]), abs(it.w - s[2]), abs(it.h - s[3])) < 0.5
                    for it, s in ((ia, sa), (ib, sb)))
-        pairs.append((a, b))
         if same and pts and (a, b) not in loose:   # loose ones: in lanes, side by side
             drawn.append(Edge([(x, _map_y(bands, y)) for x, y in pts],
                               [(x, _map_y(bands, y)) for x, y in arrow],
@@ -359,148 +351,10 @@ def place(items: list[Item], edges: dict, skel: dict,
         lines = label.split("\n") if label else []
         drawn.append(Edge(p, arr, [(mx + 4, my + 11 * (j - len(lines) / 2) + 8, line, "start")
                                    for j, line in enumerate(lines)], dashed, key))
-    if aspect:
-        drawn = wrap(items, drawn, pairs, aspect)
     xs = [it.x + it.w for it in items] + [x for e in drawn for x, _ in e.points]
     xs += [x + text_width(t, EDGE_FONT) for e in drawn for x, _, t, _ in e.texts]
     ys = [it.y + it.h for it in items] + [y for e in drawn for _, y in e.points]
     return max(xs, default=0.0), max(ys, default=0.0), drawn
-
-
-GUTTER = 76.0      # between two columns of a wrapped chain: lanes out of one, into the next
-LANES = 6          # lanes side by side in a gutter and in the band above the columns
-
-
-def _rows(items: list[Item]) -> list[list[int]]:
-    """The items in rows: runs of items whose heights overlap, top to bottom."""
-    rows, bottom = [], -1e9
-    for k in sorted(range(len(items)), key=lambda k: items[k].y):
-        if not rows or items[k].y >= bottom - 0.5:
-            rows.append([])
-        rows[-1].append(k)
-        bottom = max(bottom, items[k].y + items[k].h) if len(rows[-1]) > 1 else \
-            items[k].y + items[k].h
-    return rows
-
-
-def _columns(items: list[Item], rows: list[list[int]], aspect: float) -> list[list[int]]:
-    """Rows cut into columns (consecutive rows, top to bottom, then left to right) so that
-    the whole is nearest ``aspect`` wide for its height; one column when that is nearest."""
-    import math
-
-    tops = [min(items[k].y for k in r) for r in rows]
-    bottoms = [max(items[k].y + items[k].h for k in r) for r in rows]
-    lefts = [min(items[k].x for k in r) for r in rows]
-    rights = [max(items[k].x + items[k].w for k in r) for r in rows]
-    total = bottoms[-1] - tops[0]
-    best, score = [list(range(len(rows)))], None
-    for c in range(1, len(rows) + 1):
-        tall = max(total / c, max(b - t for t, b in zip(tops, bottoms)))
-        cols, start = [[0]], tops[0]
-        for j in range(1, len(rows)):
-            if bottoms[j] - start > tall * 1.05:
-                cols.append([])
-                start = tops[j]
-            cols[-1].append(j)
-        w = sum(max(rights[j] for j in col) - min(lefts[j] for j in col) for col in cols)
-        w += GUTTER * (len(cols) - 1)
-        h = max(bottoms[col[-1]] - tops[col[0]] for col in cols)
-        got = abs(math.log(w / max(h, 1.0)) - math.log(aspect))
-        if score is None or got < score - 1e-9:
-            best, score = cols, got
-    return best
-
-
-def wrap(items: list[Item], drawn: list, pairs: list, aspect: float) -> list:
-    """A tall chain of children (a decoder's sixteen layers, each as tall as wide) cut into
-    columns, read top to bottom and then left to right, so that the whole is about
-    ``aspect`` wide for its height and a fit on a wide canvas uses its width: one column of
-    sixteen layers drew every layer at a twentieth of the canvas' width. Only where rows
-    stack (an edge between two rows of one column keeps its shape); an edge from one column
-    to another runs out of its start's right side, through the gutter right of its column
-    and the band above the columns, down the gutter left of its end's column and into its
-    end's left side. Which groups are open changes nothing here (every child has its open
-    size), so a toggle still moves nothing outside its group."""
-    rows = _rows(items)
-    if len(rows) < 4:
-        return drawn
-    cols = _columns(items, rows, aspect)
-    if len(cols) < 2:
-        return drawn
-    col_of = {k: c for c, col in enumerate(cols) for j in col for k in rows[j]}
-    band = 8 + 5 * LANES + 8 if any(col_of[a] != col_of[b] for a, b in pairs) else 0.0
-    shift, x = [], 0.0
-    for c, col in enumerate(cols):
-        ks = [k for j in col for k in rows[j]]
-        xs = [p for k in ks for p in (items[k].x, items[k].x + items[k].w)]
-        for e, (a, b) in zip(drawn, pairs):     # edges inside the column: in its width
-            if col_of[a] == col_of[b] == c:
-                xs += [px for px, _ in e.points]
-                xs += [tx + (text_width(t, EDGE_FONT) if anchor == "start" else 0)
-                       for tx, _, t, anchor in e.texts]
-        left, right = min(xs), max(xs)
-        top = min(items[k].y for k in ks)
-        shift.append((x - left, band - top, x, x + right - left))
-        x += right - left + GUTTER
-    for k, it in enumerate(items):
-        dx, dy, _, _ = shift[col_of[k]]
-        it.x, it.y = it.x + dx, it.y + dy
-    out, m = [], 0
-    for e, (a, b) in zip(drawn, pairs):
-        if col_of[a] == col_of[b]:
-            dx, dy, _, _ = shift[col_of[a]]
-            out.append(Edge([(px + dx, py + dy) for px, py in e.points],
-                            [(px + dx, py + dy) for px, py in e.arrow],
-                            [(px + dx, py + dy, t, an) for px, py, t, an in e.texts],
-                            e.dashed, e.key, e.group))
-            continue
-        ia, ib = items[a], items[b]
-        lane = 8 + 5 * (m % LANES)
-        m += 1
-        ca, cb = col_of[a], col_of[b]
-        pts, arrow, texts = _across(ia, ib, shift[ca], shift[cb], ca > 0, cb > 0, band - lane,
-                                    lane, [it for k, it in enumerate(items) if k not in (a, b)],
-                                    [t for _, _, t, _ in e.texts])
-        out.append(Edge(pts, arrow, texts, e.dashed, e.key, e.group))
-    return out
-
-
-def _clear(p, q, items: list[Item]) -> bool:
-    """Whether the straight piece p-q (across or down) crosses none of ``items``' boxes."""
-    (x0, y0), (x1, y1) = p, q
-    lo_x, hi_x, lo_y, hi_y = min(x0, x1), max(x0, x1), min(y0, y1), max(y0, y1)
-    return not any(it.x + 1 < hi_x and lo_x < it.x + it.w - 1 and
-                   it.y + 1 < hi_y + 0.5 and lo_y - 0.5 < it.y + it.h - 1 for it in items)
-
-
-def _across(ia: Item, ib: Item, sa: tuple, sb: tuple, left_a: bool, left_b: bool, yb: float,
-            lane: float, others: list[Item], labels: list[str]):
-    """An edge from ``ia`` in one column to ``ib`` in another: out of a side of ``ia`` (or
-    its top) into a gutter beside its column, along the band above the columns, down a
-    gutter beside ``ib``'s column (or straight down onto its top) and into it; of these
-    routes the first that crosses no other box (``sa``, ``sb``: the columns' shifts and
-    extents; ``left_*``: whether the column has a gutter at its left)."""
-    ya, yb_in = ia.y + min(ia.h / 2, 14.0), ib.y + min(ib.h / 2, 14.0)
-    exits = [[(ia.x + ia.w, ya), (sa[3] + lane, ya), (sa[3] + lane, yb)],
-             [(ia.x + ia.w / 2, ia.y), (ia.x + ia.w / 2, yb)]]
-    if left_a:
-        exits.append([(ia.x, ya), (sa[2] - lane, ya), (sa[2] - lane, yb)])
-    bx = ib.x + min(ib.w / 2, 12.0 + lane)
-    entries = [((ib.x, yb_in), [(sb[2] - lane, yb), (sb[2] - lane, yb_in), (ib.x - 9, yb_in)],
-                "end") if left_b else None,
-               ((bx, ib.y), [(bx, yb), (bx, ib.y - 9)], "start"),
-               ((ib.x + ib.w, yb_in), [(sb[3] + lane, yb), (sb[3] + lane, yb_in),
-                                       (ib.x + ib.w + 9, yb_in)], "start")]
-    routes = [(x + n[1], n[0], n[2]) for n in entries if n for x in exits]
-    corners, tip, anchor = next((r for r in routes if all(
-        _clear(p, q, others) for p, q in zip(r[0], r[0][1:]))), routes[0])
-    pts = [corners[0]]
-    for p, q in zip(corners, corners[1:]):
-        pts += _line(p, q)
-    end = corners[-1]
-    dx = -2 if anchor == "end" else 3
-    texts = [(end[0] + dx, end[1] - 4 - 11 * j, t, anchor) for j, t in enumerate(reversed(labels))]
-    return pts, _arrow(tip, end), texts
 
 
 @dataclass
@@ -597,8 +451,7 @@ def frame_layout(frame: G.GraphSpec) -> Layout | None:
         for g in todo:
             items = groups[g]
             if g in skel:
-                w, h, placed[g] = place(items, edges[g], skel[g],
-                                        ASPECT if g == "" else None)
+                w, h, placed[g] = place(items, edges[g], skel[g])
             else:                                   # one child: nothing to lay out
                 items[0].x = items[0].y = 0.0
                 w, h, placed[g] = items[0].w, items[0].h, []
