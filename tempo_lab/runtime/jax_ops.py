@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 from jax import custom_batching, lax
 
-from ..ir.ops import BINARY, CATALOG, NONE, UNARY, accumulator, promote, rule
+from ..ir.ops import BINARY, CATALOG, NONE, UNARY, accumulator, is_floating, promote, rule
 from ..ir.sdg import Op
 from . import counter_rng
 
@@ -149,12 +149,16 @@ def _jax_where(op, xs, lens, types, out):
     return jnp.where(c, a.astype(cdt), b.astype(cdt))
 
 
+IN_ORDER = 8  # NumPy adds fewer terms than this one after another (its pairwise sum's base)
+
+
 def _reduce_rule(fn):
     def rule_(op, xs, lens, types, out):
         k, dt = op.kind, op.type.dtype
         x, ln = xs[0], lens[0]
         if k in ("sum", "mean"):
             x = x.astype(accumulator(dt))
+        widened = x.dtype != dt and is_floating(dt)  # a 16-bit float summed in float32
         axes = _axes(op.attrs.get("axis"), x.ndim)
         fill = 0 if k in ("sum", "mean") else _extreme(x.dtype, low=(k == "max"))
         count = 1
@@ -162,9 +166,24 @@ def _reduce_rule(fn):
             if ln[ax] is not None:
                 x = _mask(x, ax, ln[ax], fill, ln)
             count = count * (ln[ax] if ln[ax] is not None else x.shape[ax])
-        y = fn(x, axis=axes, keepdims=op.attrs.get("keepdims", False))
+        keep = op.attrs.get("keepdims", False)
+        if widened and len(axes) == 1 and 0 < x.shape[axes[0]] < IN_ORDER:
+            y = _in_order(x, axes[0], keep)
+        else:
+            y = fn(x, axis=axes, keepdims=keep)
         return (y / jnp.asarray(count, x.dtype) if k == "mean" else y).astype(dt)
     return rule_
+
+
+def _in_order(x, axis: int, keepdims: bool):
+    """The sum of ``x`` along ``axis``, its terms added first to last, as NumPy adds a few: a
+    float32 sum of 16-bit values near float32's largest (bfloat16's largest is one) overflows
+    or not by the order of its terms (``max + max - max - max`` is inf in order, 0 in XLA's
+    pairs)."""
+    y = lax.index_in_dim(x, 0, axis, keepdims)
+    for j in range(1, x.shape[axis]):
+        y = y + lax.index_in_dim(x, j, axis, keepdims)
+    return y
 
 
 for _k, _fn in {"sum": jnp.sum, "mean": jnp.sum, "max": jnp.max, "min": jnp.min}.items():

@@ -117,3 +117,25 @@ def test_16bit_programs_agree_with_the_reference(executor, program):
     got = ctx.compile(bounds={Tb: T}, outputs={"y": y},
                       config=tl.CompileConfig(executor=executor)).run()["y"]
     agree(got, want, DTYPES[dtype])
+
+
+@pytest.mark.parametrize("executor", COMPILED)
+@pytest.mark.parametrize("row, want", [([1, 1, -1, -1], np.inf), ([1, -1, 1, -1], 0.0),
+                                       ([-1, -1, 1, 1], -np.inf)])
+def test_a_sum_that_overflows_float32_adds_its_terms_in_order(executor, row, want):
+    """bfloat16's largest value is float32's, so a float32 sum of a few of them overflows or
+    not by the order of its terms: NumPy adds them one after another, and so do the executors
+    (XLA's own reduction added them in pairs: 0 where NumPy gives inf). A program drawn
+    above found it."""
+    big = float(ml_dtypes.finfo(ml_dtypes.bfloat16).max)
+    a = (np.float32(row) * big).astype(ml_dtypes.bfloat16)
+    arrays = [np.tile(a, (T, 1)), np.ones((T, 4), ml_dtypes.bfloat16)]
+    for steps in ([("sum", "axis")], [("max", "causal"), ("mean", "axis")]):
+        ctx, Tb, y = build(arrays, steps)
+        with np.errstate(all="ignore"):
+            ref = ctx.compile(bounds={Tb: T}, outputs={"y": y},
+                              config=tl.CompileConfig(executor="reference")).run()["y"]
+        got = ctx.compile(bounds={Tb: T}, outputs={"y": y},
+                          config=tl.CompileConfig(executor=executor)).run()["y"]
+        agree(got, ref, DTYPES["bfloat16"])
+        assert np.all(np.asarray(ref, np.float32) == (want / 4 if "mean" in steps[-1] else want))
