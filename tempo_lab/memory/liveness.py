@@ -18,8 +18,8 @@ from ..cache import LRU
 from ..ir.demand import param_context
 from ..ir.sdg import SDG
 from ..schedule import Schedule, canon
-from ..schedule.loops import Exec, For, Free, If, Node, Seq
-from ..symbolic import and_
+from ..schedule.loops import Exec, For, Free, If, Node, Seq, While
+from ..symbolic import Bound, and_
 from ..symbolic import isl as I
 
 _LAST_READS = LRU(8192)
@@ -32,7 +32,44 @@ def with_frees(sdg: SDG, schedule: Schedule) -> Schedule:
         return schedule
     maps = {e: sdg.isl_map(e) for e in sdg.edges}
     frees = last_reads(sdg, schedule.order, schedule.domains, maps)
-    return schedule.with_ast(insert_frees(schedule.ast, frees, sdg), freed=True)
+    ast = _after_the_bound(insert_frees(schedule.ast, frees, sdg))
+    return schedule.with_ast(ast, freed=True)
+
+
+def _after_the_bound(node: Node) -> Node:
+    """Each ``tl.until`` loop with the frees that its bound guards (``if t == T - 1: free x``)
+    moved from the part of its body that runs before the bound is set (``While.split``) to
+    right after that part. There the guard saw the ``max``: where the loop ended early, the
+    last iteration skipped the free, and the store stayed live through the rest of the run,
+    above the plan (a measured peak of 66 B against 58 planned)."""
+    if isinstance(node, Seq):
+        return Seq(tuple(_after_the_bound(n) for n in node.body))
+    if isinstance(node, If):
+        return If(node.cond, _after_the_bound(node.then),
+                  None if node.orelse is None else _after_the_bound(node.orelse))
+    if not isinstance(node, For):
+        return node
+    node = dataclasses.replace(node, body=_after_the_bound(node.body))
+    if not isinstance(node, While):
+        return node
+    first, rest = node.split()
+    bound = Bound(node.bound)
+    moved = []
+
+    def guarded(n) -> bool:
+        return isinstance(n, If) and isinstance(n.then, Free) and n.orelse is None \
+            and bound in n.cond.symbols()
+
+    def keep(n):
+        if isinstance(n, Seq):
+            moved.extend(x for x in n.body if guarded(x))
+            return Seq(tuple(x for x in n.body if not guarded(x)))
+        return n
+
+    first = tuple(keep(n) for n in first.body)
+    if not moved:
+        return node
+    return dataclasses.replace(node, body=Seq((*first, *moved, *rest.body)))
 
 
 def maps_by_op(order: isl.UnionMap) -> dict[int, isl.Map]:
