@@ -9,7 +9,7 @@ import dataclasses
 import functools
 import heapq
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -22,7 +22,7 @@ from ..ir.ops import TensorType, flag, infer, norm_dim
 from ..ir.sdg import SDG, Edge, Op, read_type
 from ..ir.vmap import base_op, in_axes, vdims
 from ..stage import Stage
-from ..symbolic import Dim
+from ..symbolic import Bound, Dim
 
 SCHEMA = "tempo_lab.passtrace/1"
 
@@ -274,9 +274,19 @@ class Editor:
 
 
 # -- invariants -------------------------------------------------------------------------------
-def check_invariants(sdg: SDG, after: str) -> None:
+def check_invariants(sdg: SDG, after: str, fixed: Mapping[str, int] | None = None) -> None:
     """Structural facts every SDG must satisfy; a violation is a compiler bug, named after the
-    pass that caused it."""
+    pass that caused it. ``fixed``: the values of the bounds that cannot change in a run (not
+    a ``tl.until`` or ragged one); types are compared with them written in, since a pass may
+    write a shape with a bound's value (a batched axis) that a reader has as the bound."""
+    subs = {Bound(k): v for k, v in (fixed or {}).items()}
+
+    def fix(t: TensorType) -> TensorType:
+        if not subs:
+            return t
+        return TensorType(tuple(x if isinstance(x, int) else norm_dim(x.substitute(subs))
+                                for x in t.shape), t.dtype, t.weak)
+
     def bad(msg):
         raise TempoLabError(f"internal error after pass {after!r}: {msg}")
 
@@ -302,15 +312,15 @@ def check_invariants(sdg: SDG, after: str) -> None:
             bad(f"{op.label} has input slots {[e.slot for e in ins]}")
         if op.kind == "merge" or flag(op.kind, "value"):  # typed by attributes
             continue
-        types = [read_type(sdg.ops[e.src], e) for e in ins]
+        types = [fix(read_type(sdg.ops[e.src], e)) for e in ins]
         have = op
         if vdims(op):  # check the op for one element of its vectorised axes
             for level in in_axes(sdg, op, ins):
                 types = [t if a is None else TensorType(t.shape[:a] + t.shape[a + 1:], t.dtype,
                                                         t.weak) for t, a in zip(types, level)]
             have = base_op(op)
-        want = infer(op.kind, types, have.attrs)
-        if tuple(map(norm_dim, want.shape)) != tuple(map(norm_dim, have.type.shape)) \
+        want = fix(infer(op.kind, types, have.attrs))
+        if tuple(map(norm_dim, want.shape)) != tuple(map(norm_dim, fix(have.type).shape)) \
                 or want.dtype != op.type.dtype:
             bad(f"{op.label} ({op.kind}) has type {op.type} but its inputs give {want}")
     _check_acyclic(sdg, bad)
@@ -456,7 +466,9 @@ def run_passes(sdg: SDG, config, check: bool = False, bounds=None,
                                    "and " if p.switch else "") + "please report it") from e
         dt = time.perf_counter() - t0
         if check:
-            check_invariants(after, name)
+            check_invariants(after, name, {
+                k: v for k, v in {**bounds, **ed.new_bounds}.items()
+                if k not in dynamic and k not in after.untils and k not in after.ragged})
         records.append(PassRecord(name, sdg, after, ed.events, dt, ed.new_bounds, ed.orders,
                                   {i: v for i, v in ed.came_from.items() if i in after.ops}))
         bounds.update(ed.new_bounds)

@@ -180,30 +180,14 @@ def vectorise_dim(ed: Editor, d: Dim, size: int, block: int | None = None,
                       f"reads all of {d} as an axis")
     if only is None:
         _pin_bound(ed, d.bound, size)
-    else:  # the readers outside d's loop of what is now an axis of ``size``
-        _pin_bound(ed, d.bound, size, _outside_readers(ed, d, only))
     if renumber:  # an identity reads the op made for it
         ed.renumber()
 
 
-def _outside_readers(ed: Editor, d: Dim, ops: set[int]) -> set[int]:
-    """The ops without ``d`` that read ``ops``, at any distance through ops without ``d``:
-    those that see a vectorised group's axis whole (``x[0:T].transpose()`` outside the loop
-    a recurrence keeps)."""
-    seen, todo = set(), list(ops)
-    while todo:
-        for e in ed.out_edges(todo.pop()):
-            if e.dst not in seen and d not in ed.ops[e.dst].domain:
-                seen.add(e.dst)
-                todo.append(e.dst)
-    return seen
-
-
-def _pin_bound(ed: Editor, bound: Bound, value: int, ops: set[int] | None = None):
-    """Write ``bound``'s value into every shape that mentions it (of ``ops``, or of every op).
-    A vectorised dim's axis has the bound's exact size, so a value shaped by the bound
-    (``x[0:T]``, a gradient's ``broadcast_to((T,))``) must have it too, not a padded size
-    class."""
+def _pin_bound(ed: Editor, bound: Bound, value: int):
+    """Write ``bound``'s value into every shape that mentions it. A vectorised dim's axis has
+    the bound's exact size, so a value shaped by the bound (``x[0:T]``, a gradient's
+    ``broadcast_to((T,))``) must have it too, not a padded size class."""
     def pin(v):
         if isinstance(v, Expr) and bound in v.symbols():
             return norm_dim(v.substitute({bound: value}))
@@ -215,8 +199,6 @@ def _pin_bound(ed: Editor, bound: Bound, value: int, ops: set[int] | None = None
         return v
 
     for i, op in list(ed.ops.items()):
-        if ops is not None and i not in ops:
-            continue
         keys = [k for k in ("shape", "size", "type") if k in op.attrs]
         new_type = pin(op.type)
         if new_type == op.type and all(pin(op.attrs[k]) == op.attrs[k] for k in keys):

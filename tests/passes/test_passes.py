@@ -20,7 +20,7 @@ from tempo_lab.symbolic import Dim
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/ is not a package
 from budget import examples  # noqa: E402
 from randprog import assert_outputs_match, numpy_eval, program_strategy, run_tempo  # noqa: E402
-from rt_helpers import COMPILED, DISTINCT_COMPILED  # noqa: E402
+from rt_helpers import COMPILED, DISTINCT_COMPILED, check_vs_reference  # noqa: E402
 
 SWITCHES = tuple(REGISTRY[p].switch for p in tl.CompileConfig().passes)  # every pass
 DRAWN = ("remat", "stream", "contract", "tile", "incrementalise")  # drawn, not enumerated
@@ -295,9 +295,10 @@ def test_the_ops_off_a_recurrence_are_batched_over_its_dim(executor):
 
 def test_a_reader_outside_the_loop_sees_the_batched_axis_at_its_size(executor):
     """A recurrence keeps t a loop while the ops off it are batched over t; a reader outside
-    the loop that takes such an op's whole range (``x[0:T].transpose()``) has the bound's
-    value in its shape, as the batched value it reads does: the invariant check found
-    ``float32[1, T]`` from an input of ``float32[1, 2]`` (a random program)."""
+    the loop takes such an op's whole range (``x[0:T].transpose()``): its type has the bound
+    where the batched value it reads has the bound's value, the same shape for a bound that
+    no run changes. The invariant check compares types with those values written in; it
+    found ``float32[1, T]`` from an input of ``float32[1, 2]`` (a random program)."""
     ctx = tl.Context(dims=("t",))
     (t,), (T,) = ctx.dims, ctx.bounds
     x0 = np.random.default_rng(3).uniform(-1, 1, (2, 1)).astype(np.float32)
@@ -312,6 +313,26 @@ def test_a_reader_outside_the_loop_sees_the_batched_axis_at_its_size(executor):
     run = prog.run()
     np.testing.assert_allclose(run["y"], (x0 * 2).max(axis=0), rtol=1e-6)
     np.testing.assert_allclose(run["h"], x0[0, 0] * np.float32([1, 0.5]), rtol=1e-6)
+
+
+def test_an_op_reads_a_batched_value_and_a_looped_range_of_one_size(executor):
+    """Group vectorisation batches one branch's reads over t and leaves a range read of
+    another (``v0[0:A, 0:T]``) as it was: their product outside the loop meets a batched
+    axis of 6 and a range of T, one size at T = 6 (the invariant check found
+    ``float32[2, A, 6]`` from ``float32[2, A, T]``: a random program)."""
+    ctx = tl.Context(dims=("a", "b", "t"))
+    (a, _, t), (A, B, T) = ctx.dims, ctx.bounds
+    x0 = np.random.RandomState(43457).uniform(-1, 1, (2, 6, 2)).astype(np.float32)
+    with ctx:
+        v0 = tl.from_array(x0, domain=(a, t))
+        v1 = tl.tanh(tl.where(t < 2, v0[a, t:T].transpose(1, 0).max(axis=(1,)),
+                              v0[0:A, 0:T].transpose(2, 0, 1).max(axis=(1, 2))))
+        v2 = tl.where(a < 1, v1[0:A, tl.max(0, t - 2):t + 1].mean(axis=(0, 1)),
+                      ((v1[0:A, T - 1].sum(axis=0) * 4.0).astype("int32") % 3
+                       ).astype("float32"))
+        (d_v0,) = tl.grad(v1.sum(axis=-1), [v0])
+    check_vs_reference(ctx, {A: 2, B: 1, T: 6}, {"v2": v2, "d_v0": d_v0}, executor,
+                       check_invariants=True, vectorise_groups=True)
 
 
 @pytest.mark.executors(COMPILED, reason="where the schedule runs the view")
