@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 import tempo_lab as tl
 from tempo_lab.runtime import xla_plan
+from tempo_lab.svg import svg_of
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # tests/ is not a package
 
@@ -405,7 +406,6 @@ def test_random_programs_with_hostile_scope_names_are_emitted_escaped(data):
     independent evaluation's values."""
     import json
     import shutil
-    import subprocess
 
     program = data.draw(program_strategy(), label="program")
     program = replace(program, scopes=tuple(
@@ -416,10 +416,10 @@ def test_random_programs_with_hostile_scope_names_are_emitted_escaped(data):
         assert "<script>" not in stage._repr_html_(), type(stage).__name__
         assert "\n" not in repr(stage) and stage.pretty()
     tl.load(json.loads(json.dumps(prog.to_dict())))
-    if shutil.which("dot"):
-        done = subprocess.run(["dot", "-Tsvg"], input=prog.sdg.to_dot(), capture_output=True,
-                              text=True)
-        assert done.returncode == 0 and "<script>" not in done.stdout, done.stderr
+    if shutil.which("dot"):  # rendered as the views render it (svg_of: dot, then its
+        # global ranking where dot's default one fails on nested groups, "trouble in init_rank")
+        svg = svg_of(prog.sdg.to_dot())
+        assert svg is not None and "<script>" not in svg
     assert_outputs_match(program, run_tempo(program, prog, calls), what="codegen")
 
 
