@@ -135,6 +135,23 @@ print(f"explore() took {{time.perf_counter() - start:.2f}} s")
 pytestmark = pytest.mark.xdist_group("browser")
 
 
+def _open_and_run(page, name: str):
+    """Open notebook ``name``, run all its cells once its kernel is idle, and wait for its
+    dashboard: ``(panel, dashboard)``."""
+    page.evaluate("() => { window.jupyterapp.commands.execute('docmanager:open', "
+                  f"{{path: '{name}'}}); }}")
+    page.wait_for_function(
+        "() => { const w = window.jupyterapp.shell.currentWidget; "
+        f"const k = w && w.context && w.context.path === '{name}' && "
+        "w.sessionContext.session && w.sessionContext.session.kernel; "
+        "return !!k && k.status === 'idle'; }", timeout=120_000)
+    page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
+    panel = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)").last
+    dash = panel.locator(".tempo-lab-dashboard")
+    _wait(dash, 240_000)
+    return panel, dash.first
+
+
 def _notebook(path: Path, cells=None):
     cells = cells or [SETUP, "view = prog.explore()\nview", BIG, EXPLORE.format("big"), PPO,
                       EXPLORE.format("ppo")]
@@ -1039,19 +1056,9 @@ def test_nested_layout_is_stable_and_reads(page, lab):
     screen (within 2 px); expand-all and collapse-all each paint within 2 s and fit."""
     _, _, home = lab
     _notebook(home / "llama.ipynb", [LLAMA_SETUP, LLAMA])
-    page.evaluate("() => { window.jupyterapp.commands.execute('docmanager:open', "
-                  "{path: 'llama.ipynb'}); }")
     try:
-        page.wait_for_function(
-            "() => { const w = window.jupyterapp.shell.currentWidget; "
-            "const k = w && w.context && w.context.path === 'llama.ipynb' && "
-            "w.sessionContext.session && w.sessionContext.session.kernel; "
-            "return !!k && k.status === 'idle'; }", timeout=120_000)
-        page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
-        panel = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)").last
-        dash = panel.locator(".tempo-lab-dashboard")
-        _wait(dash, 240_000)
-        _check_nested_layout(page, dash.first)
+        _, dash = _open_and_run(page, "llama.ipynb")
+        _check_nested_layout(page, dash)
     finally:  # saved first: a dialog asking to save would block the next notebook's checks
         page.evaluate("async () => { const c = window.jupyterapp.commands; "
                       "await c.execute('docmanager:save'); "
@@ -1198,19 +1205,9 @@ def llama(page, lab):
     _, _, home = lab
     _notebook(home / "llama_dash.ipynb", [LLAMA_SETUP, LLAMA.replace("llama.explore()", ""),
                                           EXPLORE.format("llama")])
-    page.evaluate("() => { window.jupyterapp.commands.execute('docmanager:open', "
-                  "{path: 'llama_dash.ipynb'}); }")
     try:
-        page.wait_for_function(
-            "() => { const w = window.jupyterapp.shell.currentWidget; "
-            "const k = w && w.context && w.context.path === 'llama_dash.ipynb' && "
-            "w.sessionContext.session && w.sessionContext.session.kernel; "
-            "return !!k && k.status === 'idle'; }", timeout=120_000)
-        page.evaluate("() => { window.jupyterapp.commands.execute('notebook:run-all-cells'); }")
-        panel = page.locator(".jp-NotebookPanel:not(.lm-mod-hidden)").last
-        dash = panel.locator(".tempo-lab-dashboard")
-        _wait(dash, 240_000)
-        yield panel, dash.first
+        panel, dash = _open_and_run(page, "llama_dash.ipynb")
+        yield panel, dash
     finally:
         page.evaluate("async () => { const c = window.jupyterapp.commands; "
                       "await c.execute('docmanager:save'); "
