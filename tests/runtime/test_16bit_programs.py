@@ -110,13 +110,19 @@ def agree(got: np.ndarray, want: np.ndarray, dt: np.dtype) -> None:
 @given(program=programs())
 def test_16bit_programs_agree_with_the_reference(executor, program):
     dtype, arrays, steps = program
-    ctx, Tb, y = build(arrays, steps)
+    got, want = _run(build(arrays, steps), executor)
+    agree(got, want, DTYPES[dtype])
+
+
+def _run(built, executor: str):
+    """``y`` of a built program on ``executor`` and on the reference interpreter."""
+    ctx, Tb, y = built
     with np.errstate(all="ignore"):
         want = ctx.compile(bounds={Tb: T}, outputs={"y": y},
                            config=tl.CompileConfig(executor="reference")).run()["y"]
     got = ctx.compile(bounds={Tb: T}, outputs={"y": y},
                       config=tl.CompileConfig(executor=executor)).run()["y"]
-    agree(got, want, DTYPES[dtype])
+    return got, want
 
 
 @pytest.mark.parametrize("executor", COMPILED)
@@ -131,11 +137,6 @@ def test_a_sum_that_overflows_float32_adds_its_terms_in_order(executor, row, wan
     a = (np.float32(row) * big).astype(ml_dtypes.bfloat16)
     arrays = [np.tile(a, (T, 1)), np.ones((T, 4), ml_dtypes.bfloat16)]
     for steps in ([("sum", "axis")], [("max", "causal"), ("mean", "axis")]):
-        ctx, Tb, y = build(arrays, steps)
-        with np.errstate(all="ignore"):
-            ref = ctx.compile(bounds={Tb: T}, outputs={"y": y},
-                              config=tl.CompileConfig(executor="reference")).run()["y"]
-        got = ctx.compile(bounds={Tb: T}, outputs={"y": y},
-                          config=tl.CompileConfig(executor=executor)).run()["y"]
+        got, ref = _run(build(arrays, steps), executor)
         agree(got, ref, DTYPES["bfloat16"])
         assert np.all(np.asarray(ref, np.float32) == (want / 4 if "mean" in steps[-1] else want))
